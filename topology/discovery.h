@@ -1,0 +1,50 @@
+#pragma once
+
+// Builds a Topology snapshot from sysfs and hwloc. Every input root is configurable so that
+// tests never read this machine's hardware.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "topology/topology.h"
+
+namespace rdp::topology {
+
+struct DiscoveryOptions {
+  // Root under which /sys lives. Empty means "not given": the live "/" is used for HCAs unless
+  // topology_xml is set, in which case HCAs come from the XML's OpenFabrics OS devices.
+  std::string sysfs_root;
+  // Root under which /dev lives ("/" by default).
+  std::string dev_root = "/";
+  // hwloc XML export to take the PCI tree from. Empty: hwloc discovers the machine, under
+  // HWLOC_FSROOT=<sysfs_root> when sysfs_root is set and is not "/".
+  std::string topology_xml;
+  // A PCI function is a GPU when its class is 0x0302 (3D controller: every datacenter NVIDIA
+  // GPU) and listed here, whatever its vendor, or when its class is listed here and its vendor
+  // is in gpu_vendors. This keeps a server's onboard BMC VGA (ASPEED 1a03, Matrox 102b) out.
+  std::vector<std::uint32_t> gpu_classes = {0x0302, 0x0300, 0x0380, 0x1200};
+  std::vector<std::uint32_t> gpu_vendors = {0x10de, 0x1002};
+  // Never GPUs even with a GPU vendor's ID and class: the ATI ES1000 BMC VGA (1002:515e).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> not_gpus = {{0x1002, 0x515e}};
+};
+
+// Discovers the node. Errors (absl::InvalidArgument / NotFound naming the path) when a root is
+// missing or unreadable, the XML is malformed or absent, or hwloc fails to load. A single
+// broken device (dangling symlink, unreadable port) is skipped with a warning instead.
+// Logs every HCA found as
+//   discovered RDMA device: mlx5_0 (PCI=0000:1a:00.0, NUMA=0, uverbs=uverbs0, pcieRoot=pci0000:15)
+absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options);
+
+// HCAs from sysfs alone (no hwloc): /sys/class/infiniband under sysfs_root, char devices under
+// dev_root. Placement comes from the resolved sysfs path (pcie_root; bridges unknown) and
+// numa_node. NotFound naming the path when sysfs_root/sys does not exist; an empty list when the
+// node has no RDMA devices. Broken devices are skipped with a warning.
+absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
+                                                const std::string& dev_root);
+
+// Parses "0x0302,0x0300" / "10de,1002" style lists for the --gpu-classes / --gpu-vendors flags.
+absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text);
+
+}  // namespace rdp::topology

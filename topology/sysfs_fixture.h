@@ -1,0 +1,85 @@
+#pragma once
+
+// Writes fake sysfs and /dev trees laid out the way the Linux kernel lays them out (symlinks
+// included), so that discovery, health checks and the demo run against a node that is not this
+// machine. Used by tests, by `rdma-device-plugin demo` and by the kubelet conformance harness.
+//
+// Layout written under root (R):
+//   R/sys/devices/<pcie_root>/<bridge>/.../<pci>/{numa_node,vendor,device,class}
+//   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
+//   R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
+//   R/sys/devices/.../<pci>/net/<netdev>/
+//   R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,device -> ../../../<pci>}
+//   R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port}
+//   R/sys/class/infiniband/<name> -> ../../devices/.../<pci>/infiniband/<name>
+//   R/sys/class/infiniband_verbs/uverbsN -> ../../devices/.../infiniband_verbs/uverbsN
+//   R/sys/class/infiniband_mad/{umadN,issmN} -> ...
+//   R/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}  (regular files standing in for char devices)
+// Not thread-safe; each instance owns its root's contents.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "topology/topology.h"
+
+namespace rdp::topology {
+
+struct FixturePort {
+  int number = 1;
+  std::string state = "ACTIVE";      // written as "4: ACTIVE" like the kernel
+  std::string phys_state = "LinkUp";  // written as "5: LinkUp"
+  std::string link_layer = "InfiniBand";
+  std::string rate = "400 Gb/sec (4X NDR)";
+};
+
+struct FixtureHca {
+  std::string name;                 // mlx5_0
+  std::string pci;                  // 0000:1a:00.0
+  int numa = 0;                     // written to numa_node; -1 for unknown
+  std::string pcie_root;            // pci0000:15
+  std::vector<std::string> bridges; // bridge BDFs from the root port down to the parent
+  std::vector<FixturePort> ports = {FixturePort{}};
+  bool umad = true;                 // one umadN + issmN per port (RoCE hosts often have none)
+  std::vector<std::string> netdevs;
+};
+
+class SysfsFixture {
+ public:
+  // root is created if missing. Nothing is written until AddHca/AddRdmaCm.
+  explicit SysfsFixture(std::string root);
+
+  std::string sysfs_root() const { return root_; }  // pass as --sysfs-root
+  std::string dev_root() const { return root_; }    // pass as --dev-root
+
+  // Lays out one HCA; uverbs/umad/issm numbers are assigned in call order.
+  absl::Status AddHca(const FixtureHca& hca);
+  // Writes R/dev/infiniband/rdma_cm.
+  absl::Status AddRdmaCm();
+  // Rewrites a port's state file ("DOWN", "ACTIVE", ...).
+  absl::Status SetPortState(const std::string& name, int port, const std::string& state);
+  // Removes the HCA's class links, its device directory and its /dev nodes, as a hot-unplug does.
+  absl::Status RemoveHca(const std::string& name);
+  // Removes only the HCA's /dev/infiniband/uverbsN.
+  absl::Status RemoveUverbs(const std::string& name);
+
+  // Lays out every HCA of a snapshot (placement, ports, netdevs) plus rdma_cm; used to turn an
+  // hwloc XML fixture into a full node.
+  absl::Status AddTopology(const Topology& topology);
+
+ private:
+  struct Laid {
+    FixtureHca hca;
+    std::string device_dir;  // absolute path of .../<pci>
+    int uverbs = -1;
+    std::vector<int> mads;   // umad/issm index per port
+  };
+  Laid* Find(const std::string& name);
+
+  std::string root_;
+  std::vector<Laid> laid_;
+  int next_uverbs_ = 0;
+  int next_mad_ = 0;
+};
+
+}  // namespace rdp::topology

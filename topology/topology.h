@@ -1,0 +1,112 @@
+#pragma once
+
+// The node's RDMA NICs (HCAs), GPUs, NUMA nodes and PCIe tree as one immutable snapshot.
+//
+// A Topology is plain data: it can be built by hand (tests, the allocator's fixtures) or by
+// Discover() (topology/discovery.h) from sysfs and hwloc. hwloc types never appear here.
+// A snapshot is never modified after construction; share it as TopologyPtr and swap it whole.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rdp::topology {
+
+// One PCI bridge on the way from a host bridge down to a device.
+struct Bridge {
+  std::string pci;        // the bridge's own address, "0000:16:00.0"
+  std::string switch_id;  // the upstream port of the PCIe switch this bridge belongs to (the
+                          // upstream port itself or one of its downstream ports); "" for a
+                          // root port or a bridge that is not part of a switch
+};
+
+// Where a PCI function sits.
+struct PciPlacement {
+  std::string pci;                 // "0000:1a:00.0", lower-case, always set
+  std::optional<int> numa;         // nullopt when unknown (sysfs numa_node -1, or no locality)
+  std::string pcie_root;           // "pci0000:15": the host bridge's bus; "" when unknown
+  std::vector<Bridge> bridges;     // root port first, the device's parent bridge last
+  bool bridges_known = false;      // false when the device is not in the PCI tree (then the
+                                   // path to anything under the same root is PHB at best)
+
+  // The nearest switch above the device: the switch_id of the innermost bridge that belongs to
+  // a switch, or "" when none does.
+  std::string Switch() const;
+};
+
+struct Port {
+  int number = 0;
+  std::string state;       // "ACTIVE", "DOWN", "INIT", "ARMED", "ACTIVE_DEFER" or "" if unknown
+  std::string phys_state;  // "LinkUp", "Disabled", ... or ""
+  std::string link_layer;  // "InfiniBand", "Ethernet" or ""
+  std::string rate;        // "400 Gb/sec (4X NDR)" or ""
+  bool Active() const { return state == "ACTIVE"; }
+};
+
+struct Hca {
+  std::string name;                 // kernel name: mlx5_0, mlx5_bond_0, rocep26s0, ibp26s0 ...
+  PciPlacement place;               // keyed by place.pci: names are not stable
+  std::string uverbs;               // "uverbs0", "" when unknown (XML-only discovery)
+  std::vector<std::string> umad;    // "umad0" per port that has one; often none on RoCE
+  std::vector<std::string> issm;    // "issm0"
+  std::vector<std::string> netdevs; // netdevs of the PCI function, sorted
+  std::vector<Port> ports;          // by port number
+  // Character devices below the dev root: "/dev/infiniband/uverbs0", ... and whether each
+  // existed at discovery time. rdma_cm is node-wide and not listed here.
+  std::vector<std::pair<std::string, bool>> char_devices;
+
+  bool Healthy() const;       // every port ACTIVE (and at least one port)
+  bool CharDevicesPresent() const;  // uverbs known and every listed char device existed
+};
+
+struct Gpu {
+  PciPlacement place;
+  std::string vendor;  // PCI vendor ID, 4 lower-case hex digits: "10de"
+  std::string device;  // PCI device ID, "2330"
+};
+
+// nvidia-smi topo -m classes, best first. PIX: the path crosses at most one PCIe switch (or one
+// bridge); PXB: several switches, no host bridge; PHB: through one host bridge; NODE: between
+// host bridges of one NUMA node; SYS: across NUMA nodes (or unknown locality).
+enum class PathClass : std::uint8_t { kPIX = 0, kPXB = 1, kPHB = 2, kNODE = 3, kSYS = 4 };
+std::string_view PathClassName(PathClass c);
+
+// The class of the path between two placed devices. Symmetric.
+PathClass Classify(const PciPlacement& a, const PciPlacement& b);
+
+class Topology {
+ public:
+  // Sorts hcas and gpus by PCI address and computes every HCA x GPU path class.
+  // numa_nodes: the node's NUMA node OS indices (sorted and deduplicated here).
+  Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus);
+
+  const std::vector<int>& numa_nodes() const { return numa_nodes_; }
+  const std::vector<Hca>& hcas() const { return hcas_; }
+  const std::vector<Gpu>& gpus() const { return gpus_; }
+
+  // Index into hcas()/gpus() by PCI address (any case), or -1.
+  int HcaIndex(std::string_view pci) const;
+  int GpuIndex(std::string_view pci) const;
+
+  // Path class between hcas()[hca] and gpus()[gpu]. Precomputed; O(1).
+  PathClass Path(std::size_t hca, std::size_t gpu) const {
+    return paths_[hca * gpus_.size() + gpu];
+  }
+
+ private:
+  std::vector<int> numa_nodes_;
+  std::vector<Hca> hcas_;
+  std::vector<Gpu> gpus_;
+  std::vector<PathClass> paths_;  // row-major: hca x gpu
+};
+
+using TopologyPtr = std::shared_ptr<const Topology>;
+
+// "0000:1A:00.0" -> "0000:1a:00.0"; "1a:00.0" -> "0000:1a:00.0". nullopt when not a BDF.
+std::optional<std::string> NormalizePci(std::string_view text);
+
+}  // namespace rdp::topology
