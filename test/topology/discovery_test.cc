@@ -1,0 +1,280 @@
+// Discovery on the bundled hwloc exports, alone and merged with fake sysfs trees.
+
+#include "topology/discovery.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/support/temp_dir.h"
+#include "topology/sysfs_fixture.h"
+
+namespace rdp::topology {
+namespace {
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::TestData;
+
+TopologyPtr Load(DiscoveryOptions o) {
+  auto t = Discover(o);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : nullptr;
+}
+
+TopologyPtr LoadXml(const std::string& file) {
+  DiscoveryOptions o;
+  o.topology_xml = TestData(file);
+  return Load(o);
+}
+
+PathClass PathByPci(const Topology& t, const std::string& hca, const std::string& gpu) {
+  return t.Path(t.HcaIndex(hca), t.GpuIndex(gpu));
+}
+
+TEST(DiscoveryXmlTest, DgxH100Like) {
+  TopologyPtr t = LoadXml("dgx-h100-like.xml");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->numa_nodes(), (std::vector<int>{0, 1}));
+  ASSERT_EQ(t->hcas().size(), 9u);
+  ASSERT_EQ(t->gpus().size(), 8u);
+  const Hca& h0 = t->hcas()[0];
+  EXPECT_EQ(h0.name, "mlx5_0");
+  EXPECT_EQ(h0.place.pci, "0000:1a:00.0");
+  EXPECT_EQ(h0.place.numa, 0);
+  EXPECT_EQ(h0.place.pcie_root, "pci0000:15");
+  EXPECT_EQ(h0.place.Switch(), "0000:16:00.0");
+  EXPECT_EQ(h0.uverbs, "");
+  ASSERT_EQ(h0.ports.size(), 1u);
+  EXPECT_EQ(h0.ports[0].state, "ACTIVE");
+  EXPECT_TRUE(h0.Healthy());
+  EXPECT_THAT(h0.netdevs, ElementsAre("ibp26s0"));
+
+  const Hca& bond = t->hcas()[8];
+  EXPECT_EQ(bond.name, "mlx5_bond_0");
+  EXPECT_EQ(bond.place.pci, "0000:c9:00.0");
+  EXPECT_EQ(bond.place.pcie_root, "pci0000:c8");
+  EXPECT_EQ(bond.place.Switch(), "");
+  EXPECT_EQ(bond.place.numa, 1);
+
+  for (const Gpu& g : t->gpus()) EXPECT_EQ(g.vendor, "10de");
+  EXPECT_EQ(t->gpus()[0].place.pci, "0000:18:00.0");
+  EXPECT_EQ(t->gpus()[0].place.Switch(), "0000:16:00.0");
+  EXPECT_EQ(t->gpus()[0].device, "2330");
+
+  EXPECT_EQ(PathByPci(*t, "0000:1a:00.0", "0000:18:00.0"), PathClass::kPIX);
+  EXPECT_EQ(PathByPci(*t, "0000:1a:00.0", "0000:3a:00.0"), PathClass::kNODE);
+  EXPECT_EQ(PathByPci(*t, "0000:1a:00.0", "0000:9d:00.0"), PathClass::kSYS);
+  EXPECT_EQ(PathByPci(*t, "0000:c1:00.0", "0000:bf:00.0"), PathClass::kPIX);
+  EXPECT_EQ(PathByPci(*t, "0000:c9:00.0", "0000:be:00.0"), PathClass::kNODE);
+  EXPECT_EQ(PathByPci(*t, "0000:c9:00.0", "0000:18:00.0"), PathClass::kSYS);
+}
+
+TEST(DiscoveryXmlTest, Dgx2TwoLevelSwitches) {
+  TopologyPtr t = LoadXml("nvidiaDGX2.xml");
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->hcas().empty()) << "its NICs were removed before export";
+  ASSERT_EQ(t->gpus().size(), 16u);
+  auto gpu = [&](const char* pci) { return t->gpus()[t->GpuIndex(pci)].place; };
+  EXPECT_EQ(gpu("0000:34:00.0").Switch(), "0000:32:00.0");
+  EXPECT_EQ(gpu("0000:39:00.0").Switch(), "0000:37:00.0");
+  EXPECT_EQ(gpu("0000:34:00.0").bridges.at(2).switch_id, "0000:2c:00.0")
+      << "2d:04.0 is a downstream port of the outer switch, not a switch of its own";
+  EXPECT_EQ(Classify(gpu("0000:34:00.0"), gpu("0000:36:00.0")), PathClass::kPIX);
+  EXPECT_EQ(Classify(gpu("0000:34:00.0"), gpu("0000:39:00.0")), PathClass::kPXB);
+  EXPECT_EQ(Classify(gpu("0000:34:00.0"), gpu("0000:57:00.0")), PathClass::kNODE);
+  EXPECT_EQ(Classify(gpu("0000:34:00.0"), gpu("0000:b7:00.0")), PathClass::kSYS);
+  EXPECT_EQ(gpu("0000:e7:00.0").numa, 1);
+  EXPECT_EQ(gpu("0000:e7:00.0").pcie_root, "pci0000:d7");
+}
+
+TEST(DiscoveryXmlTest, SupermicroGpusOnRootPortsAndBmcVga) {
+  TopologyPtr t = LoadXml("32em64t-2n8c2t-pci-normalio.xml");
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 1u);
+  EXPECT_EQ(t->hcas()[0].name, "mlx5_0");
+  EXPECT_EQ(t->hcas()[0].place.numa, 1);
+  EXPECT_TRUE(t->hcas()[0].Healthy());
+  // 3 Teslas and a Radeon (AMD, class 0300); the Matrox BMC VGA (102b:0532) is not a GPU.
+  ASSERT_EQ(t->gpus().size(), 4u);
+  EXPECT_EQ(t->GpuIndex("0000:05:03.0"), -1);
+  EXPECT_EQ(t->gpus()[3].vendor, "1002");
+  EXPECT_EQ(t->gpus()[0].place.Switch(), "");
+  EXPECT_EQ(PathByPci(*t, "0000:04:00.0", "0000:03:00.0"), PathClass::kSYS);
+  EXPECT_EQ(PathByPci(*t, "0000:04:00.0", "0000:83:00.0"), PathClass::kPHB);
+  EXPECT_EQ(PathByPci(*t, "0000:04:00.0", "0000:84:00.0"), PathClass::kPIX);
+}
+
+TEST(DiscoveryXmlTest, GroupNumaAndEs1000IsNotAGpu) {
+  TopologyPtr t = LoadXml("96em64t-4n4d3ca2co-pci.xml");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->numa_nodes(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(t->gpus().empty()) << "ATI ES1000 1002:515e is a BMC VGA";
+}
+
+TEST(DiscoveryXmlTest, ManyVfsUsnic) {
+  TopologyPtr t = LoadXml("16intel64-manyVFs.xml");
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 3u);
+  EXPECT_EQ(t->hcas()[0].name, "usnic_0");
+  EXPECT_EQ(t->hcas()[2].place.numa, 1);
+}
+
+TEST(DiscoveryXmlTest, GpuFlagsOverrideDefaults) {
+  DiscoveryOptions o;
+  o.topology_xml = TestData("32em64t-2n8c2t-pci-normalio.xml");
+  o.gpu_vendors = {0x10de};
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->gpus().size(), 3u) << "the AMD Radeon is no longer a GPU vendor's";
+  o.gpu_classes = {0x0300};
+  o.gpu_vendors = {0x102b};
+  t = Load(o);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->gpus().size(), 1u);
+  EXPECT_EQ(t->gpus()[0].place.pci, "0000:05:03.0");
+}
+
+TEST(DiscoveryErrorTest, MissingAndMalformedXml) {
+  DiscoveryOptions o;
+  o.topology_xml = "/nonexistent/node.xml";
+  auto t = Discover(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("/nonexistent/node.xml"));
+
+  testing::TempDir dir;
+  const std::string bad = dir.path() + "/bad.xml";
+  std::ofstream(bad) << "<?xml version=\"1.0\"?><topology><object type=\"Machine\"";
+  o.topology_xml = bad;
+  t = Discover(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr(bad));
+
+  o.topology_xml = TestData("dgx-h100-like.xml");
+  o.sysfs_root = "/nonexistent/sysroot";
+  t = Discover(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("/nonexistent/sysroot"));
+}
+
+TEST(DiscoveryParseTest, HexLists) {
+  EXPECT_THAT(*ParseHexList("0x0302, 0300,10DE"), ElementsAre(0x0302u, 0x0300u, 0x10deu));
+  EXPECT_FALSE(ParseHexList("").ok());
+  EXPECT_FALSE(ParseHexList("0x").ok());
+  EXPECT_FALSE(ParseHexList("nvidia").ok());
+  EXPECT_FALSE(ParseHexList("123456789").ok());
+}
+
+// sysfs gives the HCAs (names, uverbs, ports), hwloc gives the tree, matched by PCI address.
+TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
+  testing::TempDir dir;
+  SysfsFixture node(dir.path());
+  TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
+  ASSERT_TRUE(xml_only);
+  ASSERT_TRUE(node.AddTopology(*xml_only).ok());
+  // An HCA that hwloc does not know: still listed, placed from sysfs.
+  FixtureHca extra;
+  extra.name = "mlx5_9";
+  extra.pci = "0000:e1:00.0";
+  extra.numa = 1;
+  extra.pcie_root = "pci0000:e0";
+  extra.bridges = {"0000:e0:01.0"};
+  ASSERT_TRUE(node.AddHca(extra).ok());
+  ASSERT_TRUE(node.SetPortState("mlx5_3", 1, "DOWN").ok());
+
+  DiscoveryOptions o;
+  o.topology_xml = TestData("dgx-h100-like.xml");
+  o.sysfs_root = dir.path();
+  o.dev_root = dir.path();
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 10u);
+  const Hca& h0 = t->hcas()[t->HcaIndex("0000:1a:00.0")];
+  EXPECT_EQ(h0.uverbs, "uverbs0");
+  EXPECT_EQ(h0.place.Switch(), "0000:16:00.0");
+  EXPECT_TRUE(h0.place.bridges_known);
+  EXPECT_TRUE(h0.CharDevicesPresent());
+  EXPECT_FALSE(t->hcas()[t->HcaIndex("0000:3d:00.0")].Healthy()) << "mlx5_3 port DOWN";
+  const Hca& bond = t->hcas()[t->HcaIndex("0000:c9:00.0")];
+  EXPECT_EQ(bond.name, "mlx5_bond_0");
+  EXPECT_EQ(bond.ports[0].link_layer, "Ethernet");
+  EXPECT_TRUE(bond.umad.empty());
+  const Hca& e = t->hcas()[t->HcaIndex("0000:e1:00.0")];
+  EXPECT_EQ(e.place.numa, 1);
+  EXPECT_EQ(e.place.pcie_root, "pci0000:e0");
+  EXPECT_FALSE(e.place.bridges_known);
+  EXPECT_EQ(PathByPci(*t, "0000:e1:00.0", "0000:be:00.0"), PathClass::kNODE);
+  EXPECT_EQ(PathByPci(*t, "0000:1a:00.0", "0000:19:00.0"), PathClass::kPIX);
+}
+
+// An HCA placed below the DGX-2's NVSwitch PLX switch, a second-level switch of the outer one.
+TEST(DiscoveryMergeTest, TwoLevelSwitchesFromSysfsAndXml) {
+  testing::TempDir dir;
+  SysfsFixture node(dir.path());
+  FixtureHca h;
+  h.name = "mlx5_0";
+  h.pci = "0000:66:00.0";
+  h.numa = 0;
+  h.pcie_root = "pci0000:4e";
+  h.bridges = {"0000:4e:00.0", "0000:4f:00.0", "0000:50:10.0", "0000:5f:00.0", "0000:60:0b.0"};
+  ASSERT_TRUE(node.AddHca(h).ok());
+  DiscoveryOptions o;
+  o.topology_xml = TestData("nvidiaDGX2.xml");
+  o.sysfs_root = dir.path();
+  o.dev_root = dir.path();
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 1u);
+  EXPECT_EQ(t->hcas()[0].place.Switch(), "0000:5f:00.0");
+  EXPECT_EQ(PathByPci(*t, "0000:66:00.0", "0000:57:00.0"), PathClass::kPXB);
+  EXPECT_EQ(PathByPci(*t, "0000:66:00.0", "0000:34:00.0"), PathClass::kNODE);
+  EXPECT_EQ(PathByPci(*t, "0000:66:00.0", "0000:e7:00.0"), PathClass::kSYS);
+}
+
+// sysfs says numa_node -1; hwloc knows the device sits under a Group with one NUMA node.
+TEST(DiscoveryMergeTest, NumaFromHwlocWhenSysfsUnknown) {
+  testing::TempDir dir;
+  SysfsFixture node(dir.path());
+  FixtureHca h;
+  h.name = "mlx5_0";
+  h.pci = "0000:62:00.0";
+  h.numa = -1;
+  h.pcie_root = "pci0000:60";
+  ASSERT_TRUE(node.AddHca(h).ok());
+  DiscoveryOptions o;
+  o.topology_xml = TestData("96em64t-4n4d3ca2co-pci.xml");
+  o.sysfs_root = dir.path();
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 1u);
+  EXPECT_EQ(t->hcas()[0].place.numa, 2);
+}
+
+// hwloc-gather-topology's tree: hwloc reads it through HWLOC_FSROOT, our reader through the root.
+TEST(DiscoveryGatheredTest, FsrootTarball) {
+  testing::TempDir dir;
+  const std::string cmd = "tar -xjf '" + TestData("32em64t-2n8c+1mic.tar.bz2") + "' -C '" +
+                          dir.path() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  DiscoveryOptions o;
+  o.sysfs_root = dir.path() + "/32em64t-2n8c+1mic";
+  o.dev_root = o.sysfs_root;
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->numa_nodes(), (std::vector<int>{0, 1}));
+  ASSERT_EQ(t->hcas().size(), 1u) << "scif0 is not a PCI function";
+  const Hca& h = t->hcas()[0];
+  EXPECT_EQ(h.name, "mlx4_0");
+  EXPECT_EQ(h.place.pci, "0000:82:00.0");
+  EXPECT_EQ(h.place.numa, 1);
+  EXPECT_EQ(h.place.pcie_root, "pci0000:80");
+  EXPECT_TRUE(h.place.bridges_known) << "hwloc placed it from the gathered tree";
+  ASSERT_EQ(h.ports.size(), 1u);
+  EXPECT_EQ(h.ports[0].link_layer, "InfiniBand");
+  EXPECT_TRUE(h.Healthy());
+}
+
+}  // namespace
+}  // namespace rdp::topology

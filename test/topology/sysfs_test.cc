@@ -1,0 +1,165 @@
+// sysfs discovery on trees laid out the way the kernel lays them out.
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/support/temp_dir.h"
+#include "topology/discovery.h"
+#include "topology/sysfs_fixture.h"
+
+namespace rdp::topology {
+namespace {
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+FixtureHca IbHca(const std::string& name, const std::string& pci, int numa) {
+  FixtureHca h;
+  h.name = name;
+  h.pci = pci;
+  h.numa = numa;
+  h.pcie_root = "pci0000:" + pci.substr(5, 2);
+  h.bridges = {"0000:" + pci.substr(5, 2) + ":01.0"};
+  h.netdevs = {"ib" + name.substr(name.size() - 1)};
+  return h;
+}
+
+const Hca* ByName(const std::vector<Hca>& hcas, const std::string& name) {
+  for (const Hca& h : hcas) {
+    if (h.name == name) return &h;
+  }
+  return nullptr;
+}
+
+class SysfsTest : public ::testing::Test {
+ protected:
+  testing::TempDir dir_;
+  SysfsFixture node_{dir_.path()};
+};
+
+TEST_F(SysfsTest, InfiniBandHcaWithUmadAndIssm) {
+  FixtureHca h = IbHca("mlx5_0", "0000:1a:00.0", 0);
+  h.ports.push_back(FixturePort{2, "ACTIVE", "LinkUp", "InfiniBand", "200 Gb/sec (4X HDR)"});
+  ASSERT_TRUE(node_.AddHca(h).ok());
+  ASSERT_TRUE(node_.AddRdmaCm().ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 1u);
+  const Hca& got = hcas->front();
+  EXPECT_EQ(got.name, "mlx5_0");
+  EXPECT_EQ(got.place.pci, "0000:1a:00.0");
+  EXPECT_EQ(got.place.numa, 0);
+  EXPECT_EQ(got.place.pcie_root, "pci0000:1a");
+  EXPECT_FALSE(got.place.bridges_known);
+  EXPECT_EQ(got.uverbs, "uverbs0");
+  EXPECT_THAT(got.umad, ElementsAre("umad0", "umad1"));
+  EXPECT_THAT(got.issm, ElementsAre("issm0", "issm1"));
+  EXPECT_THAT(got.netdevs, ElementsAre("ib0"));
+  ASSERT_EQ(got.ports.size(), 2u);
+  EXPECT_EQ(got.ports[0].state, "ACTIVE");
+  EXPECT_EQ(got.ports[0].phys_state, "LinkUp");
+  EXPECT_EQ(got.ports[0].link_layer, "InfiniBand");
+  EXPECT_EQ(got.ports[1].rate, "200 Gb/sec (4X HDR)");
+  EXPECT_TRUE(got.Healthy());
+  EXPECT_TRUE(got.CharDevicesPresent());
+  EXPECT_EQ(got.char_devices.size(), 5u);  // uverbs0, umad0, umad1, issm0, issm1
+}
+
+TEST_F(SysfsTest, BondedRoceWithoutUmad) {
+  FixtureHca h = IbHca("mlx5_bond_0", "0000:c9:00.0", 1);
+  h.pcie_root = "pci0000:c8";
+  h.bridges = {"0000:c8:01.0"};
+  h.ports = {FixturePort{1, "ACTIVE", "LinkUp", "Ethernet", "400 Gb/sec (4X NDR)"}};
+  h.umad = false;
+  h.netdevs = {"ens6f0np0"};
+  ASSERT_TRUE(node_.AddHca(h).ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 1u);
+  EXPECT_EQ((*hcas)[0].name, "mlx5_bond_0");
+  EXPECT_EQ((*hcas)[0].place.pcie_root, "pci0000:c8");
+  EXPECT_TRUE((*hcas)[0].umad.empty());
+  EXPECT_EQ((*hcas)[0].ports[0].link_layer, "Ethernet");
+  EXPECT_THAT((*hcas)[0].netdevs, ElementsAre("ens6f0np0"));
+  EXPECT_TRUE((*hcas)[0].CharDevicesPresent());
+}
+
+TEST_F(SysfsTest, PortDownNumaUnknownAndMissingUverbs) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", -1)).ok());
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_1", "0000:1b:00.0", 0)).ok());
+  ASSERT_TRUE(node_.SetPortState("mlx5_0", 1, "DOWN").ok());
+  ASSERT_TRUE(node_.RemoveUverbs("mlx5_1").ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok());
+  const Hca* h0 = ByName(*hcas, "mlx5_0");
+  const Hca* h1 = ByName(*hcas, "mlx5_1");
+  ASSERT_TRUE(h0 && h1);
+  EXPECT_EQ(h0->place.numa, std::nullopt);
+  EXPECT_EQ(h0->ports[0].state, "DOWN");
+  EXPECT_FALSE(h0->Healthy());
+  EXPECT_TRUE(h1->Healthy());
+  EXPECT_FALSE(h1->CharDevicesPresent());
+}
+
+TEST_F(SysfsTest, BrokenDevicesAreSkippedOthersKept) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  const fs::path klass = fs::path(dir_.path()) / "sys/class/infiniband";
+  // A dangling class link (device removed mid-scan) and a non-PCI device (like scif0).
+  fs::create_symlink("../../devices/pci0000:99/0000:99:01.0/0000:9a:00.0/infiniband/mlx5_9",
+                     klass / "mlx5_9");
+  fs::create_directories(fs::path(dir_.path()) / "sys/devices/virtual/scif_dma_0/infiniband/scif0");
+  fs::create_symlink("../../devices/virtual/scif_dma_0/infiniband/scif0", klass / "scif0");
+  fs::create_symlink("..", fs::path(dir_.path()) / "sys/devices/virtual/scif_dma_0/infiniband/scif0/device");
+  // A port whose state cannot be read: the HCA stays, the port counts as not ACTIVE.
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_2", "0000:1c:00.0", 0)).ok());
+  fs::remove(fs::path(dir_.path()) /
+             "sys/devices/pci0000:1c/0000:1c:01.0/0000:1c:00.0/infiniband/mlx5_2/ports/1/state");
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 2u);
+  EXPECT_EQ((*hcas)[0].name, "mlx5_0");
+  EXPECT_EQ((*hcas)[1].name, "mlx5_2");
+  EXPECT_EQ((*hcas)[1].ports[0].state, "");
+  EXPECT_FALSE((*hcas)[1].Healthy());
+}
+
+TEST_F(SysfsTest, HugeAttributeIsBounded) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  std::ofstream(fs::path(dir_.path()) /
+                "sys/devices/pci0000:1a/0000:1a:01.0/0000:1a:00.0/infiniband/mlx5_0/ports/1/rate")
+      << std::string(1 << 20, 'x');
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok());
+  EXPECT_EQ((*hcas)[0].ports[0].rate.size(), 4096u);
+}
+
+TEST_F(SysfsTest, RemovedHcaDisappears) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_1", "0000:1b:00.0", 0)).ok());
+  ASSERT_TRUE(node_.RemoveHca("mlx5_0").ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok());
+  ASSERT_EQ(hcas->size(), 1u);
+  EXPECT_EQ((*hcas)[0].name, "mlx5_1");
+  EXPECT_EQ((*hcas)[0].uverbs, "uverbs1");
+}
+
+TEST(SysfsRootTest, MissingRootNamesThePath) {
+  auto hcas = ReadSysfsHcas("/nonexistent/root", "/");
+  ASSERT_FALSE(hcas.ok());
+  EXPECT_EQ(hcas.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(hcas.status().message()), HasSubstr("/nonexistent/root"));
+}
+
+TEST(SysfsRootTest, NoRdmaClassMeansNoHcas) {
+  testing::TempDir dir;
+  fs::create_directories(fs::path(dir.path()) / "sys/class");
+  auto hcas = ReadSysfsHcas(dir.path(), dir.path());
+  ASSERT_TRUE(hcas.ok());
+  EXPECT_TRUE(hcas->empty());
+}
+
+}  // namespace
+}  // namespace rdp::topology

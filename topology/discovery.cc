@@ -1,0 +1,109 @@
+#include "topology/discovery.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "topology/hwloc_tree.h"
+#include "topology/log.h"
+
+namespace rdp::topology {
+namespace {
+
+bool Contains(const std::vector<std::uint32_t>& v, std::uint32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+bool IsGpu(const HwlocPciDevice& d, const DiscoveryOptions& o) {
+  for (const auto& [vendor, device] : o.not_gpus) {
+    if (d.vendor == vendor && d.device == device) return false;
+  }
+  if (!Contains(o.gpu_classes, d.class_id)) return false;
+  return d.class_id == 0x0302 || Contains(o.gpu_vendors, d.vendor);
+}
+
+std::string Hex4(std::uint32_t v) { return fmt::format("{:04x}", v); }
+
+void LogHca(const Hca& h) {
+  Logger("topology")->info(
+      "discovered RDMA device: {} (PCI={}, NUMA={}, uverbs={}, pcieRoot={})", h.name, h.place.pci,
+      h.place.numa ? *h.place.numa : -1, h.uverbs.empty() ? "unknown" : h.uverbs,
+      h.place.pcie_root.empty() ? "unknown" : h.place.pcie_root);
+}
+
+// sysfs knows the devices; hwloc knows the tree. Take hwloc's placement for each sysfs HCA, but
+// the kernel's numa_node when it has one.
+void PlaceFromTree(std::vector<Hca>& hcas, const HwlocTree& tree) {
+  std::map<std::string, const PciPlacement*> by_pci;
+  for (const auto& d : tree.pci) by_pci[d.place.pci] = &d.place;
+  for (Hca& h : hcas) {
+    auto it = by_pci.find(h.place.pci);
+    if (it == by_pci.end()) {
+      Logger("topology")->debug("HCA {} ({}) is not in hwloc's PCI tree; placing it from sysfs",
+                                h.name, h.place.pci);
+      continue;
+    }
+    std::optional<int> sysfs_numa = h.place.numa;
+    std::string sysfs_root = h.place.pcie_root;
+    h.place = *it->second;
+    if (sysfs_numa) h.place.numa = sysfs_numa;
+    if (h.place.pcie_root.empty()) h.place.pcie_root = sysfs_root;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
+  const bool hcas_from_xml = !options.topology_xml.empty() && options.sysfs_root.empty();
+  const std::string sysfs_root = options.sysfs_root.empty() ? "/" : options.sysfs_root;
+
+  std::vector<Hca> hcas;
+  if (!hcas_from_xml) {
+    auto read = ReadSysfsHcas(sysfs_root, options.dev_root);
+    if (!read.ok()) return read.status();
+    hcas = std::move(*read);
+  }
+  auto tree = LoadHwlocTree(options.topology_xml, sysfs_root);
+  if (!tree.ok()) return tree.status();
+  if (hcas_from_xml) {
+    hcas = tree->openfabrics;
+  } else {
+    PlaceFromTree(hcas, *tree);
+  }
+
+  std::vector<Gpu> gpus;
+  for (const HwlocPciDevice& d : tree->pci) {
+    if (!IsGpu(d, options)) continue;
+    gpus.push_back(Gpu{d.place, Hex4(d.vendor), Hex4(d.device)});
+  }
+  std::vector<int> numa = tree->numa_nodes;
+  for (const Hca& h : hcas) {
+    if (h.place.numa) numa.push_back(*h.place.numa);
+  }
+  auto topo = std::make_shared<const Topology>(std::move(numa), std::move(hcas), std::move(gpus));
+  for (const Hca& h : topo->hcas()) LogHca(h);
+  Logger("topology")->info("snapshot: hcas={} gpus={} numa_nodes={}", topo->hcas().size(),
+                           topo->gpus().size(), topo->numa_nodes().size());
+  return topo;
+}
+
+absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text) {
+  std::vector<std::uint32_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    absl::string_view digits = part;
+    if (!absl::ConsumePrefix(&digits, "0x")) absl::ConsumePrefix(&digits, "0X");
+    std::uint32_t v = 0;
+    if (digits.empty() || digits.size() > 8 || !absl::SimpleHexAtoi(digits, &v)) {
+      return absl::InvalidArgumentError("'" + std::string(part) +
+                                        "' is not a hexadecimal number (e.g. 0x0302 or 10de)");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("empty list: '" + text + "'");
+  return out;
+}
+
+}  // namespace rdp::topology

@@ -1,0 +1,198 @@
+#include "topology/hwloc_tree.h"
+
+#include <hwloc.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+
+#include "fmt/format.h"
+
+namespace rdp::topology {
+namespace {
+
+struct TopologyDeleter {
+  void operator()(hwloc_topology_t t) const { hwloc_topology_destroy(t); }
+};
+using TopologyHandle = std::unique_ptr<hwloc_topology, TopologyDeleter>;
+
+std::string BusId(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", static_cast<unsigned>(pci.domain),
+                     static_cast<unsigned>(pci.bus), static_cast<unsigned>(pci.dev),
+                     static_cast<unsigned>(pci.func));
+}
+
+bool IsHostBridge(hwloc_obj_t o) {
+  return o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+}
+bool HasBridgeChild(hwloc_obj_t o) {
+  for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
+    if (c->type == HWLOC_OBJ_BRIDGE) return true;
+  }
+  return false;
+}
+
+// The switch each bridge of a chain belongs to, computed top-down. hwloc has no notion of
+// "switch"; every PCIe switch has this shape in its tree: an upstream port (a PCI-to-PCI bridge
+// below a root port or below another switch's downstream port, with bridges below it) whose
+// children are its downstream ports. A downstream port that holds an inner switch also has bridge
+// children, so the role of a bridge depends on its parent's role, not on its own shape alone.
+std::vector<Bridge> ClassifyChain(const std::vector<hwloc_obj_t>& chain) {
+  std::vector<Bridge> out;
+  bool parent_is_upstream = false;
+  std::string parent_switch;
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    hwloc_obj_t b = chain[i];
+    Bridge br{BusId(b->attr->bridge.upstream.pci), ""};
+    bool is_upstream = false;
+    if (parent_is_upstream) {
+      br.switch_id = parent_switch;  // a downstream port
+    } else if (i > 0 && HasBridgeChild(b)) {
+      br.switch_id = br.pci;  // an upstream port (the first bridge is the root port)
+      is_upstream = true;
+    }
+    parent_is_upstream = is_upstream;
+    parent_switch = br.switch_id;
+    out.push_back(std::move(br));
+  }
+  return out;
+}
+
+std::optional<int> NumaOf(hwloc_topology_t topo, hwloc_obj_t o) {
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, o);
+  if (!anc || !anc->nodeset || hwloc_bitmap_weight(anc->nodeset) != 1) return std::nullopt;
+  return hwloc_bitmap_first(anc->nodeset);
+}
+
+PciPlacement PlacementOf(hwloc_topology_t topo, hwloc_obj_t dev) {
+  PciPlacement place;
+  place.pci = BusId(dev->attr->pcidev);
+  place.numa = NumaOf(topo, dev);
+  place.bridges_known = true;
+  std::vector<hwloc_obj_t> up;
+  for (hwloc_obj_t p = dev->parent; p && p->type == HWLOC_OBJ_BRIDGE; p = p->parent) {
+    if (IsHostBridge(p)) {
+      place.pcie_root = fmt::format("pci{:04x}:{:02x}",
+                                    static_cast<unsigned>(p->attr->bridge.downstream.pci.domain),
+                                    static_cast<unsigned>(p->attr->bridge.downstream.pci.secondary_bus));
+      break;
+    }
+    up.push_back(p);
+  }
+  place.bridges = ClassifyChain(std::vector<hwloc_obj_t>(up.rbegin(), up.rend()));
+  return place;
+}
+
+std::string PortStateName(int v) {
+  switch (v) {
+    case 1: return "DOWN";
+    case 2: return "INIT";
+    case 3: return "ARMED";
+    case 4: return "ACTIVE";
+    case 5: return "ACTIVE_DEFER";
+    default: return "";
+  }
+}
+
+Hca HcaFromOsdev(hwloc_topology_t topo, hwloc_obj_t os, hwloc_obj_t pcidev) {
+  Hca hca;
+  hca.name = os->name ? os->name : "";
+  hca.place = PlacementOf(topo, pcidev);
+  for (unsigned i = 0; i < os->infos_count; ++i) {
+    int port = 0, consumed = 0;
+    const char* name = os->infos[i].name;
+    if (std::sscanf(name, "Port%dState%n", &port, &consumed) == 1 &&
+        name[consumed] == '\0' && port > 0) {
+      Port p;
+      p.number = port;
+      p.state = PortStateName(std::atoi(os->infos[i].value));
+      hca.ports.push_back(p);
+    }
+  }
+  std::sort(hca.ports.begin(), hca.ports.end(),
+            [](const Port& a, const Port& b) { return a.number < b.number; });
+  for (hwloc_obj_t c = pcidev->io_first_child; c; c = c->next_sibling) {
+    if (c->type == HWLOC_OBJ_OS_DEVICE && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK &&
+        c->name) {
+      hca.netdevs.push_back(c->name);
+    }
+  }
+  std::sort(hca.netdevs.begin(), hca.netdevs.end());
+  return hca;
+}
+
+// HWLOC_FSROOT is read from the environment while hwloc loads; serialise loads that set it.
+std::mutex& EnvMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+}  // namespace
+
+absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::string& fsroot) {
+  namespace fs = std::filesystem;
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) return absl::InternalError("hwloc_topology_init failed");
+  TopologyHandle topo(raw);
+  hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);
+
+  int rc = 0;
+  int err = 0;
+  if (!xml.empty()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(xml, ec) || !std::ifstream(xml)) {
+      return absl::NotFoundError("topology XML " + xml + ": no such readable file");
+    }
+    if (hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
+      return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it: " +
+                                        std::strerror(errno));
+    }
+    rc = hwloc_topology_load(raw);
+    err = errno;
+  } else {
+    std::lock_guard<std::mutex> lock(EnvMutex());
+    const bool gathered = !fsroot.empty() && fsroot != "/";
+    if (gathered) {
+      std::error_code ec;
+      if (!fs::is_directory(fs::path(fsroot) / "sys", ec)) {
+        return absl::NotFoundError("sysfs root " + fsroot + ": no sys/ directory in it");
+      }
+      setenv("HWLOC_FSROOT", fsroot.c_str(), 1);
+    }
+    rc = hwloc_topology_load(raw);
+    err = errno;
+    if (gathered) unsetenv("HWLOC_FSROOT");
+  }
+  if (rc != 0) {
+    const std::string what = xml.empty() ? "hwloc discovery" : "topology XML " + xml;
+    return absl::InvalidArgumentError(what + ": hwloc failed to load it (malformed or " +
+                                      "unsupported, e.g. an hwloc 3.x export): " +
+                                      std::strerror(err));
+  }
+
+  HwlocTree tree;
+  for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(raw, HWLOC_OBJ_NUMANODE, n));) {
+    tree.numa_nodes.push_back(static_cast<int>(n->os_index));
+  }
+  for (hwloc_obj_t d = nullptr; (d = hwloc_get_next_pcidev(raw, d));) {
+    HwlocPciDevice dev;
+    dev.place = PlacementOf(raw, d);
+    dev.class_id = d->attr->pcidev.class_id;
+    dev.vendor = d->attr->pcidev.vendor_id;
+    dev.device = d->attr->pcidev.device_id;
+    tree.pci.push_back(std::move(dev));
+  }
+  for (hwloc_obj_t os = nullptr; (os = hwloc_get_next_osdev(raw, os));) {
+    if (os->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
+    hwloc_obj_t parent = os->parent;
+    if (!parent || parent->type != HWLOC_OBJ_PCI_DEVICE) continue;  // not a PCI function
+    tree.openfabrics.push_back(HcaFromOsdev(raw, os, parent));
+  }
+  return tree;
+}
+
+}  // namespace rdp::topology

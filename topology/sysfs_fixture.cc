@@ -1,0 +1,209 @@
+#include "topology/sysfs_fixture.h"
+
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "fmt/format.h"
+
+namespace rdp::topology {
+namespace fs = std::filesystem;
+namespace {
+
+absl::Status Write(const fs::path& file, const std::string& content) {
+  std::error_code ec;
+  fs::create_directories(file.parent_path(), ec);
+  if (ec) return absl::InternalError("mkdir " + file.parent_path().string() + ": " + ec.message());
+  std::ofstream out(file, std::ios::trunc);
+  out << content << "\n";
+  out.close();
+  if (!out) return absl::InternalError("cannot write " + file.string());
+  return absl::OkStatus();
+}
+
+absl::Status Mkdir(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  return ec ? absl::InternalError("mkdir " + dir.string() + ": " + ec.message())
+            : absl::OkStatus();
+}
+
+// A relative symlink link -> target, as sysfs has them.
+absl::Status Symlink(const fs::path& target, const fs::path& link) {
+  std::error_code ec;
+  fs::create_directories(link.parent_path(), ec);
+  fs::remove(link, ec);
+  fs::create_symlink(fs::relative(target, link.parent_path()), link, ec);
+  return ec ? absl::InternalError("symlink " + link.string() + ": " + ec.message())
+            : absl::OkStatus();
+}
+
+int PortStateNumber(const std::string& s) {
+  if (s == "DOWN") return 1;
+  if (s == "INIT") return 2;
+  if (s == "ARMED") return 3;
+  if (s == "ACTIVE") return 4;
+  if (s == "ACTIVE_DEFER") return 5;
+  return 0;
+}
+
+int PhysStateNumber(const std::string& s) {
+  if (s == "Sleep") return 1;
+  if (s == "Polling") return 2;
+  if (s == "Disabled") return 3;
+  if (s == "LinkUp") return 5;
+  return 0;
+}
+
+#define RDP_RETURN_IF_ERROR(expr)      \
+  do {                                 \
+    absl::Status _st = (expr);         \
+    if (!_st.ok()) return _st;         \
+  } while (0)
+
+}  // namespace
+
+SysfsFixture::SysfsFixture(std::string root) : root_(std::move(root)) {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+}
+
+SysfsFixture::Laid* SysfsFixture::Find(const std::string& name) {
+  for (Laid& l : laid_) {
+    if (l.hca.name == name) return &l;
+  }
+  return nullptr;
+}
+
+absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
+  if (Find(hca.name)) return absl::AlreadyExistsError("HCA " + hca.name + " already laid out");
+  const fs::path sys = fs::path(root_) / "sys";
+  fs::path dev_dir = sys / "devices" / hca.pcie_root;
+  for (const std::string& b : hca.bridges) dev_dir /= b;
+  dev_dir /= hca.pci;
+
+  Laid laid{hca, dev_dir.string(), next_uverbs_++, {}};
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "numa_node", std::to_string(hca.numa)));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "vendor", "0x15b3"));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "device", "0x1021"));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "class", "0x020700"));
+
+  const fs::path ib = dev_dir / "infiniband" / hca.name;
+  RDP_RETURN_IF_ERROR(Symlink(dev_dir, ib / "device"));
+  for (const FixturePort& p : hca.ports) {
+    const fs::path pd = ib / "ports" / std::to_string(p.number);
+    RDP_RETURN_IF_ERROR(Write(pd / "state", fmt::format("{}: {}", PortStateNumber(p.state), p.state)));
+    RDP_RETURN_IF_ERROR(
+        Write(pd / "phys_state", fmt::format("{}: {}", PhysStateNumber(p.phys_state), p.phys_state)));
+    RDP_RETURN_IF_ERROR(Write(pd / "link_layer", p.link_layer));
+    RDP_RETURN_IF_ERROR(Write(pd / "rate", p.rate));
+  }
+  RDP_RETURN_IF_ERROR(Symlink(ib, sys / "class" / "infiniband" / hca.name));
+  for (const std::string& n : hca.netdevs) RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / n));
+
+  const fs::path devib = fs::path(root_) / "dev" / "infiniband";
+  const std::string uverbs = fmt::format("uverbs{}", laid.uverbs);
+  const fs::path vd = dev_dir / "infiniband_verbs" / uverbs;
+  RDP_RETURN_IF_ERROR(Write(vd / "ibdev", hca.name));
+  RDP_RETURN_IF_ERROR(Symlink(dev_dir, vd / "device"));
+  RDP_RETURN_IF_ERROR(Symlink(vd, sys / "class" / "infiniband_verbs" / uverbs));
+  RDP_RETURN_IF_ERROR(Write(sys / "class" / "infiniband_verbs" / "abi_version", "6"));
+  RDP_RETURN_IF_ERROR(Write(devib / uverbs, ""));
+  if (hca.umad) {
+    for (const FixturePort& p : hca.ports) {
+      const int n = next_mad_++;
+      laid.mads.push_back(n);
+      for (const char* kind : {"umad", "issm"}) {
+        const std::string name = fmt::format("{}{}", kind, n);
+        const fs::path md = dev_dir / "infiniband_mad" / name;
+        RDP_RETURN_IF_ERROR(Write(md / "ibdev", hca.name));
+        RDP_RETURN_IF_ERROR(Write(md / "port", std::to_string(p.number)));
+        RDP_RETURN_IF_ERROR(Symlink(md, sys / "class" / "infiniband_mad" / name));
+        RDP_RETURN_IF_ERROR(Write(devib / name, ""));
+      }
+    }
+    RDP_RETURN_IF_ERROR(Write(sys / "class" / "infiniband_mad" / "abi_version", "5"));
+  }
+  laid_.push_back(std::move(laid));
+  return absl::OkStatus();
+}
+
+absl::Status SysfsFixture::AddRdmaCm() {
+  return Write(fs::path(root_) / "dev" / "infiniband" / "rdma_cm", "");
+}
+
+absl::Status SysfsFixture::SetPortState(const std::string& name, int port,
+                                        const std::string& state) {
+  Laid* l = Find(name);
+  if (!l) return absl::NotFoundError("no HCA " + name);
+  const fs::path file = fs::path(l->device_dir) / "infiniband" / name / "ports" /
+                        std::to_string(port) / "state";
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return absl::NotFoundError("no port " + file.string());
+  // Write to a temporary and rename, so a concurrent reader never sees a half-written file.
+  const fs::path tmp = file.string() + ".tmp";
+  RDP_RETURN_IF_ERROR(Write(tmp, fmt::format("{}: {}", PortStateNumber(state), state)));
+  fs::rename(tmp, file, ec);
+  return ec ? absl::InternalError("rename " + tmp.string() + ": " + ec.message())
+            : absl::OkStatus();
+}
+
+absl::Status SysfsFixture::RemoveUverbs(const std::string& name) {
+  Laid* l = Find(name);
+  if (!l) return absl::NotFoundError("no HCA " + name);
+  std::error_code ec;
+  fs::remove(fs::path(root_) / "dev" / "infiniband" / fmt::format("uverbs{}", l->uverbs), ec);
+  return ec ? absl::InternalError(ec.message()) : absl::OkStatus();
+}
+
+absl::Status SysfsFixture::RemoveHca(const std::string& name) {
+  Laid* l = Find(name);
+  if (!l) return absl::NotFoundError("no HCA " + name);
+  const fs::path sys = fs::path(root_) / "sys";
+  const fs::path devib = fs::path(root_) / "dev" / "infiniband";
+  std::error_code ec;
+  // Class links first, as the kernel's device_del does, then the device directory.
+  fs::remove(sys / "class" / "infiniband" / name, ec);
+  fs::remove(sys / "class" / "infiniband_verbs" / fmt::format("uverbs{}", l->uverbs), ec);
+  fs::remove(devib / fmt::format("uverbs{}", l->uverbs), ec);
+  for (int n : l->mads) {
+    for (const char* kind : {"umad", "issm"}) {
+      fs::remove(sys / "class" / "infiniband_mad" / fmt::format("{}{}", kind, n), ec);
+      fs::remove(devib / fmt::format("{}{}", kind, n), ec);
+    }
+  }
+  fs::remove_all(l->device_dir, ec);
+  if (ec) return absl::InternalError("remove " + l->device_dir + ": " + ec.message());
+  laid_.erase(laid_.begin() + (l - laid_.data()));
+  return absl::OkStatus();
+}
+
+absl::Status SysfsFixture::AddTopology(const Topology& topology) {
+  for (const Hca& h : topology.hcas()) {
+    FixtureHca f;
+    f.name = h.name;
+    f.pci = h.place.pci;
+    f.numa = h.place.numa.value_or(-1);
+    f.pcie_root = h.place.pcie_root.empty() ? "pci" + h.place.pci.substr(0, 7) : h.place.pcie_root;
+    for (const Bridge& b : h.place.bridges) f.bridges.push_back(b.pci);
+    f.netdevs = h.netdevs;
+    f.ports.clear();
+    for (const Port& p : h.ports) {
+      FixturePort fp;
+      fp.number = p.number;
+      fp.state = p.state.empty() ? "ACTIVE" : p.state;
+      fp.phys_state = fp.state == "ACTIVE" ? "LinkUp" : "Polling";
+      // A netdev named like an Ethernet interface means RoCE.
+      bool ethernet = !h.netdevs.empty() && h.netdevs.front().rfind("ib", 0) != 0;
+      fp.link_layer = !p.link_layer.empty() ? p.link_layer : (ethernet ? "Ethernet" : "InfiniBand");
+      fp.rate = p.rate.empty() ? "400 Gb/sec (4X NDR)" : p.rate;
+      f.ports.push_back(fp);
+    }
+    if (f.ports.empty()) f.ports.push_back(FixturePort{});
+    f.umad = f.ports.front().link_layer == "InfiniBand";
+    RDP_RETURN_IF_ERROR(AddHca(f));
+  }
+  return AddRdmaCm();
+}
+
+}  // namespace rdp::topology

@@ -1,0 +1,169 @@
+// HCAs from /sys/class/infiniband and friends. Everything is read relative to a root so tests
+// run on trees they lay out themselves.
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <system_error>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "topology/discovery.h"
+#include "topology/log.h"
+#include "topology/sysfs_util.h"
+
+namespace rdp::topology {
+namespace fs = std::filesystem;
+
+std::optional<std::string> ReadFirstLine(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  // Bounded read: sysfs attributes are short; a huge file is garbage, not data.
+  std::string line;
+  line.reserve(128);
+  char c;
+  while (line.size() < 4096 && in.get(c) && c != '\n') line.push_back(c);
+  if (in.bad()) return std::nullopt;
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+std::vector<std::string> ListDir(const fs::path& dir, bool dirs_only) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return names;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (dirs_only) {
+      std::error_code ec2;
+      if (!fs::is_directory(it->path(), ec2)) continue;  // follows symlinks; dangling -> skip
+    }
+    names.push_back(it->path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string PcieRootFromDevicePath(const fs::path& resolved) {
+  // .../sys/devices/pci0000:15/0000:15:01.0/...: the component after "devices".
+  bool after_devices = false;
+  for (const auto& part : resolved) {
+    std::string s = part.string();
+    if (after_devices) return s.rfind("pci", 0) == 0 ? s : "";
+    after_devices = (s == "devices");
+  }
+  return "";
+}
+
+namespace {
+
+std::string AfterColon(const std::string& s) {
+  // "4: ACTIVE" -> "ACTIVE"; a value without a number prefix is kept as is.
+  auto pos = s.find(": ");
+  return pos == std::string::npos ? s : s.substr(pos + 2);
+}
+
+// ibdev name -> device names of a class such as infiniband_verbs ("uverbs0").
+std::map<std::string, std::vector<std::pair<int, std::string>>> ReadClassByIbdev(
+    const fs::path& class_dir) {
+  std::map<std::string, std::vector<std::pair<int, std::string>>> out;
+  for (const std::string& entry : ListDir(class_dir, /*dirs_only=*/true)) {
+    auto ibdev = ReadFirstLine(class_dir / entry / "ibdev");
+    if (!ibdev || ibdev->empty()) continue;
+    int port = 0;
+    if (auto p = ReadFirstLine(class_dir / entry / "port")) port = std::atoi(p->c_str());
+    out[*ibdev].emplace_back(port, entry);
+  }
+  for (auto& [name, v] : out) std::sort(v.begin(), v.end());
+  return out;
+}
+
+std::vector<Port> ReadPorts(const fs::path& ports_dir, const std::string& hca) {
+  std::vector<Port> ports;
+  for (const std::string& entry : ListDir(ports_dir, /*dirs_only=*/true)) {
+    Port port;
+    port.number = std::atoi(entry.c_str());
+    if (port.number <= 0) continue;
+    auto state = ReadFirstLine(ports_dir / entry / "state");
+    if (!state) {
+      Logger("topology")->warn("cannot read {}: port {} of {} counts as not ACTIVE",
+                               (ports_dir / entry / "state").string(), entry, hca);
+    }
+    port.state = state ? AfterColon(*state) : "";
+    port.phys_state = AfterColon(ReadFirstLine(ports_dir / entry / "phys_state").value_or(""));
+    port.link_layer = ReadFirstLine(ports_dir / entry / "link_layer").value_or("");
+    port.rate = ReadFirstLine(ports_dir / entry / "rate").value_or("");
+    ports.push_back(std::move(port));
+  }
+  std::sort(ports.begin(), ports.end(),
+            [](const Port& a, const Port& b) { return a.number < b.number; });
+  return ports;
+}
+
+bool Exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
+                                                const std::string& dev_root) {
+  const fs::path sys = fs::path(sysfs_root.empty() ? "/" : sysfs_root) / "sys";
+  std::error_code ec;
+  if (!fs::is_directory(sys, ec)) {
+    return absl::NotFoundError("sysfs root " + sysfs_root + ": " + sys.string() +
+                               " is not a readable directory");
+  }
+  const fs::path klass = sys / "class";
+  const fs::path dev = fs::path(dev_root.empty() ? "/" : dev_root) / "dev" / "infiniband";
+  auto verbs = ReadClassByIbdev(klass / "infiniband_verbs");
+  auto mads = ReadClassByIbdev(klass / "infiniband_mad");
+  auto log = Logger("topology");
+
+  std::vector<Hca> hcas;
+  for (const std::string& name : ListDir(klass / "infiniband", /*dirs_only=*/false)) {
+    const fs::path ibdir = klass / "infiniband" / name;
+    fs::path resolved = fs::canonical(ibdir / "device", ec);
+    if (ec) {
+      log->warn("skipping RDMA device {}: cannot resolve {}: {}", name,
+                (ibdir / "device").string(), ec.message());
+      continue;
+    }
+    auto pci = NormalizePci(resolved.filename().string());
+    if (!pci) {
+      log->warn("skipping RDMA device {}: {} is not a PCI function", name, resolved.string());
+      continue;
+    }
+    Hca hca;
+    hca.name = name;
+    hca.place.pci = *pci;
+    hca.place.pcie_root = PcieRootFromDevicePath(resolved);
+    if (auto numa = ReadFirstLine(resolved / "numa_node")) {
+      int n = std::atoi(numa->c_str());
+      if (n >= 0) hca.place.numa = n;
+    }
+    hca.ports = ReadPorts(ibdir / "ports", name);
+    hca.netdevs = ListDir(resolved / "net", /*dirs_only=*/false);
+    if (auto it = verbs.find(name); it != verbs.end()) hca.uverbs = it->second.front().second;
+    if (auto it = mads.find(name); it != mads.end()) {
+      for (const auto& [port, entry] : it->second) {
+        (entry.rfind("issm", 0) == 0 ? hca.issm : hca.umad).push_back(entry);
+      }
+    }
+    if (!hca.uverbs.empty()) {
+      hca.char_devices.emplace_back((dev / hca.uverbs).string(), Exists(dev / hca.uverbs));
+    }
+    for (const auto* list : {&hca.umad, &hca.issm}) {
+      for (const std::string& d : *list) {
+        hca.char_devices.emplace_back((dev / d).string(), Exists(dev / d));
+      }
+    }
+    hcas.push_back(std::move(hca));
+  }
+  return hcas;
+}
+
+}  // namespace rdp::topology

@@ -1,0 +1,121 @@
+#include "topology/topology.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <set>
+
+namespace rdp::topology {
+
+std::string PciPlacement::Switch() const {
+  for (auto it = bridges.rbegin(); it != bridges.rend(); ++it) {
+    if (!it->switch_id.empty()) return it->switch_id;
+  }
+  return "";
+}
+
+bool Hca::Healthy() const {
+  return !ports.empty() &&
+         std::all_of(ports.begin(), ports.end(), [](const Port& p) { return p.Active(); });
+}
+
+bool Hca::CharDevicesPresent() const {
+  return !uverbs.empty() && std::all_of(char_devices.begin(), char_devices.end(),
+                                        [](const auto& d) { return d.second; });
+}
+
+std::string_view PathClassName(PathClass c) {
+  switch (c) {
+    case PathClass::kPIX: return "PIX";
+    case PathClass::kPXB: return "PXB";
+    case PathClass::kPHB: return "PHB";
+    case PathClass::kNODE: return "NODE";
+    case PathClass::kSYS: return "SYS";
+  }
+  return "SYS";
+}
+
+PathClass Classify(const PciPlacement& a, const PciPlacement& b) {
+  if (a.pcie_root.empty() || b.pcie_root.empty() || a.pcie_root != b.pcie_root) {
+    // Different host bridges: NODE within one known NUMA node, SYS otherwise.
+    if (a.numa && b.numa && *a.numa == *b.numa) return PathClass::kNODE;
+    return PathClass::kSYS;
+  }
+  if (!a.bridges_known || !b.bridges_known) return PathClass::kPHB;
+  // Same host bridge: find the deepest common bridge. None in common means the path goes
+  // through the host bridge itself.
+  std::size_t common = 0;
+  while (common < a.bridges.size() && common < b.bridges.size() &&
+         a.bridges[common].pci == b.bridges[common].pci) {
+    ++common;
+  }
+  if (common == 0) return PathClass::kPHB;
+  // The switches the path crosses: those of the bridges below the common one on either side,
+  // plus the switch the common bridge belongs to. A switch's upstream and downstream ports
+  // share one switch_id, so a set counts each switch once.
+  std::set<std::string> switches;
+  auto add = [&switches](const Bridge& br) {
+    if (!br.switch_id.empty()) switches.insert(br.switch_id);
+  };
+  add(a.bridges[common - 1]);
+  for (std::size_t i = common; i < a.bridges.size(); ++i) add(a.bridges[i]);
+  for (std::size_t i = common; i < b.bridges.size(); ++i) add(b.bridges[i]);
+  return switches.size() <= 1 ? PathClass::kPIX : PathClass::kPXB;
+}
+
+namespace {
+
+template <typename T>
+void SortByPci(std::vector<T>& v) {
+  std::sort(v.begin(), v.end(), [](const T& x, const T& y) { return x.place.pci < y.place.pci; });
+}
+
+template <typename T>
+int IndexByPci(const std::vector<T>& v, std::string_view pci) {
+  auto norm = NormalizePci(pci);
+  if (!norm) return -1;
+  auto it = std::lower_bound(v.begin(), v.end(), *norm,
+                             [](const T& x, const std::string& p) { return x.place.pci < p; });
+  if (it == v.end() || it->place.pci != *norm) return -1;
+  return static_cast<int>(it - v.begin());
+}
+
+}  // namespace
+
+Topology::Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus)
+    : numa_nodes_(std::move(numa_nodes)), hcas_(std::move(hcas)), gpus_(std::move(gpus)) {
+  std::sort(numa_nodes_.begin(), numa_nodes_.end());
+  numa_nodes_.erase(std::unique(numa_nodes_.begin(), numa_nodes_.end()), numa_nodes_.end());
+  SortByPci(hcas_);
+  SortByPci(gpus_);
+  paths_.reserve(hcas_.size() * gpus_.size());
+  for (const Hca& h : hcas_) {
+    for (const Gpu& g : gpus_) paths_.push_back(Classify(h.place, g.place));
+  }
+}
+
+int Topology::HcaIndex(std::string_view pci) const { return IndexByPci(hcas_, pci); }
+int Topology::GpuIndex(std::string_view pci) const { return IndexByPci(gpus_, pci); }
+
+std::optional<std::string> NormalizePci(std::string_view text) {
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  std::string s(text);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  char tail = 0;
+  int n = std::sscanf(s.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail);
+  if (n != 4) {
+    domain = 0;
+    n = std::sscanf(s.c_str(), "%x:%x.%x%c", &bus, &dev, &fn, &tail);
+    if (n != 3) return std::nullopt;
+  }
+  // sscanf's %x accepts signs and "0x"; insist on plain hex digits and separators.
+  for (char c : s) {
+    if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return std::nullopt;
+  }
+  if (domain > 0xffff || bus > 0xff || dev > 0x1f || fn > 0x7) return std::nullopt;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", domain, bus, dev, fn);
+  return std::string(buf);
+}
+
+}  // namespace rdp::topology
