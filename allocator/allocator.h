@@ -6,6 +6,7 @@
 // request always give the same answer. Thread-safe: Prefer() is const and may be called from
 // many threads at once.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 namespace rdp::allocator {
 
 // What is known about GPUs at the moment of the request (from the kubelet's pod-resources API).
+// GPU addresses that are not GPUs of the snapshot are ignored: the context is a hint, and a stale
+// hint must not fail the kubelet's request.
 struct GpuContext {
   // PCI addresses of the GPUs of the container being admitted; empty when unknown.
   std::vector<std::string> container_gpus;
@@ -32,23 +35,95 @@ struct Request {
 };
 
 // Checks the request against itself: size >= 1, size <= |available|, must_include within
-// available, |must_include| <= size, no duplicate IDs. InvalidArgument naming the problem.
+// available, |must_include| <= size, no duplicate or empty IDs. InvalidArgument naming the
+// problem.
 absl::Status ValidateRequest(const Request& request);
+
+// The value of one exclusive-mode answer under the objective of issue 4, term by term. Terms are
+// compared in declaration order (operator<); "_cost" terms are better when lower, all others
+// when higher. The final tie-break (lowest PCI addresses) is not a term: it is applied by
+// comparing the answers themselves.
+struct Score {
+  // Best one-to-one matching of the chosen HCAs to the container's GPUs, each pair weighted by
+  // its path class: PIX 8, PXB 6, PHB 2, NODE 1, SYS 0. 0 without container GPUs.
+  int gpu_match = 0;
+  // The same matching when every GPU may take ceil(size / |GPUs|) HCAs: spreads HCAs beyond one
+  // per GPU over the GPUs, nearest first. Equals gpu_match when size <= |GPUs|.
+  int gpu_spread_match = 0;
+  // NUMA nodes covered: those of the container's GPUs when known, else those of `available`.
+  int numa_cover = 0;
+  // Minus the sum of squared per-NUMA-node counts (without container GPUs): an even spread over
+  // NUMA nodes, the way the kubelet spreads a multi-NUMA pod's GPUs.
+  int numa_balance = 0;
+  // PCIe switches of the container's GPUs that have a chosen HCA under them (a device under no
+  // switch counts its root port as its switch).
+  int switch_cover = 0;
+  // Sum over the container's GPUs of the weight to their nearest chosen HCA.
+  int gpu_coverage = 0;
+  // Without container GPUs: sum over the chosen HCAs of the weight to their nearest free GPU
+  // (the pod will get free GPUs). With them: minus the same over free GPUs other than the
+  // container's (those HCAs are better left for the pods that will get those GPUs).
+  int free_gpu_affinity = 0;
+  // Groups (NUMA node, PCIe root, PCIe switch) with every HCA available before and one taken by
+  // this answer: each is one fewer intact group left for later requests.
+  int broken_numa_cost = 0;
+  int broken_root_cost = 0;
+  int broken_switch_cost = 0;
+  // Switches and roots the answer touches at all: fewer means packing into groups already
+  // partly used.
+  int touched_switch_cost = 0;
+  int touched_root_cost = 0;
+  // Sum of the chosen HCAs' degradation (1: slower than the node's fastest HCA, 2: a port not
+  // ACTIVE, 3: no port ACTIVE).
+  int degraded_cost = 0;
+};
+
+// True when `a` is strictly worse than `b`.
+bool operator<(const Score& a, const Score& b);
+bool operator==(const Score& a, const Score& b);
+
+struct Options {
+  // Exact search while the number of distinct candidate answers (interchangeable HCAs merged:
+  // same NUMA node, root, switches, GPU paths and health) is at most this many.
+  int exact_limit = 2000;
+  // The hard bound on compute, in units of scoring work (about one matrix cell each; scoring
+  // 8 HCAs against 8 GPUs costs about 220). Beyond exact_limit, greedy construction plus
+  // pairwise-swap local search stop when it is spent; the exact search stops at twice it.
+  // Counted, not timed, so answers stay deterministic. The default keeps a request well under
+  // a millisecond at 64 HCAs (docs/allocator.md).
+  long long max_work = 200000;
+};
+
+// What the allocator precomputes from one snapshot (allocator/model.h).
+struct Model;
 
 // Exclusive mode: IDs are HCA PCI addresses ("0000:1a:00.0").
 class ExclusiveAllocator {
  public:
   // Precomputes everything that depends on the snapshot alone (affinity matrices, groups).
-  explicit ExclusiveAllocator(topology::TopologyPtr topology);
+  // Copies share the precomputed model (immutable).
+  explicit ExclusiveAllocator(topology::TopologyPtr topology, Options options = {});
 
-  // The preferred IDs, sorted by PCI address, or InvalidArgument when the request is invalid or
-  // names an ID that is not an HCA of the snapshot.
+  // The preferred IDs, sorted by PCI address as the snapshot spells them, or InvalidArgument
+  // when the request is invalid or names an ID that is not an HCA of the snapshot.
   absl::StatusOr<std::vector<std::string>> Prefer(const Request& request) const;
+
+  // The answer of the simple policy the scored search must never lose to: must_include, then the
+  // lowest PCI addresses, NUMA node by NUMA node (the nodes must_include uses first, then the
+  // node with the most available HCAs). Same errors as Prefer().
+  absl::StatusOr<std::vector<std::string>> PreferPlaceholder(const Request& request) const;
+
+  // The objective value of `answer` for `request` (for tests, benchmarks and the simulator).
+  // InvalidArgument when the request is invalid or the answer is not a valid answer to it.
+  absl::StatusOr<Score> Evaluate(const Request& request,
+                                 const std::vector<std::string>& answer) const;
 
   const topology::TopologyPtr& topology() const { return topology_; }
 
  private:
   topology::TopologyPtr topology_;
+  Options options_;
+  std::shared_ptr<const Model> model_;
 };
 
 // Shared mode: the IDs are interchangeable; answer must_include plus the lowest other available

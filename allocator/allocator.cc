@@ -1,0 +1,404 @@
+#include "allocator/allocator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "allocator/model.h"
+
+namespace rdp::allocator {
+namespace {
+
+bool IsDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Compares two digit runs by value; leading zeros do not count.
+int CompareNumber(std::string_view a, std::string_view b) {
+  auto strip = [](std::string_view s) {
+    while (s.size() > 1 && s.front() == '0') s.remove_prefix(1);
+    return s;
+  };
+  a = strip(a);
+  b = strip(b);
+  if (a.size() != b.size()) return a.size() < b.size() ? -1 : 1;
+  return a.compare(b) < 0 ? -1 : (a == b ? 0 : 1);
+}
+
+std::string_view DigitRun(const std::string& s, size_t from) {
+  size_t end = from;
+  while (end < s.size() && IsDigit(s[end])) ++end;
+  return std::string_view(s).substr(from, end - from);
+}
+
+// Rejects empty and repeated IDs, collecting them into `seen`.
+absl::Status CheckIds(const std::vector<std::string>& ids, const char* what,
+                      std::unordered_set<std::string_view>* seen) {
+  for (const std::string& id : ids) {
+    if (id.empty()) return absl::InvalidArgumentError(std::string("empty ID in ") + what);
+    if (!seen->insert(id).second) {
+      return absl::InvalidArgumentError(std::string("duplicate ID in ") + what + ": " + id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Leading decimal number of a sysfs rate ("400 Gb/sec (4X NDR)" -> 400), 0 when none.
+double RateGbps(const std::string& rate) {
+  double value = 0;
+  size_t i = 0;
+  while (i < rate.size() && IsDigit(rate[i])) value = value * 10 + (rate[i++] - '0');
+  return value;
+}
+
+double HcaRate(const topology::Hca& hca) {
+  double best = 0;
+  for (const topology::Port& port : hca.ports) {
+    if (port.Active()) best = std::max(best, RateGbps(port.rate));
+  }
+  return best;
+}
+
+// Dense ids for strings, in order of first appearance; "" stays unknown (-1).
+class Interner {
+ public:
+  int Id(const std::string& key) {
+    if (key.empty()) return -1;
+    auto [it, inserted] = ids_.emplace(key, static_cast<int>(ids_.size()));
+    return it->second;
+  }
+  int size() const { return static_cast<int>(ids_.size()); }
+
+ private:
+  std::map<std::string, int> ids_;
+};
+
+// The switches above a device, outermost first. A device on a root port with no switch above
+// it counts the root port as its switch: what hangs off one root port is one PIX domain too,
+// and without this an HCA there would look free to take (it would break no switch group).
+std::vector<std::string> SwitchChain(const topology::PciPlacement& place) {
+  std::vector<std::string> chain;
+  for (const topology::Bridge& bridge : place.bridges) {
+    if (!bridge.switch_id.empty() &&
+        std::find(chain.begin(), chain.end(), bridge.switch_id) == chain.end()) {
+      chain.push_back(bridge.switch_id);
+    }
+  }
+  if (chain.empty() && place.bridges_known && !place.bridges.empty()) {
+    chain.push_back("root-port:" + place.bridges.front().pci);
+  }
+  return chain;
+}
+
+std::vector<int> GroupSizes(const std::vector<int>& group_of, int groups) {
+  std::vector<int> sizes(groups, 0);
+  for (int g : group_of) {
+    if (g >= 0) ++sizes[g];
+  }
+  return sizes;
+}
+
+// The snapshot's own spelling is looked up in a hash map; any other spelling ("1A:00.0") goes
+// through the snapshot's normalising lookup.
+int Lookup(const std::unordered_map<std::string, int>& exact, const std::string& id,
+           int (topology::Topology::*slow)(std::string_view) const,
+           const topology::Topology& topology) {
+  auto it = exact.find(id);
+  return it != exact.end() ? it->second : (topology.*slow)(id);
+}
+
+absl::StatusOr<std::vector<int>> HcaIndices(const topology::Topology& topology,
+                                            const Model& model,
+                                            const std::vector<std::string>& ids) {
+  std::vector<int> out;
+  out.reserve(ids.size());
+  for (const std::string& id : ids) {
+    int index = Lookup(model.hca_by_pci, id, &topology::Topology::HcaIndex, topology);
+    if (index < 0) return absl::InvalidArgumentError("unknown device ID: " + id);
+    out.push_back(index);
+  }
+  std::sort(out.begin(), out.end());
+  // Two spellings of one address ("0000:1A:00.0" and "0000:1a:00.0") are one device.
+  if (std::adjacent_find(out.begin(), out.end()) != out.end()) {
+    return absl::InvalidArgumentError("one device named twice in the request");
+  }
+  return out;
+}
+
+std::vector<int> GpuIndices(const topology::Topology& topology, const Model& model,
+                            const std::vector<std::string>& ids) {
+  std::vector<int> out;
+  for (const std::string& id : ids) {
+    int index = Lookup(model.gpu_by_pci, id, &topology::Topology::GpuIndex, topology);
+    if (index >= 0) out.push_back(index);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> Names(const topology::Topology& topology, const std::vector<int>& set) {
+  std::vector<std::string> out;
+  out.reserve(set.size());
+  for (int h : set) out.push_back(topology.hcas()[h].place.pci);
+  return out;
+}
+
+auto Key(const Score& s) {
+  return std::make_tuple(s.gpu_match, s.gpu_spread_match, s.numa_cover, s.numa_balance,
+                         s.switch_cover, s.gpu_coverage, s.free_gpu_affinity, -s.broken_numa_cost,
+                         -s.broken_root_cost, -s.broken_switch_cost, -s.touched_switch_cost,
+                         -s.touched_root_cost, -s.degraded_cost);
+}
+
+}  // namespace
+
+bool operator<(const Score& a, const Score& b) { return Key(a) < Key(b); }
+bool operator==(const Score& a, const Score& b) { return Key(a) == Key(b); }
+
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (IsDigit(a[i]) && IsDigit(b[j])) {
+      std::string_view x = DigitRun(a, i), y = DigitRun(b, j);
+      if (int c = CompareNumber(x, y); c != 0) return c < 0;
+      i += x.size();
+      j += y.size();
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  if ((a.size() - i) != (b.size() - j)) return (a.size() - i) < (b.size() - j);
+  // Equal as numbers ("x01" and "x1"): plain order keeps this a strict weak ordering.
+  return a < b;
+}
+
+absl::Status ValidateRequest(const Request& request) {
+  if (request.size < 1) {
+    return absl::InvalidArgumentError("size must be at least 1, got " +
+                                      std::to_string(request.size));
+  }
+  if (static_cast<size_t>(request.size) > request.available.size()) {
+    return absl::InvalidArgumentError("size " + std::to_string(request.size) + " exceeds the " +
+                                      std::to_string(request.available.size()) +
+                                      " available IDs");
+  }
+  if (request.must_include.size() > static_cast<size_t>(request.size)) {
+    return absl::InvalidArgumentError("must_include has " +
+                                      std::to_string(request.must_include.size()) +
+                                      " IDs, more than size " + std::to_string(request.size));
+  }
+  // Hashing, not sorting: shared mode sends 1000 IDs with long common prefixes.
+  std::unordered_set<std::string_view> available;
+  available.reserve(request.available.size());
+  if (absl::Status s = CheckIds(request.available, "available", &available); !s.ok()) return s;
+  std::unordered_set<std::string_view> must;
+  if (absl::Status s = CheckIds(request.must_include, "must_include", &must); !s.ok()) return s;
+  for (const std::string& id : request.must_include) {
+    if (available.count(id) == 0) {
+      return absl::InvalidArgumentError("must_include ID not available: " + id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request) {
+  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
+  std::vector<std::string> out = request.must_include;
+  std::unordered_set<std::string_view> taken(out.begin(), out.end());
+  // Pointers, not strings, through a linear-time selection: 1000 IDs per call.
+  std::vector<const std::string*> rest;
+  rest.reserve(request.available.size());
+  for (const std::string& id : request.available) {
+    if (taken.count(id) == 0) rest.push_back(&id);
+  }
+  auto less = [](const std::string* a, const std::string* b) { return NaturalLess(*a, *b); };
+  size_t want = static_cast<size_t>(request.size) - out.size();
+  if (want > 0 && want < rest.size()) {
+    std::nth_element(rest.begin(), rest.begin() + (want - 1), rest.end(), less);
+  }
+  for (size_t i = 0; i < want; ++i) out.push_back(*rest[i]);
+  std::sort(out.begin(), out.end(), NaturalLess);
+  return out;
+}
+
+Model::Model(const topology::Topology& topology)
+    : hca_count(static_cast<int>(topology.hcas().size())),
+      gpu_count(static_cast<int>(topology.gpus().size())),
+      weight(hca_count, gpu_count) {
+  for (int h = 0; h < hca_count; ++h) hca_by_pci.emplace(topology.hcas()[h].place.pci, h);
+  for (int g = 0; g < gpu_count; ++g) gpu_by_pci.emplace(topology.gpus()[g].place.pci, g);
+  for (int h = 0; h < hca_count; ++h) {
+    for (int g = 0; g < gpu_count; ++g) {
+      weight(h, g) = kPathWeight[static_cast<int>(topology.Path(h, g))];
+    }
+  }
+  Interner numa, roots, switches;
+  auto numa_id = [&](const std::optional<int>& n) {
+    return n ? numa.Id(std::to_string(*n)) : -1;
+  };
+  double fastest = 0;
+  for (const topology::Hca& hca : topology.hcas()) fastest = std::max(fastest, HcaRate(hca));
+  std::map<std::tuple<int, int, std::vector<int>, int, std::vector<int>>, int> classes;
+  for (int h = 0; h < hca_count; ++h) {
+    const topology::Hca& hca = topology.hcas()[h];
+    hca_numa.push_back(numa_id(hca.place.numa));
+    hca_root.push_back(roots.Id(hca.place.pcie_root));
+    std::vector<int> chain;
+    for (const std::string& id : SwitchChain(hca.place)) chain.push_back(switches.Id(id));
+    hca_switches.push_back(chain);
+    size_t active = std::count_if(hca.ports.begin(), hca.ports.end(),
+                                  [](const topology::Port& p) { return p.Active(); });
+    int degraded = 0;
+    if (!hca.ports.empty() && active == 0) {
+      degraded = 3;
+    } else if (active < hca.ports.size()) {
+      degraded = 2;
+    } else if (HcaRate(hca) > 0 && HcaRate(hca) < fastest) {
+      degraded = 1;
+    }
+    hca_degraded.push_back(degraded);
+    std::vector<int> row(weight.row(h).data(), weight.row(h).data() + gpu_count);
+    auto key = std::make_tuple(hca_numa[h], hca_root[h], chain, degraded, row);
+    hca_class.push_back(classes.emplace(key, static_cast<int>(classes.size())).first->second);
+  }
+  for (const topology::Gpu& gpu : topology.gpus()) {
+    gpu_numa.push_back(numa_id(gpu.place.numa));
+    // A switch with no HCA under it gets an id too; no answer can cover it, so it shifts every
+    // answer's switch_cover equally.
+    std::vector<std::string> chain = SwitchChain(gpu.place);
+    int s = chain.empty() ? -1 : switches.Id(chain.back());
+    gpu_switch.push_back(s);
+  }
+  numa_size = GroupSizes(hca_numa, numa.size());
+  root_size = GroupSizes(hca_root, roots.size());
+  switch_size.assign(switches.size(), 0);
+  for (const std::vector<int>& chain : hca_switches) {
+    for (int s : chain) ++switch_size[s];
+  }
+}
+
+absl::StatusOr<Problem> MakeProblem(const topology::Topology& topology, const Model& model,
+                                    const Request& request) {
+  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
+  absl::StatusOr<std::vector<int>> available = HcaIndices(topology, model, request.available);
+  if (!available.ok()) return available.status();
+  absl::StatusOr<std::vector<int>> must = HcaIndices(topology, model, request.must_include);
+  if (!must.ok()) return must.status();
+
+  Problem p;
+  p.model = &model;
+  p.size = request.size;
+  p.must = *must;
+  std::set_difference(available->begin(), available->end(), must->begin(), must->end(),
+                      std::back_inserter(p.candidates));
+  p.gpus = GpuIndices(topology, model, request.gpus.container_gpus);
+  if (!p.gpus.empty()) {
+    p.gpu_capacity = (p.size + static_cast<int>(p.gpus.size()) - 1) /
+                     static_cast<int>(p.gpus.size());
+  }
+
+  p.gpu_weight = model.weight(Eigen::all, p.gpus);
+  p.gpu_best.assign(model.hca_count, 0);
+  if (!p.gpus.empty()) {
+    Eigen::VectorXi best = p.gpu_weight.rowwise().maxCoeff();
+    for (int h = 0; h < model.hca_count; ++h) p.gpu_best[h] = best(h);
+  }
+
+  std::vector<int> free_gpus;
+  if (request.gpus.free_gpus_known) {
+    free_gpus = GpuIndices(topology, model, request.gpus.free_gpus);
+  } else {
+    for (int g = 0; g < model.gpu_count; ++g) free_gpus.push_back(g);
+  }
+  // Without container GPUs the pod will get free GPUs: be near them. With them, HCAs near the
+  // other free GPUs are better left for the pods that will get those GPUs.
+  std::vector<int> others;
+  std::set_difference(free_gpus.begin(), free_gpus.end(), p.gpus.begin(), p.gpus.end(),
+                      std::back_inserter(others));
+  int sign = p.gpus.empty() ? 1 : -1;
+  p.free_affinity.assign(model.hca_count, 0);
+  if (!others.empty()) {
+    Eigen::VectorXi best = model.weight(Eigen::all, others).rowwise().maxCoeff();
+    for (int h = 0; h < model.hca_count; ++h) p.free_affinity[h] = sign * best(h);
+  }
+
+  p.numa_target.assign(model.numa_size.size(), 0);
+  if (!p.gpus.empty()) {
+    for (int g : p.gpus) {
+      if (model.gpu_numa[g] >= 0) p.numa_target[model.gpu_numa[g]] = 1;
+      if (model.gpu_switch[g] >= 0) p.switch_targets.push_back(model.gpu_switch[g]);
+    }
+    std::sort(p.switch_targets.begin(), p.switch_targets.end());
+    p.switch_targets.erase(std::unique(p.switch_targets.begin(), p.switch_targets.end()),
+                           p.switch_targets.end());
+  } else {
+    for (int h : *available) {
+      if (model.hca_numa[h] >= 0) p.numa_target[model.hca_numa[h]] = 1;
+    }
+  }
+
+  std::vector<int> numa_avail(model.numa_size.size()), root_avail(model.root_size.size()),
+      switch_avail(model.switch_size.size());
+  for (int h : *available) {
+    if (model.hca_numa[h] >= 0) ++numa_avail[model.hca_numa[h]];
+    if (model.hca_root[h] >= 0) ++root_avail[model.hca_root[h]];
+    for (int s : model.hca_switches[h]) ++switch_avail[s];
+  }
+  auto intact = [](const std::vector<int>& avail, const std::vector<int>& size) {
+    std::vector<char> out(size.size());
+    for (size_t i = 0; i < size.size(); ++i) out[i] = avail[i] == size[i];
+    return out;
+  };
+  p.numa_intact = intact(numa_avail, model.numa_size);
+  p.root_intact = intact(root_avail, model.root_size);
+  p.switch_intact = intact(switch_avail, model.switch_size);
+  return p;
+}
+
+ExclusiveAllocator::ExclusiveAllocator(topology::TopologyPtr topology, Options options)
+    : topology_(std::move(topology)),
+      options_(options),
+      model_(std::make_shared<const Model>(*topology_)) {}
+
+absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::Prefer(
+    const Request& request) const {
+  absl::StatusOr<Problem> problem = MakeProblem(*topology_, *model_, request);
+  if (!problem.ok()) return problem.status();
+  return Names(*topology_, Search(*problem, options_));
+}
+
+absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::PreferPlaceholder(
+    const Request& request) const {
+  absl::StatusOr<Problem> problem = MakeProblem(*topology_, *model_, request);
+  if (!problem.ok()) return problem.status();
+  return Names(*topology_, PlaceholderPick(*problem));
+}
+
+absl::StatusOr<Score> ExclusiveAllocator::Evaluate(const Request& request,
+                                                   const std::vector<std::string>& answer) const {
+  absl::StatusOr<Problem> problem = MakeProblem(*topology_, *model_, request);
+  if (!problem.ok()) return problem.status();
+  absl::StatusOr<std::vector<int>> set = HcaIndices(*topology_, *model_, answer);
+  if (!set.ok()) return set.status();
+  if (static_cast<int>(set->size()) != request.size) {
+    return absl::InvalidArgumentError("answer has " + std::to_string(set->size()) +
+                                      " IDs, not " + std::to_string(request.size));
+  }
+  std::vector<int> allowed = problem->must;
+  allowed.insert(allowed.end(), problem->candidates.begin(), problem->candidates.end());
+  std::sort(allowed.begin(), allowed.end());
+  if (!std::includes(allowed.begin(), allowed.end(), set->begin(), set->end()) ||
+      !std::includes(set->begin(), set->end(), problem->must.begin(), problem->must.end())) {
+    return absl::InvalidArgumentError("answer is not within available or misses must_include");
+  }
+  return Scorer(*problem).Evaluate(*set);
+}
+
+}  // namespace rdp::allocator

@@ -1,0 +1,240 @@
+// Property tests over random topologies and requests: every answer is valid, deterministic,
+// never worse than the placeholder, and equal to brute force where the search is exact.
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "allocator/allocator.h"
+#include "gtest/gtest.h"
+#include "test/allocator/fixtures.h"
+
+namespace rdp::allocator {
+namespace {
+
+using ::rdp::allocator::testing::NodeBuilder;
+using Ids = std::vector<std::string>;
+
+struct Node {
+  topology::TopologyPtr topology;
+  Ids hcas, gpus;
+};
+
+// 1-4 NUMA nodes (sometimes unknown), 1-3 roots each, switches nested up to two levels, GPUs
+// and HCAs under switches or on root ports, some HCAs slow or with a port down.
+Node RandomNode(std::mt19937& rng, int max_hcas) {
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  NodeBuilder b;
+  Node n;
+  int numa_nodes = pick(1, 4);
+  for (int numa = 0; numa < numa_nodes; ++numa) {
+    for (int r = pick(1, 3); r > 0; --r) {
+      int root = b.Root(pick(0, 9) == 0 ? std::nullopt : std::optional<int>(numa));
+      std::vector<int> places = {-1};
+      for (int s = pick(0, 2); s > 0; --s) {
+        int sw = b.Switch(root);
+        places.push_back(sw);
+        if (pick(0, 2) == 0) places.push_back(b.Switch(root, sw));
+      }
+      for (int where : places) {
+        for (int g = pick(0, 2); g > 0; --g) n.gpus.push_back(b.Gpu(root, where));
+        for (int h = pick(0, 2); h > 0 && static_cast<int>(n.hcas.size()) < max_hcas; --h) {
+          int kind = pick(0, 7);
+          n.hcas.push_back(kind == 0   ? b.Hca(root, where, "200 Gb/sec")
+                           : kind == 1 ? b.Hca(root, where, "400 Gb/sec", 2, 1)
+                                       : b.Hca(root, where));
+        }
+      }
+    }
+  }
+  if (n.hcas.empty()) n.hcas.push_back(b.Hca(b.Root(0), -1));
+  n.topology = b.Build();
+  std::sort(n.hcas.begin(), n.hcas.end());
+  return n;
+}
+
+// A random valid request over `node`: a random available subset, must_include within it, a GPU
+// context that is sometimes empty, sometimes known free GPUs.
+Request RandomRequest(std::mt19937& rng, const Node& node) {
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Request r;
+  for (const std::string& h : node.hcas) {
+    if (pick(0, 3) != 0) r.available.push_back(h);
+  }
+  if (r.available.empty()) r.available.push_back(node.hcas[0]);
+  std::shuffle(r.available.begin(), r.available.end(), rng);
+  r.size = pick(1, static_cast<int>(r.available.size()));
+  int must = pick(0, 3) == 0 ? pick(0, r.size) : 0;
+  r.must_include.assign(r.available.begin(), r.available.begin() + must);
+  for (const std::string& g : node.gpus) {
+    if (pick(0, 2) == 0) r.gpus.container_gpus.push_back(g);
+    if (pick(0, 1) == 0) r.gpus.free_gpus.push_back(g);
+  }
+  if (pick(0, 2) == 0) r.gpus.container_gpus.clear();
+  r.gpus.free_gpus_known = pick(0, 1) == 0;
+  return r;
+}
+
+void ExpectValid(const Request& r, const Ids& answer) {
+  ASSERT_EQ(static_cast<int>(answer.size()), r.size);
+  EXPECT_TRUE(std::is_sorted(answer.begin(), answer.end()));
+  EXPECT_EQ(std::adjacent_find(answer.begin(), answer.end()), answer.end());
+  for (const std::string& id : answer) {
+    EXPECT_NE(std::find(r.available.begin(), r.available.end(), id), r.available.end()) << id;
+  }
+  for (const std::string& id : r.must_include) {
+    EXPECT_NE(std::find(answer.begin(), answer.end(), id), answer.end()) << id;
+  }
+}
+
+// The best answer by Evaluate over every subset, ties to the lowest addresses.
+Ids BruteForce(const ExclusiveAllocator& a, const Request& r) {
+  Ids rest;
+  for (const std::string& id : r.available) {
+    if (std::find(r.must_include.begin(), r.must_include.end(), id) == r.must_include.end()) {
+      rest.push_back(id);
+    }
+  }
+  std::sort(rest.begin(), rest.end());
+  int want = r.size - static_cast<int>(r.must_include.size());
+  std::vector<bool> take(rest.size(), false);
+  std::fill(take.begin(), take.begin() + want, true);
+  Ids best;
+  Score best_score;
+  do {
+    Ids answer = r.must_include;
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (take[i]) answer.push_back(rest[i]);
+    }
+    std::sort(answer.begin(), answer.end());
+    absl::StatusOr<Score> s = a.Evaluate(r, answer);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (best.empty() || best_score < *s || (!(*s < best_score) && answer < best)) {
+      best = answer;
+      best_score = *s;
+    }
+  } while (std::prev_permutation(take.begin(), take.end()));
+  return best;
+}
+
+class AllocatorPropertyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllocatorPropertyTest, ValidDeterministicAndNeverWorseThanThePlaceholder) {
+  std::mt19937 rng(GetParam());
+  Node node = RandomNode(rng, 64);
+  ExclusiveAllocator exact(node.topology);
+  ExclusiveAllocator bounded(node.topology, Options{/*exact_limit=*/0, /*max_work=*/3000});
+  for (int i = 0; i < 20; ++i) {
+    Request r = RandomRequest(rng, node);
+    for (const ExclusiveAllocator* a : {&exact, &bounded}) {
+      absl::StatusOr<Ids> got = a->Prefer(r);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ExpectValid(r, *got);
+
+      Request shuffled = r;
+      std::shuffle(shuffled.available.begin(), shuffled.available.end(), rng);
+      std::shuffle(shuffled.must_include.begin(), shuffled.must_include.end(), rng);
+      std::shuffle(shuffled.gpus.container_gpus.begin(), shuffled.gpus.container_gpus.end(), rng);
+      EXPECT_EQ(a->Prefer(shuffled).value(), *got);
+
+      absl::StatusOr<Ids> floor = a->PreferPlaceholder(r);
+      ASSERT_TRUE(floor.ok());
+      ExpectValid(r, *floor);
+      EXPECT_FALSE(a->Evaluate(r, *got).value() < a->Evaluate(r, *floor).value());
+    }
+  }
+}
+
+TEST_P(AllocatorPropertyTest, ExactSearchEqualsBruteForce) {
+  std::mt19937 rng(GetParam() + 1000);
+  Node node = RandomNode(rng, 11);
+  ExclusiveAllocator a(node.topology);
+  for (int i = 0; i < 10; ++i) {
+    Request r = RandomRequest(rng, node);
+    EXPECT_EQ(a.Prefer(r).value(), BruteForce(a, r)) << "request " << i;
+  }
+}
+
+TEST_P(AllocatorPropertyTest, GarbageIsRejectedNeverACrash) {
+  std::mt19937 rng(GetParam() + 2000);
+  Node node = RandomNode(rng, 16);
+  ExclusiveAllocator a(node.topology);
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int i = 0; i < 50; ++i) {
+    Request r;
+    for (int j = pick(0, 5); j > 0; --j) {
+      switch (pick(0, 3)) {
+        case 0: r.available.push_back(node.hcas[pick(0, node.hcas.size() - 1)]); break;
+        case 1: r.available.push_back(""); break;
+        case 2: r.available.push_back("0000:zz:00.0"); break;
+        default: r.available.push_back(std::string(pick(0, 40), static_cast<char>(pick(1, 255))));
+      }
+    }
+    if (!r.available.empty() && pick(0, 1)) r.must_include.push_back(r.available[0]);
+    if (pick(0, 1)) r.must_include.push_back("0000:00:00.0");
+    r.size = pick(-2, 7);
+    absl::StatusOr<Ids> got = a.Prefer(r);
+    if (got.ok()) {
+      ExpectValid(r, *got);
+    } else {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+// The best matching of `hcas` to `gpus`, each GPU taking up to `capacity`, by trying every
+// assignment (each HCA to one GPU or to none).
+int BruteMatching(const topology::Topology& t, const std::vector<int>& hcas,
+                  const std::vector<int>& gpus, int capacity) {
+  static constexpr int kWeight[] = {8, 6, 2, 1, 0};
+  std::vector<int> load(gpus.size(), 0);
+  std::function<int(size_t)> best = [&](size_t i) {
+    if (i == hcas.size()) return 0;
+    int result = best(i + 1);  // this HCA unmatched
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      if (load[g] == capacity) continue;
+      ++load[g];
+      int w = kWeight[static_cast<int>(t.Path(hcas[i], gpus[g]))];
+      result = std::max(result, w + best(i + 1));
+      --load[g];
+    }
+    return result;
+  };
+  return best(0);
+}
+
+TEST_P(AllocatorPropertyTest, MatchingTermsEqualBruteForce) {
+  std::mt19937 rng(GetParam() + 3000);
+  Node node = RandomNode(rng, 12);
+  if (node.gpus.empty()) GTEST_SKIP() << "no GPUs drawn";
+  ExclusiveAllocator a(node.topology);
+  const topology::Topology& t = *node.topology;
+  for (int i = 0; i < 20; ++i) {
+    Request r;
+    r.available = node.hcas;
+    std::vector<std::string> hcas = node.hcas;
+    std::shuffle(hcas.begin(), hcas.end(), rng);
+    r.size = std::uniform_int_distribution<int>(1, std::min<int>(6, hcas.size()))(rng);
+    std::vector<std::string> answer(hcas.begin(), hcas.begin() + r.size);
+    std::sort(answer.begin(), answer.end());
+    std::vector<std::string> gpus = node.gpus;
+    std::shuffle(gpus.begin(), gpus.end(), rng);
+    gpus.resize(std::uniform_int_distribution<size_t>(1, std::min<size_t>(3, gpus.size()))(rng));
+    r.gpus.container_gpus = gpus;
+
+    std::vector<int> h, g;
+    for (const std::string& id : answer) h.push_back(t.HcaIndex(id));
+    for (const std::string& id : gpus) g.push_back(t.GpuIndex(id));
+    int capacity = (r.size + static_cast<int>(g.size()) - 1) / static_cast<int>(g.size());
+    Score s = a.Evaluate(r, answer).value();
+    EXPECT_EQ(s.gpu_match, BruteMatching(t, h, g, 1));
+    EXPECT_EQ(s.gpu_spread_match, BruteMatching(t, h, g, capacity));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, AllocatorPropertyTest, ::testing::Range(1, 41));
+
+}  // namespace
+}  // namespace rdp::allocator
