@@ -1,0 +1,246 @@
+// RPC round trips against the real plugin server on a unix socket in a temp dir, beside the
+// empty RPC (GetDevicePluginOptions) on the same server as the floor. Every benchmark reports
+// x_floor: its mean round trip divided by that of empty RPCs interleaved with it, one after each
+// call, so that both are measured in the same time window.
+//
+//   bench_rpc [--benchmark_filter=...]
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "benchmark/benchmark.h"
+#include "server/kubelet_sim.h"
+#include "server/plugin_server.h"
+#include "topology/discovery.h"
+#include "topology/log.h"
+#include "topology/sysfs_fixture.h"
+
+namespace rdp::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A node with n HCAs (two NUMA nodes, four PCIe roots), the plugin serving it and a stub.
+struct Rig {
+  std::string dir;
+  std::unique_ptr<KubeletSim> kubelet;
+  std::unique_ptr<PluginServer> plugin;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
+  std::vector<std::string> ids;  // the advertised IDs
+};
+
+double EmptyRoundTripNs(v1beta1::DevicePlugin::Stub& stub, int n) {
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    grpc::ClientContext context;
+    v1beta1::DevicePluginOptions options;
+    stub.GetDevicePluginOptions(&context, v1beta1::Empty(), &options);
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n;
+}
+
+std::map<std::pair<int, int>, std::unique_ptr<Rig>>& Rigs() {
+  static auto* rigs = new std::map<std::pair<int, int>, std::unique_ptr<Rig>>();
+  return *rigs;
+}
+
+// Stops every server and removes the temp dirs.
+void TearDownRigsImpl() {
+  for (auto& [key, rig] : Rigs()) {
+    rig->plugin->Stop();
+    rig->kubelet->Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(rig->dir, ec);
+  }
+  Rigs().clear();
+}
+
+Rig* GetRig(Mode mode, int hcas) {
+  auto& rig = Rigs()[{static_cast<int>(mode), hcas}];
+  if (rig) return rig.get();
+  rig = std::make_unique<Rig>();
+  std::string tmpl = "/tmp/rdpb-XXXXXX";
+  rig->dir = ::mkdtemp(tmpl.data());
+  const std::string root = rig->dir + "/node";
+  topology::SysfsFixture fixture(root);
+  for (int i = 0; i < hcas; ++i) {
+    topology::FixtureHca h;
+    h.name = absl::StrFormat("mlx5_%d", i);
+    h.pci = absl::StrFormat("0000:%02x:00.0", 0x10 + i * 4);
+    h.numa = i < hcas / 2 ? 0 : 1;
+    h.pcie_root = absl::StrFormat("pci0000:%02x", 0x10 + (i * 4 / hcas) * 0x20);
+    fixture.AddHca(h).IgnoreError();
+  }
+  fixture.AddRdmaCm().IgnoreError();
+
+  Config config;
+  config.mode = mode;
+  config.kubelet_dir = rig->dir + "/dp";
+  config.pod_resources_socket = "";
+  config.discovery.sysfs_root = root;
+  config.discovery.dev_root = root;
+  config.health_interval = absl::Seconds(5);
+  PluginDeps deps;
+  deps.scan = [root] { return topology::ReadSysfsHcas(root, root); };
+  deps.discover = [root]() -> absl::StatusOr<topology::TopologyPtr> {
+    auto found = topology::ReadSysfsHcas(root, root);
+    if (!found.ok()) return found.status();
+    return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *found,
+                                                      std::vector<topology::Gpu>{});
+  };
+  rig->kubelet = std::make_unique<KubeletSim>(config.kubelet_dir);
+  rig->kubelet->Start().IgnoreError();
+  rig->plugin = std::make_unique<PluginServer>(config, std::move(deps));
+  if (!rig->plugin->Start().ok()) std::abort();
+  rig->kubelet->WaitForRegistration(0, absl::Seconds(10));
+  rig->stub = rig->kubelet->PluginStub();
+  for (const auto& d : rig->plugin->plugin().Devices().devices) rig->ids.push_back(d.id);
+  EmptyRoundTripNs(*rig->stub, 500);  // warm the connection
+  return rig.get();
+}
+
+Mode ModeArg(const benchmark::State& state) {
+  return state.range(0) == 0 ? Mode::kExclusive : Mode::kShared;
+}
+
+void EmptyCall(Rig* rig) {
+  grpc::ClientContext context;
+  v1beta1::DevicePluginOptions options;
+  benchmark::DoNotOptimize(
+      rig->stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options));
+}
+
+// Runs `call` once per iteration and, interleaved, one empty RPC on the same server, so that the
+// floor is measured in the same time window as the call (the host is shared and noisy). The
+// reported time is the call's alone (manual time); x_floor = call / empty.
+template <typename Call>
+void RunBesideFloor(benchmark::State& state, Rig* rig, Call&& call) {
+  double call_s = 0, floor_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    if (!call()) {
+      state.SkipWithError("RPC failed");
+      break;
+    }
+    auto t1 = Clock::now();
+    EmptyCall(rig);
+    auto t2 = Clock::now();
+    const double c = std::chrono::duration<double>(t1 - t0).count();
+    call_s += c;
+    floor_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(c);
+  }
+  if (floor_s > 0) {
+    state.counters["x_floor"] = call_s / floor_s;
+    state.counters["floor_us"] = floor_s * 1e6 / state.iterations();
+  }
+}
+
+// args: mode (0 exclusive, 1 shared), HCAs
+void BM_EmptyRpc(benchmark::State& state) {
+  Rig* rig = GetRig(ModeArg(state), state.range(1));
+  RunBesideFloor(state, rig, [rig] {
+    EmptyCall(rig);
+    return true;
+  });
+}
+
+// args: mode, HCAs, allocation size. Available: every advertised ID (1000 in shared mode).
+void BM_GetPreferredAllocation(benchmark::State& state) {
+  Rig* rig = GetRig(ModeArg(state), state.range(1));
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (const auto& id : rig->ids) c->add_available_deviceids(id);
+  c->set_allocation_size(state.range(2));
+  RunBesideFloor(state, rig, [&] {
+    grpc::ClientContext context;
+    v1beta1::PreferredAllocationResponse response;
+    return rig->stub->GetPreferredAllocation(&context, request, &response).ok();
+  });
+}
+
+// args: mode, HCAs, devices per container
+void BM_Allocate(benchmark::State& state) {
+  Rig* rig = GetRig(ModeArg(state), state.range(1));
+  v1beta1::AllocateRequest request;
+  auto* c = request.add_container_requests();
+  for (int i = 0; i < state.range(2); ++i) c->add_devices_ids(rig->ids[i]);
+  RunBesideFloor(state, rig, [&] {
+    grpc::ClientContext context;
+    v1beta1::AllocateResponse response;
+    return rig->stub->Allocate(&context, request, &response).ok();
+  });
+}
+
+double RssMb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  }
+  return 0;
+}
+
+// 1e5 calls (half Allocate, half GetPreferredAllocation) on the 32-HCA exclusive server; the
+// process's RSS before and after (client and server share the process).
+void BM_RssAfter1e5Calls(benchmark::State& state) {
+  Rig* rig = GetRig(Mode::kExclusive, 32);
+  v1beta1::AllocateRequest alloc;
+  alloc.add_container_requests()->add_devices_ids(rig->ids[0]);
+  v1beta1::PreferredAllocationRequest prefer;
+  auto* c = prefer.add_container_requests();
+  for (const auto& id : rig->ids) c->add_available_deviceids(id);
+  c->set_allocation_size(4);
+  const double before = RssMb();
+  for (auto _ : state) {
+    for (int i = 0; i < 100000; ++i) {
+      grpc::ClientContext context;
+      if (i % 2 == 0) {
+        v1beta1::AllocateResponse r;
+        rig->stub->Allocate(&context, alloc, &r);
+      } else {
+        v1beta1::PreferredAllocationResponse r;
+        rig->stub->GetPreferredAllocation(&context, prefer, &r);
+      }
+    }
+  }
+  state.counters["rss_before_mb"] = before;
+  state.counters["rss_after_mb"] = RssMb();
+}
+
+BENCHMARK(BM_EmptyRpc)->Args({0, 8})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GetPreferredAllocation)
+    ->Args({0, 8, 1})->Args({0, 8, 2})->Args({0, 8, 4})
+    ->Args({0, 32, 1})->Args({0, 32, 4})->Args({0, 32, 8})
+    ->Args({1, 8, 1})->Args({1, 8, 8})  // shared: 1000 available IDs
+    ->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Allocate)
+    ->Args({0, 8, 1})->Args({0, 8, 4})->Args({0, 32, 1})->Args({0, 32, 8})
+    ->Args({1, 8, 1})  // shared: every HCA's devices
+    ->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_RssAfter1e5Calls)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+void TearDownRigs();
+void TearDownRigs() { TearDownRigsImpl(); }
+
+}  // namespace rdp::server
+
+int main(int argc, char** argv) {
+  rdp::SetLogLevel("warn");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  rdp::server::TearDownRigs();
+  return 0;
+}

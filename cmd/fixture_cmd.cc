@@ -1,0 +1,42 @@
+#include "cmd/fixture_cmd.h"
+
+#include <iostream>
+#include <memory>
+
+#include "cmd/discovery_flags.h"
+#include "topology/log.h"
+#include "topology/sysfs_fixture.h"
+
+namespace rdp::cmd {
+
+void AddFixtureCommand(CLI::App& app) {
+  struct Flags {
+    DiscoveryFlags discovery;
+    std::string out;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* sub = app.add_subcommand("fixture", "Lay out fake sysfs and /dev trees for a node export");
+  sub->group("");  // hidden
+  flags->discovery.Register(sub);
+  sub->add_option("--out", flags->out, "Directory to write sys/ and dev/ under")->required();
+  sub->callback([flags] {
+    auto options = flags->discovery.Options();
+    if (!options.ok()) {
+      Logger("cmd")->error("{}", std::string(options.status().message()));
+      Exit(kExitUsage);
+    }
+    auto topo = topology::Discover(*options);
+    if (!topo.ok()) {
+      Logger("cmd")->error("discovery failed: {}", std::string(topo.status().message()));
+      Exit(1);
+    }
+    topology::SysfsFixture fixture(flags->out);
+    if (absl::Status st = fixture.AddTopology(**topo); !st.ok()) {
+      Logger("cmd")->error("cannot write fixture under {}: {}", flags->out, std::string(st.message()));
+      Exit(1);
+    }
+    std::cout << flags->out << "\n";
+  });
+}
+
+}  // namespace rdp::cmd

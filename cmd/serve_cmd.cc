@@ -1,0 +1,142 @@
+#include "cmd/serve_cmd.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "cmd/discovery_flags.h"
+#include "server/config.h"
+#include "server/plugin_server.h"
+#include "topology/log.h"
+
+namespace rdp::cmd {
+namespace {
+
+struct ServeFlags {
+  DiscoveryFlags discovery;
+  server::Config config;
+  std::string mode = "shared";
+  std::string health_interval = "5s";
+  std::string admission_window = "10s";
+  std::string gpu_resources = "nvidia.com/gpu,amd.com/gpu";
+};
+
+absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag,
+                                                 const std::string& text) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(flag + " '" + text +
+                                      "': not a positive duration such as 5s or 500ms");
+  }
+  return d;
+}
+
+// Flags -> a validated Config.
+absl::StatusOr<server::Config> Resolve(const ServeFlags& f) {
+  server::Config c = f.config;
+  auto discovery = f.discovery.Options();
+  if (!discovery.ok()) return discovery.status();
+  c.discovery = *discovery;
+  auto mode = server::ParseMode(f.mode);
+  if (!mode.ok()) return mode.status();
+  c.mode = *mode;
+  if (!c.exclusive_label.empty()) c.mode = server::Mode::kExclusive;
+  auto interval = ParseDurationFlag("--health-interval", f.health_interval);
+  if (!interval.ok()) return interval.status();
+  c.health_interval = *interval;
+  auto window = ParseDurationFlag("--admission-window", f.admission_window);
+  if (!window.ok()) return window.status();
+  c.admission_window = *window;
+  c.gpu_resources = absl::StrSplit(f.gpu_resources, ',', absl::SkipWhitespace());
+  if (c.node_name.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) == 0) c.node_name = host;
+  }
+  if (absl::Status s = server::Validate(c); !s.ok()) return s;
+  return c;
+}
+
+int Serve(const server::Config& config) {
+  // Block the stop signals in every thread (gRPC's included) and take them with sigwait below.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  server::PluginServer plugin(config, server::DefaultDeps(config));
+  if (absl::Status s = plugin.Start(); !s.ok()) {
+    Logger("server")->error("cannot start: {}", s.ToString());
+    return 1;
+  }
+  int signal = 0;
+  sigwait(&stop, &signal);
+  Logger("server")->info("{} received: stopping", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  plugin.Stop();
+  Logger("server")->info("stopped; removed {}", config.SocketPath());
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  server::Config& c = f->config;
+  CLI::App* sub = app.add_subcommand(
+      "serve", "Run the device plugin (the default when no subcommand is given)");
+  f->discovery.Register(sub);
+  sub->add_option("--mode", f->mode, "shared (1000 units, every pod sees every HCA) or exclusive")
+      ->envname("RDP_MODE")
+      ->capture_default_str();
+  sub->add_option("--resource-name", c.resource_name, "Extended resource to advertise")
+      ->envname("RDP_RESOURCE_NAME")
+      ->capture_default_str();
+  sub->add_option("--shared-devices", c.shared_devices, "Units advertised in shared mode")
+      ->envname("RDP_SHARED_DEVICES")
+      ->capture_default_str();
+  sub->add_option("--kubelet-dir", c.kubelet_dir, "The kubelet's device-plugin directory")
+      ->envname("RDP_KUBELET_DIR")
+      ->capture_default_str();
+  sub->add_option("--socket-name", c.socket_name, "Our socket's file name in --kubelet-dir")
+      ->envname("RDP_SOCKET_NAME")
+      ->capture_default_str();
+  sub->add_option("--pod-resources-socket", c.pod_resources_socket,
+                  "The kubelet's pod-resources socket (absent: withholding and GPU context off)")
+      ->envname("RDP_POD_RESOURCES_SOCKET")
+      ->capture_default_str();
+  sub->add_option("--proc-root", c.proc_root, "Root under which proc/driver/nvidia is read")
+      ->envname("RDP_PROC_ROOT")
+      ->capture_default_str();
+  sub->add_option("--health-interval", f->health_interval,
+                  "Health poll and hotplug rescan period")
+      ->envname("RDP_HEALTH_INTERVAL")
+      ->capture_default_str();
+  sub->add_option("--node-name", c.node_name, "This node's name (default: the host name)")
+      ->envname("NODE_NAME");
+  sub->add_option("--exclusive-label", c.exclusive_label,
+                  "The node label key that chose exclusive mode (implies --mode exclusive)")
+      ->envname("RDP_EXCLUSIVE_LABEL");
+  sub->add_option("--gpu-resources", f->gpu_resources,
+                  "Comma-separated GPU resources whose devices guide placement")
+      ->envname("RDP_GPU_RESOURCES")
+      ->capture_default_str();
+  sub->add_option("--admission-window", f->admission_window,
+                  "How recently a container must have got its GPUs to count as being admitted")
+      ->envname("RDP_ADMISSION_WINDOW")
+      ->capture_default_str();
+  sub->callback([f] {
+    absl::StatusOr<server::Config> config = Resolve(*f);
+    if (!config.ok()) {
+      Logger("server")->error("{}", std::string(config.status().message()));
+      Exit(kExitUsage);
+    }
+    if (int code = Serve(*config); code != 0) Exit(code);
+  });
+}
+
+}  // namespace rdp::cmd

@@ -1,0 +1,92 @@
+#include "server/devices.h"
+
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace rdp::server {
+namespace {
+
+constexpr char kSharedPrefix[] = "shared-";
+constexpr char kDevDir[] = "/dev/infiniband/";
+
+bool Usable(const HcaHealth& h, const std::set<std::string>& withheld) {
+  return h.present && h.healthy && withheld.count(h.pci) == 0;
+}
+
+// Whether the char device named `node` (uverbs0, umad1...) existed when the HCA was scanned.
+bool Existed(const topology::Hca& hca, const std::string& node) {
+  for (const auto& [path, present] : hca.char_devices) {
+    if (std::filesystem::path(path).filename() == node) return present;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool HcaUsable(const topology::Hca& hca) { return hca.Healthy() && hca.CharDevicesPresent(); }
+
+std::vector<DeviceState> ExclusiveDevices(const std::vector<HcaHealth>& hcas,
+                                          const std::set<std::string>& withheld) {
+  bool all_numa = true;
+  for (const HcaHealth& h : hcas) all_numa = all_numa && h.numa.has_value();
+  std::vector<DeviceState> out;
+  out.reserve(hcas.size());
+  for (const HcaHealth& h : hcas) {
+    out.push_back({h.pci, Usable(h, withheld), all_numa ? h.numa : std::nullopt});
+  }
+  return out;
+}
+
+std::vector<DeviceState> SharedDevices(int count, const std::vector<HcaHealth>& hcas,
+                                       const std::set<std::string>& withheld) {
+  bool any = false;
+  for (const HcaHealth& h : hcas) any = any || Usable(h, withheld);
+  std::vector<DeviceState> out;
+  out.reserve(count);
+  for (int i = 0; i < count; ++i) out.push_back({SharedId(i), any, std::nullopt});
+  return out;
+}
+
+std::string SharedId(int index) { return absl::StrCat(kSharedPrefix, index); }
+
+bool IsSharedId(const std::string& id, int count) {
+  constexpr size_t kLen = sizeof(kSharedPrefix) - 1;
+  if (id.size() <= kLen || id.compare(0, kLen, kSharedPrefix) != 0) return false;
+  const std::string digits = id.substr(kLen);
+  if (digits.size() > 1 && digits[0] == '0') return false;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+  }
+  int n = 0;
+  return absl::SimpleAtoi(digits, &n) && n < count;
+}
+
+ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
+                                    bool with_rdma_cm) {
+  ContainerAllocation out;
+  auto add = [&out](const std::string& node) {
+    const std::string path = absl::StrCat(kDevDir, node);
+    out.devices.push_back({path, path, "rw"});
+  };
+  std::vector<std::string> names, pcis;
+  for (const topology::Hca* hca : hcas) {
+    if (!hca->uverbs.empty()) add(hca->uverbs);
+    for (const auto* list : {&hca->umad, &hca->issm}) {
+      for (const std::string& node : *list) {
+        if (Existed(*hca, node)) add(node);
+      }
+    }
+    names.push_back(hca->name);
+    pcis.push_back(hca->place.pci);
+  }
+  if (with_rdma_cm) add("rdma_cm");
+  out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(names, ","));
+  out.envs["RDMA_HCA_NAMES"] = absl::StrJoin(names, ",");
+  out.envs["RDMA_HCA_PCI"] = absl::StrJoin(pcis, ",");
+  return out;
+}
+
+}  // namespace rdp::server

@@ -1,0 +1,276 @@
+#include "server/kubelet_sim.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/unix_server.h"
+
+namespace rdp::server {
+namespace {
+
+constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel("unix://" + path, grpc::InsecureChannelCredentials(), args);
+}
+
+class KubeletSim::RegistrationService final : public v1beta1::Registration::Service {
+ public:
+  explicit RegistrationService(KubeletSim* sim) : sim_(sim) {}
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* request,
+                        v1beta1::Empty*) override {
+    if (request->version() != "v1beta1") {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "unsupported version " + request->version());
+    }
+    Registration r{request->version(), request->endpoint(), request->resource_name(),
+                   request->options().pre_start_required(),
+                   request->options().get_preferred_allocation_available()};
+    sim_->OnRegister(r);
+    return grpc::Status::OK;
+  }
+
+ private:
+  KubeletSim* const sim_;
+};
+
+KubeletSim::KubeletSim(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+}
+
+KubeletSim::~KubeletSim() {
+  Stop();
+  StopWatchers();
+}
+
+absl::Status KubeletSim::Start() {
+  const std::string path = (std::filesystem::path(dir_) / "kubelet.sock").string();
+  service_ = std::make_unique<RegistrationService>(this);
+  auto server = StartUnixServer(path, {service_.get()});
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
+  absl::MutexLock lock(&mu_);
+  serving_ = true;
+  ++generation_;
+  return absl::OkStatus();
+}
+
+void KubeletSim::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!serving_) return;
+    serving_ = false;
+  }
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  server_.reset();
+  service_.reset();
+  StopWatchers();
+  ::unlink((std::filesystem::path(dir_) / "kubelet.sock").c_str());
+}
+
+absl::Status KubeletSim::Restart() {
+  Stop();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    if (entry.is_socket(ec)) std::filesystem::remove(entry.path(), ec);
+  }
+  return Start();
+}
+
+void KubeletSim::StopWatchers() {
+  std::vector<std::unique_ptr<Watcher>> watchers;
+  {
+    absl::MutexLock lock(&mu_);
+    watchers.swap(watchers_);
+  }
+  for (auto& w : watchers) w->context.TryCancel();
+  for (auto& w : watchers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+void KubeletSim::OnRegister(const Registration& r) {
+  absl::MutexLock lock(&mu_);
+  // The kubelet replaces a plugin's endpoint on re-registration: drop the old streams.
+  for (auto& w : watchers_) w->context.TryCancel();
+  registrations_.push_back(r);
+  registrations_.back().generation = generation_;
+  auto w = std::make_unique<Watcher>();
+  Watcher* raw = w.get();
+  const std::string endpoint = (std::filesystem::path(dir_) / r.endpoint).string();
+  watchers_.push_back(std::move(w));
+  raw->thread = std::thread([this, raw, endpoint] { Watch(raw, endpoint); });
+  cv_.SignalAll();
+}
+
+void KubeletSim::Watch(Watcher* w, std::string endpoint) {
+  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(endpoint));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+    v1beta1::Empty empty;
+    v1beta1::DevicePluginOptions options;
+    stub->GetDevicePluginOptions(&context, empty, &options);
+  }
+  auto reader = stub->ListAndWatch(&w->context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse response;
+  while (reader->Read(&response)) {
+    absl::MutexLock lock(&mu_);
+    devices_.assign(response.devices().begin(), response.devices().end());
+    ++list_updates_;
+    cv_.SignalAll();
+  }
+  reader->Finish();
+}
+
+int KubeletSim::registrations() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(registrations_.size());
+}
+
+std::optional<KubeletSim::Registration> KubeletSim::WaitForRegistration(
+    int count, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (static_cast<int>(registrations_.size()) <= count) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (static_cast<int>(registrations_.size()) <= count) return std::nullopt;
+  return registrations_.back();
+}
+
+std::optional<KubeletSim::Registration> KubeletSim::WaitForCurrentRegistration(
+    absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  auto current = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !registrations_.empty() && registrations_.back().generation == generation_;
+  };
+  while (!current()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (!current()) return std::nullopt;
+  return registrations_.back();
+}
+
+std::optional<KubeletSim::Devices> KubeletSim::WaitForDevices(
+    const std::function<bool(const Devices&)>& pred, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (!(list_updates_ > 0 && pred(devices_))) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (list_updates_ > 0 && pred(devices_)) return devices_;
+  return std::nullopt;
+}
+
+int KubeletSim::list_updates() const {
+  absl::MutexLock lock(&mu_);
+  return list_updates_;
+}
+
+std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletSim::PluginStub() const {
+  std::string endpoint;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!registrations_.empty()) endpoint = registrations_.back().endpoint;
+  }
+  return v1beta1::DevicePlugin::NewStub(
+      UnixChannel((std::filesystem::path(dir_) / endpoint).string()));
+}
+
+class FakePodResources::Service final : public v1::PodResourcesLister::Service {
+ public:
+  void Set(const PodList& pods) {
+    v1::ListPodResourcesResponse response;
+    std::map<std::string, v1::PodResources*> by_pod;
+    for (const ContainerDevices& c : pods) {
+      std::vector<std::string> parts = absl::StrSplit(c.key, '/');
+      parts.resize(3);
+      const std::string pod_key = parts[0] + "/" + parts[1];
+      v1::PodResources*& pod = by_pod[pod_key];
+      if (pod == nullptr) {
+        pod = response.add_pod_resources();
+        pod->set_namespace_(parts[0]);
+        pod->set_name(parts[1]);
+      }
+      v1::ContainerResources* container = pod->add_containers();
+      container->set_name(parts[2]);
+      for (const auto& [resource, ids] : c.devices) {
+        v1::ContainerDevices* d = container->add_devices();
+        d->set_resource_name(resource);
+        for (const std::string& id : ids) d->add_device_ids(id);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    response_ = std::move(response);
+  }
+
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    *response = response_;
+    return grpc::Status::OK;
+  }
+  grpc::Status GetAllocatableResources(grpc::ServerContext*, const v1::AllocatableResourcesRequest*,
+                                       v1::AllocatableResourcesResponse*) override {
+    return grpc::Status::OK;
+  }
+  grpc::Status Get(grpc::ServerContext*, const v1::GetPodResourcesRequest* request,
+                   v1::GetPodResourcesResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    for (const auto& pod : response_.pod_resources()) {
+      if (pod.name() == request->pod_name() && pod.namespace_() == request->pod_namespace()) {
+        *response->mutable_pod_resources() = pod;
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such pod");
+  }
+  int calls() const {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  v1::ListPodResourcesResponse response_ ABSL_GUARDED_BY(mu_);
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+FakePodResources::FakePodResources(std::string socket_path)
+    : path_(std::move(socket_path)), service_(std::make_unique<Service>()) {}
+
+FakePodResources::~FakePodResources() { Stop(); }
+
+absl::Status FakePodResources::Start() {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
+  auto server = StartUnixServer(path_, {service_.get()});
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
+  return absl::OkStatus();
+}
+
+void FakePodResources::Stop() {
+  if (!server_) return;
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  server_.reset();
+  ::unlink(path_.c_str());
+}
+
+void FakePodResources::Set(const PodList& pods) { service_->Set(pods); }
+
+int FakePodResources::list_calls() const { return service_->calls(); }
+
+}  // namespace rdp::server

@@ -1,0 +1,104 @@
+#pragma once
+
+// Shared helpers for the server tests: a temp dir, a fake node laid out with SysfsFixture, and
+// a Config with short intervals.
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server/config.h"
+#include "server/plugin.h"
+#include "topology/discovery.h"
+#include "topology/sysfs_fixture.h"
+
+namespace rdp::server::testing {
+
+// A fresh directory under /tmp (short: unix socket paths are limited to 107 bytes), removed at
+// the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/rdps-XXXXXX";
+    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline topology::FixtureHca FixtureCard(const std::string& name, const std::string& pci, int numa,
+                                        const std::string& root) {
+  topology::FixtureHca h;
+  h.name = name;
+  h.pci = pci;
+  h.numa = numa;
+  h.pcie_root = root;
+  return h;
+}
+
+// Four HCAs: mlx5_0/1 on NUMA 0, mlx5_2/3 on NUMA 1; rdma_cm present.
+inline std::vector<topology::FixtureHca> FourCards() {
+  return {FixtureCard("mlx5_0", "0000:1a:00.0", 0, "pci0000:15"),
+          FixtureCard("mlx5_1", "0000:3a:00.0", 0, "pci0000:37"),
+          FixtureCard("mlx5_2", "0000:9a:00.0", 1, "pci0000:97"),
+          FixtureCard("mlx5_3", "0000:ba:00.0", 1, "pci0000:b7")};
+}
+
+// A node in a temp dir: fake sysfs + /dev under <dir>/node, kubelet dir <dir>/dp.
+class TestNode {
+ public:
+  explicit TestNode(const std::vector<topology::FixtureHca>& cards = FourCards())
+      : fixture_(dir_.Sub("node")) {
+    for (const auto& c : cards) EXPECT_TRUE(fixture_.AddHca(c).ok()) << c.name;
+    EXPECT_TRUE(fixture_.AddRdmaCm().ok());
+  }
+  topology::SysfsFixture& fixture() { return fixture_; }
+  const TempDir& dir() const { return dir_; }
+
+  Config MakeConfig(Mode mode) const {
+    Config c;
+    c.mode = mode;
+    c.kubelet_dir = dir_.Sub("dp");
+    c.pod_resources_socket = "";
+    c.discovery.sysfs_root = dir_.Sub("node");
+    c.discovery.dev_root = dir_.Sub("node");
+    c.proc_root = dir_.Sub("node");
+    c.health_interval = absl::Milliseconds(50);
+    c.register_backoff_min = absl::Milliseconds(10);
+    c.register_backoff_max = absl::Milliseconds(200);
+    return c;
+  }
+
+  // Discovery from sysfs alone (no hwloc): HCAs with their NUMA nodes, no GPUs.
+  PluginDeps Deps(std::unique_ptr<PodResourcesSource> pods = nullptr) const {
+    PluginDeps deps;
+    const std::string root = dir_.Sub("node");
+    deps.scan = [root] { return topology::ReadSysfsHcas(root, root); };
+    deps.discover = [root]() -> absl::StatusOr<topology::TopologyPtr> {
+      auto hcas = topology::ReadSysfsHcas(root, root);
+      if (!hcas.ok()) return hcas.status();
+      return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
+                                                        std::vector<topology::Gpu>{});
+    };
+    deps.pod_resources = std::move(pods);
+    return deps;
+  }
+
+ private:
+  TempDir dir_;
+  topology::SysfsFixture fixture_;
+};
+
+}  // namespace rdp::server::testing
