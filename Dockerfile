@@ -1,0 +1,44 @@
+# syntax=docker/dockerfile:1
+# rdma-device-plugin image: built from Debian 12 packages, run on bookworm-slim with only the
+# shared libraries the binary links (test/chart/test_image.py checks that list against the
+# binary's DT_NEEDED entries and that every package exists).
+#
+#   docker build -t <registry>/rdma-device-plugin:0.1.0 .
+#
+# The plugin runs as root (it owns a socket in the kubelet's root-owned device-plugin directory)
+# with every capability dropped; the chart sets that security context.
+
+ARG DEBIAN_RELEASE=bookworm
+
+FROM debian:${DEBIAN_RELEASE} AS build
+WORKDIR /src
+# Dependencies first, in their own layer: source edits do not re-run apt.
+COPY scripts/install-deps.sh scripts/install-deps.sh
+RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
+          -DRDP_BUILD_BENCHMARKS=OFF \
+ && cmake --build /build --target rdma-device-plugin -j"$(nproc)" \
+ && install -D -m 0755 -s /build/cmd/rdma-device-plugin /out/rdma-device-plugin \
+ && /out/rdma-device-plugin --version
+
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+# Exactly the runtime packages of the libraries the binary links (libc6, libgcc-s1 and
+# libstdc++6 are already in the base image); apt brings their own dependencies.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libabsl20220623 \
+      libfmt9 \
+      libgrpc++1.51 \
+      libgrpc29 \
+      libhwloc15 \
+      libprotobuf32 \
+      libspdlog1.10 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/rdma-device-plugin /usr/bin/rdma-device-plugin
+LABEL org.opencontainers.image.title="rdma-device-plugin" \
+      org.opencontainers.image.description="Kubernetes device plugin for RDMA HCAs (rdma/hca), shared or exclusive per node" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.base.name="debian:bookworm-slim"
+ENTRYPOINT ["/usr/bin/rdma-device-plugin"]
+CMD ["serve"]

@@ -1,0 +1,105 @@
+{{/* Chart name, at most 63 characters (a label value). */}}
+{{- define "rdp.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Release-qualified name. Truncated to 50 so that "<fullname>-exclusive" still fits the 63
+characters of a DaemonSet's pod names' prefix.
+*/}}
+{{- define "rdp.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rdp.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rdp.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "rdp.labels" -}}
+helm.sh/chart: {{ include "rdp.chart" . }}
+app.kubernetes.io/name: {{ include "rdp.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels of one mode's DaemonSet. The mode is part of them so that the two DaemonSets'
+selectors never overlap. Call with (dict "root" $ "mode" "shared").
+*/}}
+{{- define "rdp.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rdp.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .mode }}
+{{- end }}
+
+{{/*
+The plugin's socket file name in the kubelet's device-plugin directory. One per release and
+mode: while a relabelled node swaps DaemonSets, the terminating pod removes only its own socket,
+not the one its successor already serves on.
+*/}}
+{{- define "rdp.socketName" -}}
+{{- printf "%s-%s.sock" (include "rdp.fullname" .root) .mode }}
+{{- end }}
+
+{{/*
+The pod's affinity: .Values.affinity with the mode's requirement on the exclusive label added to
+every required nodeSelectorTerm (terms are ORed; a requirement in one term only would not bind).
+exclusive: <key> In [<value>]; shared: <key> NotIn [<value>], which also matches nodes without
+the label. The two select complementary sets of nodes, so each node runs exactly one of them.
+*/}}
+{{- define "rdp.affinity" -}}
+{{- $values := .root.Values }}
+{{- $operator := ternary "In" "NotIn" (eq .mode "exclusive") }}
+{{- $requirement := dict "key" $values.exclusiveLabel.key "operator" $operator "values" (list $values.exclusiveLabel.value) }}
+{{- $affinity := deepCopy ($values.affinity | default dict) }}
+{{- $nodeAffinity := get $affinity "nodeAffinity" | default dict }}
+{{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $terms := list }}
+{{- range (get $required "nodeSelectorTerms" | default list) }}
+{{- $term := deepCopy . }}
+{{- $_ := set $term "matchExpressions" (append (get $term "matchExpressions" | default list) $requirement) }}
+{{- $terms = append $terms $term }}
+{{- end }}
+{{- if not $terms }}
+{{- $terms = list (dict "matchExpressions" (list $requirement)) }}
+{{- end }}
+{{- $_ := set $required "nodeSelectorTerms" $terms }}
+{{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required }}
+{{- $_ := set $affinity "nodeAffinity" $nodeAffinity }}
+{{- toYaml $affinity }}
+{{- end }}
+
+{{/* The probe command: GetDevicePluginOptions on our own socket, 1 s deadline. */}}
+{{- define "rdp.probeCommand" -}}
+- rdma-device-plugin
+- probe
+- --kubelet-dir={{ .root.Values.hostPaths.kubeletDevicePlugins }}
+- --socket-name={{ include "rdp.socketName" . }}
+{{- end }}
+
+{{/* A DaemonSet's maxSurge would start the new pod beside the old one on one socket. */}}
+{{- define "rdp.validate" -}}
+{{- $rolling := .Values.updateStrategy.rollingUpdate | default dict }}
+{{- $surge := toString (get $rolling "maxSurge" | default 0) }}
+{{- if not (has $surge (list "0" "0%")) }}
+{{- fail (printf "updateStrategy.rollingUpdate.maxSurge must be 0 (got %s): two plugin pods on one node would share one socket" $surge) }}
+{{- end }}
+{{- if not .Values.modes }}
+{{- fail "modes is empty: list shared, exclusive or both" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,650 @@
+#!/usr/bin/env python3
+"""Checks charts/rdma-device-plugin with a real Helm binary.
+
+Runs `helm lint --strict`, renders the chart with `helm template` under several sets of values and
+asserts on the rendered objects: the two DaemonSets' node affinities select complementary sets of
+nodes (evaluated on sample nodes, not only compared as text), the binary's flags point at the
+mounted host paths, least privilege, probes, the test hook; and values.schema.json rejects bad
+values. Prints one line per check and a last line "N passed, M failed"; exits 1 on any failure.
+
+Usage: test_chart.py [--helm PATH] [--chart DIR] [--binary PATH]
+Helm is taken from --helm when that file exists, else from PATH (scripts/get-helm.sh installs it).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml
+except ImportError:
+    sys.exit("test_chart: PyYAML is needed (Debian: apt-get install -y python3-yaml)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CHART = os.path.normpath(os.path.join(HERE, "..", "..", "charts", "rdma-device-plugin"))
+DEFAULT_KEY = "rdma.network.alibabacloud.com/exclusive"
+RELEASE = "rdp"
+NAMESPACE = "kube-system"
+
+# The flags `rdma-device-plugin serve` accepts (issue 3 §2; cmd/serve_cmd.cc and
+# cmd/discovery_flags.cc). A rendered flag outside this set is a typo the binary rejects at start.
+KNOWN_FLAGS = {
+    "--mode", "--resource-name", "--shared-devices", "--kubelet-dir", "--socket-name",
+    "--pod-resources-socket", "--sysfs-root", "--dev-root", "--proc-root", "--topology-xml",
+    "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
+    "--gpu-classes", "--gpu-vendors", "--admission-window",
+}
+
+SCHEMA_ERROR = "values don't meet the specifications of the schema"
+
+
+class Results:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name, condition, detail=""):
+        if condition:
+            self.passed += 1
+            print(f"ok   {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL {name}" + (f": {detail}" if detail else ""))
+        return condition
+
+
+class Helm:
+    def __init__(self, binary, chart):
+        self.binary = binary
+        self.chart = chart
+        self.tmp = tempfile.mkdtemp(prefix="test_chart.")
+
+    def close(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _values_file(self, values):
+        # JSON (a subset of YAML): PyYAML writes y/on unquoted, which Helm reads as booleans.
+        fd, path = tempfile.mkstemp(suffix=".json", dir=self.tmp)
+        with os.fdopen(fd, "w") as f:
+            json.dump(values, f)
+        return path
+
+    def run(self, args, values=None, chart=None):
+        cmd = [self.binary] + args + [chart or self.chart]
+        if values is not None:
+            cmd += ["-f", self._values_file(values)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def template(self, values=None, chart=None, extra=()):
+        """Rendered objects (hooks included), or raises with helm's stderr."""
+        rc, out, err = self.run(["template", RELEASE, "--namespace", NAMESPACE, *extra],
+                                values, chart)
+        if rc != 0:
+            raise RuntimeError(f"helm template failed ({rc}): {err.strip()}")
+        return [d for d in yaml.safe_load_all(out) if d]
+
+    def notes(self, values=None):
+        """NOTES.txt rendered without a cluster: a copy of the chart renders it into a ConfigMap."""
+        copy_dir = os.path.join(self.tmp, "notes-chart")
+        shutil.rmtree(copy_dir, ignore_errors=True)
+        shutil.copytree(self.chart, copy_dir)
+        shutil.copy(os.path.join(copy_dir, "templates", "NOTES.txt"),
+                    os.path.join(copy_dir, "notes-under-test.txt"))
+        with open(os.path.join(copy_dir, "templates", "notes-under-test.yaml"), "w") as f:
+            f.write('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-under-test\n'
+                    'data:\n  notes: {{ tpl (.Files.Get "notes-under-test.txt") . | quote }}\n')
+        docs = self.template(values, chart=copy_dir,
+                             extra=["--show-only", "templates/notes-under-test.yaml"])
+        return docs[0]["data"]["notes"]
+
+
+# ---- helpers over rendered objects ---------------------------------------------------------
+
+def daemonsets(docs):
+    return {d["metadata"]["name"]: d for d in docs if d.get("kind") == "DaemonSet"}
+
+
+def by_mode(docs):
+    """{mode: DaemonSet} keyed by the component label."""
+    return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+            for d in daemonsets(docs).values()}
+
+
+def test_pods(docs):
+    return [d for d in docs if d.get("kind") == "Pod"
+            and d.get("metadata", {}).get("annotations", {}).get("helm.sh/hook") == "test"]
+
+
+def pod_spec(ds):
+    return ds["spec"]["template"]["spec"]
+
+
+def container(ds):
+    containers = pod_spec(ds)["containers"]
+    assert len(containers) == 1, f"expected one container, got {len(containers)}"
+    return containers[0]
+
+
+def flags(ds):
+    """{flag: [values]} from the container's args (all --flag=value)."""
+    out = {}
+    for arg in container(ds).get("args", []):
+        if arg.startswith("--"):
+            name, _, value = arg.partition("=")
+            out.setdefault(name, []).append(value)
+    return out
+
+
+def flag(ds, name):
+    values = flags(ds).get(name, [])
+    return values[0] if len(values) == 1 else None
+
+
+def required_terms(ds):
+    affinity = pod_spec(ds).get("affinity", {})
+    required = affinity.get("nodeAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    return required.get("nodeSelectorTerms", [])
+
+
+def expression_matches(expr, labels):
+    key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt"):
+        if key not in labels:
+            return False
+        a, b = int(labels[key]), int(values[0])
+        return a > b if op == "Gt" else a < b
+    raise ValueError(f"unknown operator {op}")
+
+
+def schedulable_on(ds, labels):
+    """Whether the DaemonSet's pod may run on a node with these labels: nodeSelector and
+    required node affinity (terms ORed, expressions ANDed), as the scheduler evaluates them."""
+    spec = pod_spec(ds)
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    terms = required_terms(ds)
+    if not terms:
+        return True
+    return any(all(expression_matches(e, labels) for e in t.get("matchExpressions", []))
+               for t in terms)
+
+
+def mounts_by_name(ds):
+    return {m["name"]: m for m in container(ds).get("volumeMounts", [])}
+
+
+def volumes_by_name(ds):
+    return {v["name"]: v for v in pod_spec(ds).get("volumes", [])}
+
+
+def host_mounts(ds):
+    """{host path: mount} for every hostPath volume the container mounts."""
+    volumes = volumes_by_name(ds)
+    out = {}
+    for name, mount in mounts_by_name(ds).items():
+        volume = volumes.get(name, {})
+        if "hostPath" in volume:
+            out[volume["hostPath"]["path"]] = mount
+    return out
+
+
+def probe_commands(ds):
+    c = container(ds)
+    return {kind: c.get(kind, {}).get("exec", {}).get("command")
+            for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
+
+
+# ---- the checks ----------------------------------------------------------------------------
+
+def check_lint(r, helm):
+    for label, values in [("default", None),
+                          ("exclusive-only", {"modes": ["exclusive"]}),
+                          ("shared-only", {"modes": ["shared"]}),
+                          ("custom-label", {"exclusiveLabel": {"key": "example.com/rdma-x",
+                                                               "value": "yes"}})]:
+        rc, out, err = helm.run(["lint", "--strict"], values)
+        r.check(f"lint --strict ({label})", rc == 0, (out + err).strip()[-800:])
+
+
+def check_daemonset_basics(r, ds, mode, scenario="default"):
+    spec = pod_spec(ds)
+    name = f"{scenario}/{mode}: "
+    selector = ds["spec"]["selector"]["matchLabels"]
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    r.check(name + "selector matches its pod labels",
+            all(pod_labels.get(k) == v for k, v in selector.items()), f"{selector} {pod_labels}")
+    r.check(name + "selector carries the mode", selector.get("app.kubernetes.io/component") == mode,
+            str(selector))
+    r.check(name + "namespace is the release's", ds["metadata"].get("namespace") == NAMESPACE)
+    r.check(name + "automountServiceAccountToken is false",
+            spec.get("automountServiceAccountToken") is False)
+    r.check(name + "priorityClassName system-node-critical",
+            spec.get("priorityClassName") == "system-node-critical")
+    r.check(name + "tolerates every taint",
+            {"operator": "Exists"} in (spec.get("tolerations") or []),
+            str(spec.get("tolerations")))
+    r.check(name + "no host namespaces",
+            not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")))
+
+    c = container(ds)
+    sc = c.get("securityContext", {})
+    r.check(name + "not privileged", sc.get("privileged") is False)
+    r.check(name + "no privilege escalation", sc.get("allowPrivilegeEscalation") is False)
+    r.check(name + "drops ALL capabilities and adds none",
+            sc.get("capabilities", {}).get("drop") == ["ALL"]
+            and not sc.get("capabilities", {}).get("add"), str(sc.get("capabilities")))
+    r.check(name + "read-only root filesystem", sc.get("readOnlyRootFilesystem") is True)
+    seccomp = (sc.get("seccompProfile") or spec.get("securityContext", {}).get("seccompProfile")
+               or {})
+    r.check(name + "seccomp RuntimeDefault", seccomp.get("type") == "RuntimeDefault", str(seccomp))
+
+    resources = c.get("resources", {})
+    r.check(name + "requests cpu and memory, limits memory",
+            {"cpu", "memory"} <= set(resources.get("requests", {}))
+            and "memory" in resources.get("limits", {}), str(resources))
+
+    env = {e["name"]: e for e in c.get("env", [])}
+    r.check(name + "NODE_NAME from spec.nodeName",
+            env.get("NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            == "spec.nodeName", str(env.get("NODE_NAME")))
+
+    args = c.get("args", [])
+    f = flags(ds)
+    r.check(name + "runs serve", args[:1] == ["serve"], str(args))
+    unknown = sorted(set(f) - KNOWN_FLAGS)
+    r.check(name + "only flags the binary knows", not unknown, str(unknown))
+    repeated = sorted(k for k, v in f.items() if len(v) > 1)
+    r.check(name + "no flag given twice", not repeated, str(repeated))
+    r.check(name + f"--mode={mode}", flag(ds, "--mode") == mode, str(args))
+    r.check(name + "--resource-name=rdma/hca", flag(ds, "--resource-name") == "rdma/hca")
+    if mode == "shared":
+        r.check(name + "--shared-devices=1000", flag(ds, "--shared-devices") == "1000")
+        r.check(name + "no --exclusive-label", "--exclusive-label" not in f)
+    else:
+        r.check(name + "--exclusive-label=<key>", flag(ds, "--exclusive-label") == DEFAULT_KEY,
+                str(f.get("--exclusive-label")))
+        r.check(name + "no --shared-devices", "--shared-devices" not in f)
+    r.check(name + "null values pass no flag",
+            not ({"--health-interval", "--log-level", "--gpu-resources"} & set(f)), str(sorted(f)))
+
+    check_mounts(r, ds, name)
+    check_probes(r, ds, name)
+
+
+def check_mounts(r, ds, name):
+    volumes = volumes_by_name(ds)
+    mounts = mounts_by_name(ds)
+    r.check(name + "every mount has a volume", set(mounts) <= set(volumes),
+            str(set(mounts) - set(volumes)))
+    hm = host_mounts(ds)
+    kubelet_dir = flag(ds, "--kubelet-dir")
+    dp = hm.get("/var/lib/kubelet/device-plugins")
+    r.check(name + "device-plugins dir mounted read-write at --kubelet-dir",
+            dp is not None and dp["mountPath"] == kubelet_dir and not dp.get("readOnly"),
+            f"{dp} vs {kubelet_dir}")
+    pr = hm.get("/var/lib/kubelet/pod-resources")
+    socket = flag(ds, "--pod-resources-socket") or ""
+    r.check(name + "pod-resources dir mounted, holding --pod-resources-socket",
+            pr is not None and os.path.dirname(socket) == pr["mountPath"], f"{pr} vs {socket}")
+    sysfs_root = flag(ds, "--sysfs-root")
+    sys_mount = hm.get("/sys")
+    r.check(name + "/sys mounted read-only at <--sysfs-root>/sys",
+            sys_mount is not None and sysfs_root is not None and sys_mount.get("readOnly") is True
+            and sys_mount["mountPath"] == os.path.join(sysfs_root, "sys"),
+            f"{sys_mount} vs {sysfs_root}")
+    dev_root = flag(ds, "--dev-root")
+    ib = hm.get("/dev/infiniband")
+    r.check(name + "/dev/infiniband mounted read-only at <--dev-root>/dev/infiniband",
+            ib is not None and dev_root is not None and ib.get("readOnly") is True
+            and ib["mountPath"] == os.path.join(dev_root, "dev/infiniband"),
+            f"{ib} vs {dev_root}")
+    proc_root = flag(ds, "--proc-root")
+    pd = hm.get("/proc/driver")
+    r.check(name + "/proc/driver mounted read-only at <--proc-root>/proc/driver",
+            pd is not None and proc_root is not None and pd.get("readOnly") is True
+            and pd["mountPath"] == os.path.join(proc_root, "proc/driver"), f"{pd} vs {proc_root}")
+    writable = sorted(m["mountPath"] for m in mounts.values() if not m.get("readOnly"))
+    r.check(name + "only the device-plugin dir is writable", writable == [kubelet_dir],
+            str(writable))
+
+
+def check_probes(r, ds, name):
+    expected = ["rdma-device-plugin", "probe", f"--kubelet-dir={flag(ds, '--kubelet-dir')}",
+                f"--socket-name={flag(ds, '--socket-name')}"]
+    commands = probe_commands(ds)
+    for kind, command in commands.items():
+        r.check(name + f"{kind} probes the plugin's own socket", command == expected,
+                f"{command} != {expected}")
+    c = container(ds)
+    r.check(name + "liveness tolerates a kubelet restart (>= 2 misses)",
+            c.get("livenessProbe", {}).get("failureThreshold", 0) >= 2)
+
+
+def check_default(r, helm):
+    docs = helm.template()
+    modes = by_mode(docs)
+    r.check("default: two DaemonSets, shared and exclusive",
+            sorted(modes) == ["exclusive", "shared"],
+            str(sorted(modes)))
+    if sorted(modes) != ["exclusive", "shared"]:
+        return
+    for mode, ds in sorted(modes.items()):
+        check_daemonset_basics(r, ds, mode)
+    shared, exclusive = modes["shared"], modes["exclusive"]
+    r.check("default: selectors do not overlap",
+            shared["spec"]["selector"]["matchLabels"]
+            != exclusive["spec"]["selector"]["matchLabels"])
+    r.check("default: each mode has its own socket",
+            flag(shared, "--socket-name") != flag(exclusive, "--socket-name"),
+            str([flag(shared, "--socket-name"), flag(exclusive, "--socket-name")]))
+    r.check("default: the shared affinity is exactly <key> NotIn [true]",
+            required_terms(shared) == [{"matchExpressions": [
+                {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
+            str(required_terms(shared)))
+    r.check("default: the exclusive affinity is exactly <key> In [true]",
+            required_terms(exclusive) == [{"matchExpressions": [
+                {"key": DEFAULT_KEY, "operator": "In", "values": ["true"]}]}],
+            str(required_terms(exclusive)))
+    check_complement(r, "default", shared, exclusive, DEFAULT_KEY, "true",
+                     other_labels=[{}, {"kubernetes.io/os": "linux"}])
+    r.check("default: image defaults to appVersion",
+            container(shared)["image"].endswith(":0.1.0"), container(shared)["image"])
+    r.check("default: rolling update without surge",
+            ds_surge(shared) in (None, 0, "0", "0%"), str(shared["spec"].get("updateStrategy")))
+    check_test_pod(r, docs, "rdma/hca")
+
+
+def ds_surge(ds):
+    return ds["spec"].get("updateStrategy", {}).get("rollingUpdate", {}).get("maxSurge")
+
+
+def check_complement(r, label, shared, exclusive, key, value, other_labels):
+    """On every sample node exactly one DaemonSet may run, the right one; user-given affinity
+    terms that a node fails keep both off it."""
+    failures = []
+    for base in other_labels:
+        for label_value, want in [(None, "shared"), (value, "exclusive"), ("false", "shared"),
+                                  (value + "x", "shared"), ("", "shared")]:
+            labels = dict(base)
+            if label_value is not None:
+                labels[key] = label_value
+            runs = [m for m, ds in (("shared", shared), ("exclusive", exclusive))
+                    if schedulable_on(ds, labels)]
+            if runs != [want]:
+                failures.append(f"{labels} -> {runs}, want [{want}]")
+    r.check(f"{label}: affinities complement each other on sample nodes", not failures,
+            "; ".join(failures))
+
+
+def check_test_pod(r, docs, resource_name):
+    pods = test_pods(docs)
+    r.check("test hook: one pod annotated helm.sh/hook=test", len(pods) == 1, str(len(pods)))
+    if len(pods) != 1:
+        return
+    pod = pods[0]
+    spec = pod["spec"]
+    c = spec["containers"][0]
+    r.check("test hook: asks for one rdma unit",
+            str(c.get("resources", {}).get("limits", {}).get(resource_name)) == "1",
+            str(c.get("resources")))
+    r.check("test hook: runs rdma-device-plugin check",
+            c.get("command", []) + c.get("args", []) == ["rdma-device-plugin", "check"],
+            str(c.get("command")))
+    r.check("test hook: restartPolicy Never", spec.get("restartPolicy") == "Never")
+    r.check("test hook: automountServiceAccountToken false",
+            spec.get("automountServiceAccountToken") is False)
+    sc = c.get("securityContext", {})
+    r.check("test hook: least privilege",
+            sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop")
+            == ["ALL"] and sc.get("readOnlyRootFilesystem") is True, str(sc))
+    r.check("test hook: tolerates every taint",
+            {"operator": "Exists"} in (spec.get("tolerations") or []))
+
+
+def check_single_mode(r, helm):
+    for mode in ("exclusive", "shared"):
+        modes = by_mode(helm.template({"modes": [mode]}))
+        r.check(f"{mode}-only: one DaemonSet, {mode}", sorted(modes) == [mode], str(sorted(modes)))
+        if mode in modes:
+            check_daemonset_basics(r, modes[mode], mode, scenario=f"{mode}-only")
+    docs = helm.template({"test": {"enabled": False}})
+    r.check("test.enabled=false: no test pod", not test_pods(docs))
+
+
+def check_custom_label(r, helm):
+    key, value = "example.com/rdma-exclusive", "on"
+    user_affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]},
+                {"matchExpressions": [{"key": "rdma", "operator": "Exists"}]},
+            ]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [
+                    {"key": "zone", "operator": "In", "values": ["a"]}]}}],
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                              "labelSelector": {"matchLabels": {"x": "y"}}}}]},
+    }
+    docs = helm.template({"exclusiveLabel": {"key": key, "value": value},
+                          "affinity": user_affinity})
+    modes = by_mode(docs)
+    if not r.check("custom label: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        return
+    shared, exclusive = modes["shared"], modes["exclusive"]
+    r.check("custom label: --exclusive-label=<custom key>",
+            flag(exclusive, "--exclusive-label") == key)
+    for mode, ds in modes.items():
+        terms = required_terms(ds)
+        op = "In" if mode == "exclusive" else "NotIn"
+        want = {"key": key, "operator": op, "values": [value]}
+        r.check(f"custom label: {mode} adds <key> {op} [{value}] to each of the 2 user terms",
+                len(terms) == 2 and all(want in t["matchExpressions"] for t in terms), str(terms))
+        r.check(f"custom label: {mode} keeps the default key out",
+                DEFAULT_KEY not in yaml.safe_dump(pod_spec(ds)["affinity"]))
+        aff = pod_spec(ds)["affinity"]
+        r.check(f"custom label: {mode} keeps preferred node affinity and podAntiAffinity",
+                aff["nodeAffinity"].get("preferredDuringSchedulingIgnoredDuringExecution")
+                == user_affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+                and aff.get("podAntiAffinity") == user_affinity["podAntiAffinity"])
+    check_complement(r, "custom label", shared, exclusive, key, value,
+                     other_labels=[{"gpu": "h100"}, {"rdma": ""}, {"gpu": "h100", "rdma": "1"}])
+    stray = {"gpu": "a100", key: value}
+    r.check("custom label: a node outside the user's terms runs neither",
+            not schedulable_on(shared, stray) and not schedulable_on(exclusive, stray)
+            and not schedulable_on(shared, {"gpu": "a100"}))
+
+
+def check_overrides(r, helm):
+    docs = helm.template({
+        "resourceName": "example.com/hca", "sharedDevices": 64, "healthInterval": "2s",
+        "logLevel": "debug", "gpuResources": ["nvidia.com/gpu", "example.com/gpu"],
+        "extraArgs": ["--topology-xml=/etc/rdp/node.xml"],
+        "nodeSelector": {"feature.node.kubernetes.io/rdma.available": "true"},
+        "image": {"repository": "registry.example/rdp", "tag": "1.2.3",
+                  "pullPolicy": "Always"},
+        "hostPaths": {"kubeletDevicePlugins": "/var/lib/k0s/kubelet/device-plugins",
+                      "kubeletPodResources": "/var/lib/k0s/kubelet/pod-resources",
+                      "sys": "/sys", "devInfiniband": "/dev/infiniband", "procDriver": ""},
+        "podAnnotations": {"a": "b"},
+    })
+    modes = by_mode(docs)
+    shared, exclusive = modes["shared"], modes["exclusive"]
+    f = flags(shared)
+    r.check("overrides: values become flags",
+            f.get("--resource-name") == ["example.com/hca"] and f.get("--shared-devices") == ["64"]
+            and f.get("--health-interval") == ["2s"] and f.get("--log-level") == ["debug"]
+            and f.get("--gpu-resources") == ["nvidia.com/gpu,example.com/gpu"], str(f))
+    r.check("overrides: extraArgs last", container(exclusive)["args"][-1]
+            == "--topology-xml=/etc/rdp/node.xml", str(container(exclusive)["args"]))
+    r.check("overrides: nodeSelector on both",
+            all(pod_spec(d).get("nodeSelector") == {"feature.node.kubernetes.io/rdma.available":
+                                                    "true"} for d in (shared, exclusive)))
+    r.check("overrides: image", container(shared)["image"] == "registry.example/rdp:1.2.3"
+            and container(shared)["imagePullPolicy"] == "Always")
+    r.check("overrides: kubelet dir follows hostPaths",
+            flag(shared, "--kubelet-dir") == "/var/lib/k0s/kubelet/device-plugins"
+            and "/var/lib/k0s/kubelet/device-plugins" in host_mounts(shared)
+            and flag(shared, "--pod-resources-socket")
+            == "/var/lib/k0s/kubelet/pod-resources/kubelet.sock")
+    r.check("overrides: probes follow the kubelet dir",
+            probe_commands(shared)["livenessProbe"][2]
+            == "--kubelet-dir=/var/lib/k0s/kubelet/device-plugins")
+    r.check("overrides: procDriver \"\" drops the mount and --proc-root",
+            "/proc/driver" not in host_mounts(shared) and "--proc-root" not in f)
+    r.check("overrides: podAnnotations",
+            shared["spec"]["template"]["metadata"].get("annotations") == {"a": "b"})
+    pods = test_pods(docs)
+    r.check("overrides: test pod asks for the custom resource",
+            len(pods) == 1 and str(pods[0]["spec"]["containers"][0]["resources"]["limits"]
+                                   .get("example.com/hca")) == "1"
+            and "rdma/hca" not in pods[0]["spec"]["containers"][0]["resources"]["limits"])
+
+
+def check_rejections(r, helm):
+    """Each of these must make `helm template` fail; the schema ones with the schema's message."""
+    schema_cases = [
+        ("unknown mode", {"modes": ["shared", "turbo"]}),
+        ("modes as a string", {"modes": "exclusive"}),
+        ("duplicate mode", {"modes": ["shared", "shared"]}),
+        ("no mode", {"modes": []}),
+        ("sharedDevices as a string", {"sharedDevices": "1000"}),
+        ("sharedDevices 0", {"sharedDevices": 0}),
+        ("sharedDevices over 100000", {"sharedDevices": 100001}),
+        ("exclusive label value as a boolean", {"exclusiveLabel": {"key": DEFAULT_KEY,
+                                                                   "value": True}}),
+        ("exclusive label key with spaces", {"exclusiveLabel": {"key": "bad key",
+                                                                "value": "true"}}),
+        ("resourceName without a domain", {"resourceName": "hca"}),
+        ("healthInterval as a number", {"healthInterval": 5}),
+        ("healthInterval without a unit", {"healthInterval": "5"}),
+        ("unknown logLevel", {"logLevel": "verbose"}),
+        ("gpuResources as a string", {"gpuResources": "nvidia.com/gpu"}),
+        ("tolerations as a map", {"tolerations": {"operator": "Exists"}}),
+        ("unknown pullPolicy", {"image": {"repository": "x", "pullPolicy": "Sometimes"}}),
+        ("relative host path", {"hostPaths": {"kubeletDevicePlugins": "var/lib/kubelet"}}),
+        ("misspelt top-level key", {"tolerration": []}),
+        ("extraArgs not a flag", {"extraArgs": ["serve"]}),
+        ("test.enabled as a string", {"test": {"enabled": "yes"}}),
+    ]
+    for label, values in schema_cases:
+        rc, _, err = helm.run(["template", RELEASE], values)
+        r.check(f"schema rejects {label}", rc != 0 and SCHEMA_ERROR in err,
+                f"rc={rc} {err.strip()[:300]}")
+    rc, _, err = helm.run(["template", RELEASE],
+                          {"updateStrategy": {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1}}})
+    r.check("template rejects maxSurge", rc != 0 and "maxSurge must be 0" in err, err.strip()[:300])
+    rc, _, err = helm.run(["template", RELEASE],
+                          {"updateStrategy": {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxUnavailable": "10%",
+                                                                "maxSurge": "0%"}}})
+    r.check("template accepts maxSurge 0%", rc == 0, err.strip()[:300])
+
+
+def check_notes(r, helm):
+    notes = helm.notes()
+    r.check("NOTES: how to label a node",
+            f'kubectl label node <node> {DEFAULT_KEY}="true"' in notes, notes[:400])
+    r.check("NOTES: kubelet policies",
+            "cpuManagerPolicy: static" in notes and "topologyManagerPolicy: best-effort" in notes)
+    r.check("NOTES: how to verify", "kubectl describe node <node> | grep rdma/hca" in notes)
+    r.check("NOTES: the MOFED hazard", "MOFED" in notes)
+    r.check("NOTES: the mode-switch hazard", "Switch a node's mode only when" in notes)
+    shared_only = helm.notes({"modes": ["shared"]})
+    r.check("NOTES: shared-only does not tell to label nodes",
+            "kubectl label node" not in shared_only)
+    exclusive_only = helm.notes({"modes": ["exclusive"]})
+    r.check("NOTES: exclusive-only says unlabelled nodes run no plugin",
+            "nodes without the label run no plugin" in exclusive_only)
+
+
+def check_against_binary(r, helm, binary):
+    """The rendered command lines parse with the real binary: every serve flag is one it lists
+    in `serve --help`, the probe command reaches the probe (exit 1: nothing serves its socket
+    here) rather than a usage error (exit 2), and the test hook's `check` subcommand exists."""
+    def run(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    rc, out = run([binary, "serve", "--help"])
+    accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
+    r.check("binary: serve --help lists its flags", rc == 0 and "--mode" in accepted, out[:300])
+    docs = helm.template()
+    for mode, ds in sorted(by_mode(docs).items()):
+        unknown = sorted(set(flags(ds)) - accepted)
+        r.check(f"binary/{mode}: every rendered flag is one serve accepts", not unknown,
+                str(unknown))
+        command = probe_commands(ds)["livenessProbe"]
+        rc, out = run([binary] + command[1:])
+        r.check(f"binary/{mode}: the probe command parses (exit 1 without a plugin, not 2)",
+                rc == 1, f"rc={rc} {out.strip()[:300]}")
+    pods = test_pods(docs)
+    if pods:
+        command = pods[0]["spec"]["containers"][0]["command"]
+        rc, out = run([binary] + command[1:] + ["--help"])
+        usage = "Usage: rdma-device-plugin " + " ".join(command[1:])
+        r.check("binary: the test hook's subcommand exists", rc == 0 and usage in out,
+                f"rc={rc}, no '{usage}' in: {out.strip()[:200]}")
+
+
+def find_helm(given):
+    if given and os.access(given, os.X_OK):
+        return given
+    return shutil.which("helm")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--helm", help="helm binary; used when it exists, else helm on PATH")
+    parser.add_argument("--chart", default=DEFAULT_CHART)
+    parser.add_argument("--binary", help="the built rdma-device-plugin: also check that the "
+                        "rendered command lines parse with it")
+    args = parser.parse_args()
+    binary = find_helm(args.helm)
+    if not binary:
+        print(f"test_chart: no helm at {args.helm or '(none given)'} nor on PATH; "
+              "run scripts/get-helm.sh build/tools/bin")
+        print("0 passed, 1 failed")
+        return 1
+
+    helm = Helm(binary, args.chart)
+    r = Results()
+    try:
+        checks = [check_lint, check_default, check_single_mode, check_custom_label,
+                  check_overrides, check_rejections, check_notes]
+        if args.binary:
+            if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
+                def check_binary(r, helm):
+                    check_against_binary(r, helm, args.binary)
+                checks.append(check_binary)
+        for check in checks:
+            try:
+                check(r, helm)
+            except Exception as e:  # a render that fails is a failure, not a crash
+                r.check(f"{check.__name__} ran", False, f"{type(e).__name__}: {e}")
+    finally:
+        helm.close()
+    print(f"{r.passed} passed, {r.failed} failed")
+    return 0 if r.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
