@@ -8,6 +8,11 @@
 
 #include "CLI/CLI.hpp"
 #include "cmd/discovery_flags.h"
+#include "cmd/check_cmd.h"
+#include "cmd/demo_cmd.h"
+#include "cmd/fixture_cmd.h"
+#include "cmd/probe_cmd.h"
+#include "cmd/serve_cmd.h"
 #include "cmd/topology_cmd.h"
 
 int main(int argc, char** argv) {
@@ -17,7 +22,12 @@ int main(int argc, char** argv) {
       "rdma-device-plugin"};
   app.set_version_flag("--version", std::string("rdma-device-plugin ") + RDP_VERSION);
   app.require_subcommand(0, 1);
+  rdp::cmd::AddServeCommand(app);
   rdp::cmd::AddTopologyCommand(app);
+  rdp::cmd::AddDemoCommand(app);
+  rdp::cmd::AddProbeCommand(app);
+  rdp::cmd::AddFixtureCommand(app);
+  rdp::cmd::AddCheckCommand(app);
 
   std::vector<std::string> args(argv + 1, argv + argc);
   // `serve` is the default subcommand: flags without a subcommand name go to it.

