@@ -46,6 +46,20 @@ absl::StatusOr<topology::DiscoveryOptions> DiscoveryFlags::Options() const {
   return o;
 }
 
+topology::TopologyPtr DiscoveryFlags::DiscoverOrExit() const {
+  auto options = Options();
+  if (!options.ok()) {
+    Logger("cmd")->error("{}", std::string(options.status().message()));
+    Exit(kExitUsage);
+  }
+  auto topo = topology::Discover(*options);
+  if (!topo.ok()) {
+    Logger("cmd")->error("discovery failed: {}", std::string(topo.status().message()));
+    Exit(1);
+  }
+  return *topo;
+}
+
 void Exit(int code) { throw CLI::RuntimeError(code); }
 
 }  // namespace rdp::cmd

@@ -24,6 +24,9 @@ struct DiscoveryFlags {
   void Register(CLI::App* app);
   // Validated options; InvalidArgument naming the flag on a bad value. Also applies --log-level.
   absl::StatusOr<topology::DiscoveryOptions> Options() const;
+  // Options() then Discover(); on failure logs once and ends the subcommand (exit 2 for a bad
+  // flag, 1 when discovery fails).
+  topology::TopologyPtr DiscoverOrExit() const;
 };
 
 // Exit code for bad flags and configuration, as every subcommand uses it.

@@ -20,18 +20,9 @@ void AddFixtureCommand(CLI::App& app) {
   flags->discovery.Register(sub);
   sub->add_option("--out", flags->out, "Directory to write sys/ and dev/ under")->required();
   sub->callback([flags] {
-    auto options = flags->discovery.Options();
-    if (!options.ok()) {
-      Logger("cmd")->error("{}", std::string(options.status().message()));
-      Exit(kExitUsage);
-    }
-    auto topo = topology::Discover(*options);
-    if (!topo.ok()) {
-      Logger("cmd")->error("discovery failed: {}", std::string(topo.status().message()));
-      Exit(1);
-    }
+    topology::TopologyPtr topo = flags->discovery.DiscoverOrExit();
     topology::SysfsFixture fixture(flags->out);
-    if (absl::Status st = fixture.AddTopology(**topo); !st.ok()) {
+    if (absl::Status st = fixture.AddTopology(*topo); !st.ok()) {
       Logger("cmd")->error("cannot write fixture under {}: {}", flags->out, std::string(st.message()));
       Exit(1);
     }

@@ -22,22 +22,13 @@ void AddTopologyCommand(CLI::App& app) {
   auto* json = sub->add_flag("--json", flags->json, "Write the snapshot as JSON");
   sub->add_flag("--dot", flags->dot, "Write the PCIe tree as Graphviz")->excludes(json);
   sub->callback([flags] {
-    auto options = flags->discovery.Options();
-    if (!options.ok()) {
-      Logger("cmd")->error("{}", std::string(options.status().message()));
-      Exit(kExitUsage);
-    }
-    auto topo = topology::Discover(*options);
-    if (!topo.ok()) {
-      Logger("cmd")->error("discovery failed: {}", std::string(topo.status().message()));
-      Exit(1);
-    }
+    topology::TopologyPtr topo = flags->discovery.DiscoverOrExit();
     if (flags->json) {
-      std::cout << topology::ToJson(**topo).dump(2) << "\n";
+      std::cout << topology::ToJson(*topo).dump(2) << "\n";
     } else if (flags->dot) {
-      std::cout << topology::RenderDot(**topo);
+      std::cout << topology::RenderDot(*topo);
     } else {
-      std::cout << topology::RenderMatrix(**topo);
+      std::cout << topology::RenderMatrix(*topo);
     }
   });
 }

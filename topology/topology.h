@@ -55,8 +55,9 @@ struct Hca {
   std::vector<std::string> issm;    // "issm0"
   std::vector<std::string> netdevs; // netdevs of the PCI function, sorted
   std::vector<Port> ports;          // by port number
-  // Character devices below the dev root: "/dev/infiniband/uverbs0", ... and whether each
-  // existed at discovery time. rdma_cm is node-wide and not listed here.
+  // Character devices as seen under the dev root ("<dev-root>/dev/infiniband/uverbs0", ...) and
+  // whether each existed at discovery time. The host path the container runtime needs is
+  // always /dev/infiniband/<file name>. rdma_cm is node-wide and not listed here.
   std::vector<std::pair<std::string, bool>> char_devices;
 
   bool Healthy() const;       // every port ACTIVE (and at least one port)
