@@ -1,0 +1,484 @@
+package kubelet
+
+import (
+	"encoding/xml"
+	"fmt"
+	"math/bits"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Node is what the harness knows of a fixture node: read from the hwloc XML export that the
+// plugin is also given (--topology-xml), so the GPU plugin, the Topology Manager and our
+// plugin all see one machine.
+type Node struct {
+	XML       string
+	NUMANodes []int
+	GPUs      []GPU
+	HCAs      []HCA
+}
+
+// GPU is one GPU of the fixture; its device-plugin ID is its PCI address.
+type GPU struct {
+	PCI     string
+	NUMA    int
+	Bridges []string // bridge BDFs from the root port down to the GPU's parent
+}
+
+// HCA is one RDMA device of the fixture, with what the sysfs layout needs.
+type HCA struct {
+	Name      string
+	PCI       string
+	NUMA      int
+	PCIeRoot  string   // pci0000:15
+	Bridges   []string // bridge BDFs from the root port down to the HCA's parent
+	Ports     []int
+	PortState map[int]string // ACTIVE, DOWN, ...
+	Netdevs   []string
+	NoPorts   bool // the XML had no Port<N>State: one default InfiniBand port
+}
+
+// Ethernet reports whether the HCA is RoCE, decided as topology/sysfs_fixture.cc decides it:
+// a first netdev not named ib* means Ethernet, unless the export knew no ports (then the
+// fixture's default port, InfiniBand); RoCE HCAs get no umad/issm.
+func (h HCA) Ethernet() bool {
+	return !h.NoPorts && len(h.Netdevs) > 0 && !strings.HasPrefix(h.Netdevs[0], "ib")
+}
+
+type xmlInfo struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
+}
+
+type xmlObject struct {
+	Type       string      `xml:"type,attr"`
+	Name       string      `xml:"name,attr"`
+	OSIndex    string      `xml:"os_index,attr"`
+	Nodeset    string      `xml:"nodeset,attr"`
+	BusID      string      `xml:"pci_busid,attr"`
+	PCIType    string      `xml:"pci_type,attr"`
+	OSDevType  string      `xml:"osdev_type,attr"`
+	BridgeType string      `xml:"bridge_type,attr"`
+	BridgePCI  string      `xml:"bridge_pci,attr"`
+	Infos      []xmlInfo   `xml:"info"`
+	Children   []xmlObject `xml:"object"`
+}
+
+// LoadNode reads an hwloc 2 XML export.
+func LoadNode(path string) (*Node, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var top struct {
+		Objects []xmlObject `xml:"object"`
+	}
+	if err := xml.Unmarshal(data, &top); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	n := &Node{XML: path}
+	w := walker{node: n}
+	for _, o := range top.Objects {
+		w.walk(o, -1, "", nil)
+	}
+	sort.Ints(n.NUMANodes)
+	sort.Slice(n.GPUs, func(i, j int) bool { return n.GPUs[i].PCI < n.GPUs[j].PCI })
+	sort.Slice(n.HCAs, func(i, j int) bool { return n.HCAs[i].PCI < n.HCAs[j].PCI })
+	if len(n.HCAs) == 0 {
+		return nil, fmt.Errorf("%s: no OpenFabrics devices", path)
+	}
+	return n, nil
+}
+
+type walker struct{ node *Node }
+
+func singleNUMA(nodeset string) int {
+	v, err := strconv.ParseUint(strings.TrimPrefix(nodeset, "0x"), 16, 64)
+	if err != nil || bits.OnesCount64(v) != 1 {
+		return -1
+	}
+	return bits.TrailingZeros64(v)
+}
+
+func (w *walker) walk(o xmlObject, numa int, root string, bridges []string) {
+	switch o.Type {
+	case "NUMANode":
+		if id, err := strconv.Atoi(o.OSIndex); err == nil {
+			w.node.NUMANodes = append(w.node.NUMANodes, id)
+		}
+	case "Machine", "Package", "Group", "Die", "L3Cache", "L2Cache":
+		if o.Nodeset != "" {
+			numa = singleNUMA(o.Nodeset)
+		}
+	case "Bridge":
+		if o.BridgeType == "0-1" || o.BusID == "" { // host bridge: bridge_pci="0000:[15-1b]"
+			if i := strings.Index(o.BridgePCI, ":["); i > 0 && len(o.BridgePCI) >= i+4 {
+				root = "pci" + o.BridgePCI[:i] + ":" + o.BridgePCI[i+2:i+4]
+			}
+		} else {
+			bridges = append(append([]string(nil), bridges...), o.BusID)
+		}
+	case "PCIDev":
+		w.pciDevice(o, numa, root, bridges)
+	}
+	for _, c := range o.Children {
+		w.walk(c, numa, root, bridges)
+	}
+}
+
+func (w *walker) pciDevice(o xmlObject, numa int, root string, bridges []string) {
+	fields := strings.Fields(o.PCIType) // "0302 [10de:2330] [10de:16c1] a1"
+	class, id := "", ""
+	if len(fields) >= 2 {
+		class, id = fields[0], strings.Trim(fields[1], "[]")
+	}
+	vendor, _, _ := strings.Cut(id, ":")
+	// As topology/discovery.h decides: 3D controllers from anyone, VGA/other display/processing
+	// accelerators from GPU vendors, never the ATI ES1000 BMC VGA.
+	gpuClass := class == "0302" || ((class == "0300" || class == "0380" || class == "1200") &&
+		(vendor == "10de" || vendor == "1002") && id != "1002:515e")
+	if gpuClass {
+		w.node.GPUs = append(w.node.GPUs, GPU{PCI: o.BusID, NUMA: numa, Bridges: bridges})
+	}
+	var hca *HCA
+	var netdevs []string
+	for _, c := range o.Children {
+		if c.Type != "OSDev" {
+			continue
+		}
+		switch c.OSDevType {
+		case "2":
+			netdevs = append(netdevs, c.Name)
+		case "3":
+			h := HCA{Name: c.Name, PCI: o.BusID, NUMA: numa, PCIeRoot: root,
+				Bridges: bridges, PortState: map[int]string{}}
+			for _, in := range c.Infos {
+				var port int
+				if _, err := fmt.Sscanf(in.Name, "Port%dState", &port); err == nil &&
+					strings.HasSuffix(in.Name, "State") {
+					h.Ports = append(h.Ports, port)
+					h.PortState[port] = portStateName(in.Value)
+				}
+			}
+			if len(h.Ports) == 0 {
+				h.Ports = []int{1}
+				h.PortState[1] = "ACTIVE"
+				h.NoPorts = true
+			}
+			sort.Ints(h.Ports)
+			hca = &h
+		}
+	}
+	if hca != nil {
+		hca.Netdevs = netdevs
+		if hca.PCIeRoot == "" {
+			hca.PCIeRoot = "pci" + hca.PCI[:7]
+		}
+		w.node.HCAs = append(w.node.HCAs, *hca)
+	}
+}
+
+func portStateName(v string) string {
+	switch v {
+	case "1":
+		return "DOWN"
+	case "2":
+		return "INIT"
+	case "3":
+		return "ARMED"
+	case "5":
+		return "ACTIVE_DEFER"
+	}
+	return "ACTIVE"
+}
+
+// GPUsOn returns the PCI addresses of the GPUs on one NUMA node.
+func (n *Node) GPUsOn(numa int) []string {
+	var out []string
+	for _, g := range n.GPUs {
+		if g.NUMA == numa {
+			out = append(out, g.PCI)
+		}
+	}
+	return out
+}
+
+// GPUByPCI finds a GPU by its device-plugin ID.
+func (n *Node) GPUByPCI(pci string) (GPU, bool) {
+	for _, g := range n.GPUs {
+		if g.PCI == pci {
+			return g, true
+		}
+	}
+	return GPU{}, false
+}
+
+// SameSwitch reports whether a GPU and an HCA sit under one PCIe switch (nvidia-smi's PIX):
+// their bridge chains share the root port and the switch's upstream port.
+func SameSwitch(g GPU, h HCA) bool {
+	return len(g.Bridges) >= 2 && len(h.Bridges) >= 2 &&
+		g.Bridges[0] == h.Bridges[0] && g.Bridges[1] == h.Bridges[1]
+}
+
+// HCAByPCI finds an HCA by its device-plugin ID in exclusive mode.
+func (n *Node) HCAByPCI(pci string) (HCA, bool) {
+	for _, h := range n.HCAs {
+		if h.PCI == pci {
+			return h, true
+		}
+	}
+	return HCA{}, false
+}
+
+// Sysfs is a fake sysfs + /dev tree, laid out exactly as topology/sysfs_fixture.h documents:
+//
+//	R/sys/devices/<pcie_root>/<bridge>/.../<pci>/{numa_node,vendor,device,class}
+//	R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
+//	R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
+//	R/sys/devices/.../<pci>/net/<netdev>/
+//	R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,device -> ../../../<pci>}
+//	R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port}
+//	R/sys/class/infiniband/<name> -> ../../devices/.../<pci>/infiniband/<name>
+//	R/sys/class/infiniband_verbs/uverbsN -> ../../devices/.../infiniband_verbs/uverbsN
+//	R/sys/class/infiniband_mad/{umadN,issmN} -> ...
+//	R/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}  (regular files standing in for char devices)
+//
+// uverbs and umad/issm numbers are assigned in PCI-address order, as SysfsFixture::AddTopology
+// does with the snapshot's HCAs.
+type Sysfs struct {
+	Root    string
+	hcas    map[string]HCA    // HCA name -> what was laid out
+	devDirs map[string]string // HCA name -> .../<pci>
+	Uverbs  map[string]int    // HCA name -> N of uverbsN
+	Mads    map[string][]int  // HCA name -> N of umadN/issmN per port
+}
+
+// WriteSysfs lays out every HCA of the node under root, plus rdma_cm.
+func WriteSysfs(root string, n *Node) (*Sysfs, error) {
+	s := &Sysfs{Root: root, hcas: map[string]HCA{}, devDirs: map[string]string{},
+		Uverbs: map[string]int{}, Mads: map[string][]int{}}
+	nextUverbs, nextMad := 0, 0
+	for _, h := range n.HCAs {
+		if err := s.addHCA(h, &nextUverbs, &nextMad); err != nil {
+			return nil, err
+		}
+	}
+	return s, writeFile(filepath.Join(root, "dev", "infiniband", "rdma_cm"), "")
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content+"\n"), 0o644)
+}
+
+// symlink makes a relative link, as sysfs has them.
+func symlink(target, link string) error {
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(link), target)
+	if err != nil {
+		return err
+	}
+	_ = os.Remove(link)
+	return os.Symlink(rel, link)
+}
+
+var portStateNumber = map[string]int{"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
+
+func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
+	sys := filepath.Join(s.Root, "sys")
+	devDir := filepath.Join(append([]string{sys, "devices", h.PCIeRoot}, append(h.Bridges, h.PCI)...)...)
+	s.hcas[h.Name] = h
+	s.devDirs[h.Name] = devDir
+	s.Mads[h.Name] = nil
+	files := map[string]string{
+		"numa_node": strconv.Itoa(h.NUMA), "vendor": "0x15b3", "device": "0x1021", "class": "0x020700",
+	}
+	for f, c := range files {
+		if err := writeFile(filepath.Join(devDir, f), c); err != nil {
+			return err
+		}
+	}
+	ib := filepath.Join(devDir, "infiniband", h.Name)
+	if err := symlink(devDir, filepath.Join(ib, "device")); err != nil {
+		return err
+	}
+	linkLayer := "InfiniBand"
+	if h.Ethernet() {
+		linkLayer = "Ethernet"
+	}
+	for _, p := range h.Ports {
+		pd := filepath.Join(ib, "ports", strconv.Itoa(p))
+		state := h.PortState[p]
+		phys := "5: LinkUp"
+		if state != "ACTIVE" {
+			phys = "2: Polling"
+		}
+		for f, c := range map[string]string{
+			"state":      fmt.Sprintf("%d: %s", portStateNumber[state], state),
+			"phys_state": phys, "link_layer": linkLayer, "rate": "400 Gb/sec (4X NDR)",
+		} {
+			if err := writeFile(filepath.Join(pd, f), c); err != nil {
+				return err
+			}
+		}
+	}
+	if err := symlink(ib, filepath.Join(sys, "class", "infiniband", h.Name)); err != nil {
+		return err
+	}
+	for _, nd := range h.Netdevs {
+		if err := os.MkdirAll(filepath.Join(devDir, "net", nd), 0o755); err != nil {
+			return err
+		}
+	}
+	devIB := filepath.Join(s.Root, "dev", "infiniband")
+	n := *nextUverbs
+	*nextUverbs++
+	s.Uverbs[h.Name] = n
+	uverbs := fmt.Sprintf("uverbs%d", n)
+	vd := filepath.Join(devDir, "infiniband_verbs", uverbs)
+	steps := []func() error{
+		func() error { return writeFile(filepath.Join(vd, "ibdev"), h.Name) },
+		func() error { return symlink(devDir, filepath.Join(vd, "device")) },
+		func() error { return symlink(vd, filepath.Join(sys, "class", "infiniband_verbs", uverbs)) },
+		func() error { return writeFile(filepath.Join(sys, "class", "infiniband_verbs", "abi_version"), "6") },
+		func() error { return writeFile(filepath.Join(devIB, uverbs), "") },
+	}
+	if !h.Ethernet() {
+		for _, p := range h.Ports {
+			m := *nextMad
+			*nextMad++
+			s.Mads[h.Name] = append(s.Mads[h.Name], m)
+			for _, kind := range []string{"umad", "issm"} {
+				name := fmt.Sprintf("%s%d", kind, m)
+				md := filepath.Join(devDir, "infiniband_mad", name)
+				port := p
+				steps = append(steps,
+					func() error { return writeFile(filepath.Join(md, "ibdev"), h.Name) },
+					func() error { return writeFile(filepath.Join(md, "port"), strconv.Itoa(port)) },
+					func() error { return symlink(md, filepath.Join(sys, "class", "infiniband_mad", name)) },
+					func() error { return writeFile(filepath.Join(devIB, name), "") })
+			}
+		}
+		steps = append(steps, func() error {
+			return writeFile(filepath.Join(sys, "class", "infiniband_mad", "abi_version"), "5")
+		})
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetPortState rewrites a port's state file through a rename, so the plugin never reads a
+// half-written file.
+func (s *Sysfs) SetPortState(name string, port int, state string) error {
+	dir, ok := s.devDirs[name]
+	if !ok {
+		return fmt.Errorf("no HCA %s", name)
+	}
+	file := filepath.Join(dir, "infiniband", name, "ports", strconv.Itoa(port), "state")
+	tmp := file + ".tmp"
+	if err := writeFile(tmp, fmt.Sprintf("%d: %s", portStateNumber[state], state)); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}
+
+// RemoveHCA takes an HCA away as a hot-unplug does: class links first (as the kernel's
+// device_del), then its /dev nodes and its device directory.
+func (s *Sysfs) RemoveHCA(name string) error {
+	dir, ok := s.devDirs[name]
+	if !ok {
+		return fmt.Errorf("no HCA %s", name)
+	}
+	sys := filepath.Join(s.Root, "sys")
+	devIB := filepath.Join(s.Root, "dev", "infiniband")
+	paths := []string{
+		filepath.Join(sys, "class", "infiniband", name),
+		filepath.Join(sys, "class", "infiniband_verbs", fmt.Sprintf("uverbs%d", s.Uverbs[name])),
+		filepath.Join(devIB, fmt.Sprintf("uverbs%d", s.Uverbs[name])),
+	}
+	for _, m := range s.Mads[name] {
+		for _, kind := range []string{"umad", "issm"} {
+			paths = append(paths, filepath.Join(sys, "class", "infiniband_mad", fmt.Sprintf("%s%d", kind, m)),
+				filepath.Join(devIB, fmt.Sprintf("%s%d", kind, m)))
+		}
+	}
+	for _, p := range append(paths, dir) {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RestoreHCA lays a removed HCA out again with its old uverbs/umad numbers.
+func (s *Sysfs) RestoreHCA(name string) error {
+	h, ok := s.hcas[name]
+	if !ok {
+		return fmt.Errorf("no HCA %s", name)
+	}
+	nextUverbs, nextMad := s.Uverbs[name], 0
+	if m := s.Mads[name]; len(m) > 0 {
+		nextMad = m[0]
+	}
+	return s.addHCA(h, &nextUverbs, &nextMad)
+}
+
+// DeviceFiles returns the /dev/infiniband paths (as the container sees them) an HCA owns.
+func (s *Sysfs) DeviceFiles(name string) []string {
+	out := []string{fmt.Sprintf("/dev/infiniband/uverbs%d", s.Uverbs[name])}
+	for _, m := range s.Mads[name] {
+		out = append(out, fmt.Sprintf("/dev/infiniband/umad%d", m), fmt.Sprintf("/dev/infiniband/issm%d", m))
+	}
+	return out
+}
+
+// BinaryWritesFixtures reports whether the plugin binary has the hidden `fixture` subcommand.
+func BinaryWritesFixtures(binary string) bool {
+	out, _ := exec.Command(binary, "fixture", "--help").CombinedOutput()
+	return strings.Contains(string(out), "--out")
+}
+
+// WriteSysfsWithBinary asks the plugin binary to lay out the fixture (the C++
+// SysfsFixture::AddTopology), and returns a Sysfs that can still flip port states.
+func WriteSysfsWithBinary(binary, root string, n *Node) (*Sysfs, error) {
+	out, err := exec.Command(binary, "fixture", "--topology-xml", n.XML, "--out", root,
+		"--log-level", "warn").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%s fixture: %v: %s", binary, err, out)
+	}
+	s := &Sysfs{Root: root, hcas: map[string]HCA{}, devDirs: map[string]string{},
+		Uverbs: map[string]int{}, Mads: map[string][]int{}}
+	for _, h := range n.HCAs {
+		s.hcas[h.Name] = h
+		link := filepath.Join(root, "sys", "class", "infiniband", h.Name)
+		real, err := filepath.EvalSymlinks(link)
+		if err != nil {
+			return nil, fmt.Errorf("binary fixture lacks %s: %w", link, err)
+		}
+		s.devDirs[h.Name] = filepath.Dir(filepath.Dir(real))
+		verbs, _ := filepath.Glob(filepath.Join(s.devDirs[h.Name], "infiniband_verbs", "uverbs*"))
+		for _, v := range verbs {
+			n, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(v), "uverbs"))
+			s.Uverbs[h.Name] = n
+		}
+		mads, _ := filepath.Glob(filepath.Join(s.devDirs[h.Name], "infiniband_mad", "umad*"))
+		for _, m := range mads {
+			n, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(m), "umad"))
+			s.Mads[h.Name] = append(s.Mads[h.Name], n)
+		}
+		sort.Ints(s.Mads[h.Name])
+	}
+	return s, nil
+}

@@ -1,0 +1,181 @@
+package kubelet
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The harness's reading of the fixture: what the GPU plugin and the Topology Manager use.
+func TestFixtureNode(t *testing.T) {
+	n, err := LoadNode(fixtureXML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.NUMANodes; len(got) != 2 || got[0] != 0 || got[1] != 1 {
+		t.Errorf("NUMA nodes %v, want [0 1]", got)
+	}
+	if len(n.GPUs) != 8 || len(n.HCAs) != 9 {
+		t.Fatalf("%d GPUs, %d HCAs; want 8, 9", len(n.GPUs), len(n.HCAs))
+	}
+	for i, g := range n.GPUs {
+		if want := i / 4; g.NUMA != want {
+			t.Errorf("GPU %d (%s) on NUMA %d, want %d", i, g.PCI, g.NUMA, want)
+		}
+	}
+	h, ok := n.HCAByPCI("0000:1a:00.0")
+	if !ok || h.Name != "mlx5_0" || h.PCIeRoot != "pci0000:15" ||
+		strings.Join(h.Bridges, " ") != "0000:15:01.0 0000:16:00.0 0000:17:02.0" {
+		t.Errorf("mlx5_0 = %+v", h)
+	}
+}
+
+// otherNodes are real machines' exports (test/data/README.md) with an HCA and GPUs.
+var otherNodes = []string{"32em64t-2n8c2t-pci-normalio.xml", "24em64t-2n6c2t-pci.xml"}
+
+// Our reading of each XML agrees with the plugin's own (`topology --json`).
+func TestFixtureAgreesWithBinary(t *testing.T) {
+	bin := binaryPath()
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no plugin binary at %s (set RDP_BINARY)", bin)
+	}
+	agree(t, bin, fixtureXML())
+	for _, f := range otherNodes {
+		agree(t, bin, filepath.Join(repoRoot(), "test", "data", f))
+	}
+}
+
+func agree(t *testing.T, bin, xml string) {
+	out, err := exec.Command(bin, "topology", "--json", "--topology-xml", xml,
+		"--log-level", "warn").Output()
+	if err != nil {
+		t.Fatalf("topology --json: %v", err)
+	}
+	var report struct {
+		GPUs []struct {
+			PCI  string `json:"pci"`
+			NUMA *int   `json:"numa"`
+		} `json:"gpus"`
+		HCAs []struct {
+			Name string `json:"name"`
+			PCI  string `json:"pci"`
+			NUMA *int   `json:"numa"`
+		} `json:"hcas"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("topology --json: %v\n%s", err, out)
+	}
+	n, err := LoadNode(xml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours, theirs []string
+	for _, g := range n.GPUs {
+		ours = append(ours, "gpu "+g.PCI+" "+itoa(g.NUMA))
+	}
+	for _, h := range n.HCAs {
+		ours = append(ours, "hca "+h.Name+" "+h.PCI+" "+itoa(h.NUMA))
+	}
+	for _, g := range report.GPUs {
+		theirs = append(theirs, "gpu "+g.PCI+" "+itoaPtr(g.NUMA))
+	}
+	for _, h := range report.HCAs {
+		theirs = append(theirs, "hca "+h.Name+" "+h.PCI+" "+itoaPtr(h.NUMA))
+	}
+	sort.Strings(ours)
+	sort.Strings(theirs)
+	if strings.Join(ours, "\n") != strings.Join(theirs, "\n") {
+		t.Errorf("%s: harness:\n%s\nplugin:\n%s", filepath.Base(xml), strings.Join(ours, "\n"), strings.Join(theirs, "\n"))
+	}
+}
+
+// The Go layout and the plugin's `fixture` subcommand (SysfsFixture::AddTopology) write the
+// same trees, so tests may use either.
+func TestFixtureLayoutMatchesBinary(t *testing.T) {
+	bin := binaryPath()
+	if !BinaryWritesFixtures(bin) {
+		t.Skipf("%s has no `fixture` subcommand", bin)
+	}
+	xmls := []string{fixtureXML()}
+	for _, f := range otherNodes {
+		xmls = append(xmls, filepath.Join(repoRoot(), "test", "data", f))
+	}
+	for _, xml := range xmls {
+		n, err := LoadNode(xml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		goRoot, binRoot := filepath.Join(t.TempDir(), "go"), filepath.Join(t.TempDir(), "bin")
+		if _, err := WriteSysfs(goRoot, n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := WriteSysfsWithBinary(bin, binRoot, n); err != nil {
+			t.Fatal(err)
+		}
+		a, b := treeListing(t, goRoot), treeListing(t, binRoot)
+		if strings.Join(a, "\n") != strings.Join(b, "\n") {
+			t.Errorf("%s: layouts differ\nonly in Go's: %v\nonly in the binary's: %v",
+				filepath.Base(xml), minus(a, b), minus(b, a))
+		}
+	}
+}
+
+func treeListing(t *testing.T, root string) []string {
+	var out []string
+	err := filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			target, _ := filepath.EvalSymlinks(path)
+			trel, _ := filepath.Rel(root, target)
+			out = append(out, rel+" -> "+trel)
+		case info.IsDir():
+			out = append(out, rel+"/")
+		default:
+			data, _ := os.ReadFile(path)
+			out = append(out, rel+" = "+strings.TrimSpace(string(data)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func minus(a, b []string) []string {
+	in := map[string]bool{}
+	for _, s := range b {
+		in[s] = true
+	}
+	var out []string
+	for _, s := range a {
+		if !in[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func itoa(i int) string {
+	if i < 0 {
+		return "?"
+	}
+	return strconv.Itoa(i)
+}
+
+func itoaPtr(p *int) string {
+	if p == nil {
+		return "?"
+	}
+	return itoa(*p)
+}
