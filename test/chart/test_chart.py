@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Results  # noqa: E402
+
 try:
     import yaml
 except ImportError:
@@ -41,21 +44,6 @@ KNOWN_FLAGS = {
 }
 
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
-
-
-class Results:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name, condition, detail=""):
-        if condition:
-            self.passed += 1
-            print(f"ok   {name}")
-        else:
-            self.failed += 1
-            print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-        return condition
 
 
 class Helm:

@@ -17,6 +17,9 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Results  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 # In debian:bookworm-slim already (Priority: required, or apt's own dependencies).
@@ -24,21 +27,6 @@ BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
 # What the build stage copies and runs: must survive .dockerignore.
 BUILD_INPUTS = ["CMakeLists.txt", "scripts/install-deps.sh", "cmd/main.cc", "topology/discovery.h",
                 "proto/CMakeLists.txt", "server/CMakeLists.txt", "allocator/allocator.h"]
-
-
-class Results:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name, condition, detail=""):
-        if condition:
-            self.passed += 1
-            print(f"ok   {name}")
-        else:
-            self.failed += 1
-            print(f"FAIL {name}" + (f": {detail}" if detail else ""))
-        return condition
 
 
 def stages(dockerfile_text):
