@@ -273,4 +273,15 @@ void FakePodResources::Set(const PodList& pods) { service_->Set(pods); }
 
 int FakePodResources::list_calls() const { return service_->calls(); }
 
+v1beta1::PreferredAllocationRequest PreferredRequest(const std::vector<std::string>& available,
+                                                     const std::vector<std::string>& must_include,
+                                                     int size) {
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (const auto& id : available) c->add_available_deviceids(id);
+  for (const auto& id : must_include) c->add_must_include_deviceids(id);
+  c->set_allocation_size(size);
+  return request;
+}
+
 }  // namespace rdp::server

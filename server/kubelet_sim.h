@@ -26,6 +26,11 @@ namespace rdp::server {
 // A client channel on a unix socket path that never shares subchannels (no inherited backoff).
 std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path);
 
+// A one-container GetPreferredAllocation request, as the kubelet builds it.
+v1beta1::PreferredAllocationRequest PreferredRequest(const std::vector<std::string>& available,
+                                                     const std::vector<std::string>& must_include,
+                                                     int size);
+
 class KubeletSim {
  public:
   // dir: the device-plugin directory (created if missing).

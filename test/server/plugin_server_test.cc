@@ -66,11 +66,7 @@ class PluginServerTest : public ::testing::Test {
   grpc::Status Prefer(const std::vector<std::string>& available,
                       const std::vector<std::string>& must, int size,
                       std::vector<std::string>* out) {
-    v1beta1::PreferredAllocationRequest request;
-    auto* c = request.add_container_requests();
-    for (const auto& id : available) c->add_available_deviceids(id);
-    for (const auto& id : must) c->add_must_include_deviceids(id);
-    c->set_allocation_size(size);
+    v1beta1::PreferredAllocationRequest request = PreferredRequest(available, must, size);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
     v1beta1::PreferredAllocationResponse response;
