@@ -134,8 +134,11 @@ bool Plugin::Poll() {
                                         "missing)");
     }
     const int idx = snapshot_->HcaIndex(h.place.pci);
-    k = {h.place.pci, h.name, idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa, true,
-         healthy};
+    std::optional<int> numa = idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa;
+    // An HCA unplugged while it was being scanned is listed without its numa_node; keep the last
+    // known one, or every device would lose its TopologyInfo (all or none).
+    if (!numa) numa = k.numa;
+    k = {h.place.pci, h.name, numa, true, healthy};
   }
   for (auto& [pci, k] : known_) {
     if (k.present && present.count(pci) == 0) {

@@ -1,10 +1,16 @@
 // HCAs from /sys/class/infiniband and friends. Everything is read relative to a root so tests
 // run on trees they lay out themselves.
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <mutex>
 #include <system_error>
 
 #include "absl/status/status.h"
@@ -16,20 +22,70 @@
 namespace rdp::topology {
 namespace fs = std::filesystem;
 
+namespace {
+
+// SetSysfsReadHookForTesting's hook; the flag keeps the unhooked path free of the lock.
+std::atomic<bool> g_read_hook_set{false};
+std::mutex g_read_hook_mu;
+std::function<void(const fs::path&)>& ReadHook() {  // guarded by g_read_hook_mu
+  static auto* hook = new std::function<void(const fs::path&)>();
+  return *hook;
+}
+
+void BeforeRead(const fs::path& path) {
+  if (!g_read_hook_set.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(g_read_hook_mu);
+  if (ReadHook()) ReadHook()(path);
+}
+
+}  // namespace
+
+void SetSysfsReadHookForTesting(std::function<void(const fs::path&)> hook) {
+  std::lock_guard<std::mutex> lock(g_read_hook_mu);
+  g_read_hook_set.store(static_cast<bool>(hook), std::memory_order_release);
+  ReadHook() = std::move(hook);
+}
+
+std::optional<std::string> ReadHead(const fs::path& file, std::size_t max_bytes) {
+  // Non-blocking and regular files only: a FIFO (or a device) where an attribute should be would
+  // block the open or the read forever, and with it the health poll (found by fuzz_sysfs).
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  std::optional<std::string> out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    std::string data(max_bytes, '\0');
+    std::size_t got = 0;
+    while (got < max_bytes) {
+      const ssize_t n = ::read(fd, data.data() + got, max_bytes - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n < 0) got = std::string::npos;
+        break;
+      }
+      got += static_cast<std::size_t>(n);
+    }
+    if (got != std::string::npos) {
+      data.resize(got);
+      out = std::move(data);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
 std::optional<std::string> ReadFirstLine(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
+  BeforeRead(file);
   // Bounded read: sysfs attributes are short; a huge file is garbage, not data.
-  std::string line;
-  line.reserve(128);
-  char c;
-  while (line.size() < 4096 && in.get(c) && c != '\n') line.push_back(c);
-  if (in.bad()) return std::nullopt;
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  std::optional<std::string> line = ReadHead(file, 4096);
+  if (!line) return std::nullopt;
+  if (auto nl = line->find('\n'); nl != std::string::npos) line->resize(nl);
+  while (!line->empty() && (line->back() == '\r' || line->back() == ' ')) line->pop_back();
   return line;
 }
 
 std::vector<std::string> ListDir(const fs::path& dir, bool dirs_only) {
+  BeforeRead(dir);
   std::vector<std::string> names;
   std::error_code ec;
   fs::directory_iterator it(dir, ec);

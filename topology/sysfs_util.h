@@ -1,13 +1,20 @@
 #pragma once
 
-// Small sysfs helpers shared inside topology/. Not part of the module's public interface.
+// Small sysfs helpers shared inside topology/ (and with server/'s /proc reader). Not part of the
+// module's public interface.
 
+#include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace rdp::topology {
+
+// At most max_bytes from the start of a regular file, opened without blocking; nullopt when it
+// cannot be read or is not a regular file (a FIFO or device would block the reader).
+std::optional<std::string> ReadHead(const std::filesystem::path& file, std::size_t max_bytes);
 
 // The first line of a sysfs attribute, trailing blanks removed, at most 4 KiB; nullopt when the
 // file cannot be read.
@@ -16,6 +23,12 @@ std::optional<std::string> ReadFirstLine(const std::filesystem::path& file);
 // Sorted entry names of dir; with dirs_only, only entries that resolve to directories. Empty when
 // dir cannot be read.
 std::vector<std::string> ListDir(const std::filesystem::path& dir, bool dirs_only);
+
+// Test seam: when set, called with each path just before ReadFirstLine or ListDir reads it, so
+// that a test can make a file vanish at a chosen point of a scan, deterministically. Tests only;
+// nullptr clears it. Calls are serialised; once this returns, the previous hook is neither
+// running nor called again. The hook must not call ReadFirstLine or ListDir itself.
+void SetSysfsReadHookForTesting(std::function<void(const std::filesystem::path&)> hook);
 
 // "pci0000:15" from a resolved device path ".../sys/devices/pci0000:15/...", or "".
 std::string PcieRootFromDevicePath(const std::filesystem::path& resolved);

@@ -1,0 +1,964 @@
+// Fault injection: the plugin, in process and as the built binary, against a kubelet that comes
+// late, wipes its socket directory 100 times and drops ListAndWatch streams; a pod-resources
+// server that never answers; sysfs files vanishing in the middle of a scan; SIGTERM under load.
+// After each fault the plugin must serve the same devices (IDs, health, NUMA) as before it.
+// Every wait is a condition variable, a stream read, a pidfd poll or a gRPC deadline; only the
+// /proc fd and thread counts, which change without any event, are polled (with a deadline).
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "proto/podresources.grpc.pb.h"
+#include "server/kubelet_sim.h"
+#include "server/plugin_server.h"
+#include "server/unix_server.h"
+#include "test/server/test_node.h"
+#include "topology/sysfs_util.h"
+
+extern char** environ;
+
+namespace rdp::server {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TestNode;
+
+constexpr absl::Duration kWait = absl::Seconds(10);     // bound on any awaited event
+constexpr absl::Duration kRpcBound = absl::Seconds(3);  // "answers promptly", as a deadline
+
+const std::vector<std::string> kPcis = {"0000:1a:00.0", "0000:3a:00.0", "0000:9a:00.0",
+                                        "0000:ba:00.0"};
+
+// A device list as text, one "<id> <health> numa=<nodes>" per device in list order, so that
+// the lists before and after a fault compare (and print) as wholes.
+using DeviceTable = std::vector<std::string>;
+
+template <typename Range>
+DeviceTable Table(const Range& devices) {
+  DeviceTable out;
+  for (const v1beta1::Device& d : devices) {
+    std::string numa = d.has_topology() ? "" : "none";
+    for (const auto& n : d.topology().nodes()) {
+      absl::StrAppend(&numa, numa.empty() ? "" : ",", n.id());
+    }
+    out.push_back(absl::StrCat(d.id(), " ", d.health(), " numa=", numa));
+  }
+  return out;
+}
+
+// The exclusive-mode list of testing::FourCards().
+const DeviceTable kExpected = {"0000:1a:00.0 Healthy numa=0", "0000:3a:00.0 Healthy numa=0",
+                               "0000:9a:00.0 Healthy numa=1", "0000:ba:00.0 Healthy numa=1"};
+
+// `table` with the health of device `id` replaced.
+DeviceTable WithHealth(DeviceTable table, const std::string& id, const std::string& health) {
+  for (std::string& row : table) {
+    if (absl::StartsWith(row, id + " ")) {
+      row = absl::StrCat(id, " ", health, row.substr(row.find(" numa=")));
+    }
+  }
+  return table;
+}
+
+std::string Join(const DeviceTable& t) { return absl::StrJoin(t, "; "); }
+
+auto Is(const DeviceTable& want) {
+  return [want](const KubeletSim::Devices& d) { return Table(d) == want; };
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The first list of a fresh ListAndWatch stream on a fresh connection to `socket`; nullopt when
+// none came within kRpcBound.
+std::optional<DeviceTable> FreshList(const std::string& socket) {
+  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+  auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse response;
+  const bool got = reader->Read(&response);
+  context.TryCancel();
+  reader->Finish();
+  if (!got) return std::nullopt;
+  return Table(response.devices());
+}
+
+// Allocate of the one HCA `id` on a fresh connection: OK within kRpcBound, and its
+// RDMA_HCA_PCI names that HCA.
+::testing::AssertionResult AllocateWorks(const std::string& socket, const std::string& id) {
+  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+  v1beta1::AllocateRequest request;
+  request.add_container_requests()->add_devices_ids(id);
+  v1beta1::AllocateResponse response;
+  const grpc::Status s = stub->Allocate(&context, request, &response);
+  if (!s.ok()) {
+    return ::testing::AssertionFailure()
+           << "Allocate " << id << ": code " << s.error_code() << " " << s.error_message();
+  }
+  if (response.container_responses_size() != 1) {
+    return ::testing::AssertionFailure() << "Allocate " << id << ": no container response";
+  }
+  const auto& envs = response.container_responses(0).envs();
+  auto it = envs.find("RDMA_HCA_PCI");
+  if (it == envs.end() || it->second != id) {
+    return ::testing::AssertionFailure() << "Allocate " << id << ": wrong RDMA_HCA_PCI";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The built binary as a child process.
+
+// Flags for `serve` on a TestNode, exclusive mode, no pod-resources, 100 ms health polls.
+std::vector<std::string> ServeArgs(const Config& c) {
+  return {"serve",
+          "--mode", "exclusive",
+          "--sysfs-root", c.discovery.sysfs_root,
+          "--dev-root", c.discovery.dev_root,
+          "--kubelet-dir", c.kubelet_dir,
+          "--pod-resources-socket", "",
+          "--health-interval", "100ms",
+          "--log-level", "info"};
+}
+
+// The binary running with `args`. Its stderr (the log) is collected by a thread, so that the
+// child never blocks on a full pipe and a test can wait for a log line; its exit is awaited
+// through a pidfd. The destructor kills a child still running and, when the test has failed,
+// prints the child's log.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(RDP_BINARY));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+    if (posix_spawn(&pid_, RDP_BINARY, &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    if (pid_ <= 0) {
+      ::close(fds[0]);
+      pid_ = -1;
+      return;
+    }
+    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    reader_ = std::thread([this, fd = fds[0]] { Collect(fd); });
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (reader_.joinable()) reader_.join();
+    if (pidfd_ >= 0) ::close(pidfd_);
+    if (::testing::Test::HasFailure()) {
+      absl::MutexLock lock(&mu_);
+      std::fprintf(stderr, "---- log of %s ----\n%s---- end of log ----\n", RDP_BINARY,
+                   log_.substr(log_.size() > 16384 ? log_.size() - 16384 : 0).c_str());
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  bool running() const { return pid_ > 0 && pidfd_ >= 0; }
+  pid_t pid() const { return pid_; }
+  void Signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+
+  // The exit code, or -1 when the child did not exit within `timeout` (it is killed then) or
+  // died of a signal.
+  int Wait(absl::Duration timeout) {
+    if (!running()) return -1;
+    struct pollfd p = {pidfd_, POLLIN, 0};
+    int ready;
+    do {
+      ready = ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+    } while (ready < 0 && errno == EINTR);
+    if (ready <= 0) ::kill(pid_, SIGKILL);
+    int status = 0;
+    const bool reaped = ::waitpid(pid_, &status, 0) == pid_;
+    pid_ = -1;
+    if (ready <= 0 || !reaped || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
+
+  // Waits until the log contains `text`.
+  bool WaitForLog(const std::string& text, absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::MutexLock lock(&mu_);
+    while (!absl::StrContains(log_, text)) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    return absl::StrContains(log_, text);
+  }
+
+ private:
+  void Collect(int fd) {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      absl::MutexLock lock(&mu_);
+      log_.append(buf, static_cast<size_t>(n));
+      cv_.SignalAll();
+    }
+    ::close(fd);
+  }
+
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  std::thread reader_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  std::string log_ ABSL_GUARDED_BY(mu_);
+};
+
+// What /proc shows of a process. gRPC's event-engine pool (threads named "event_engine") is
+// counted apart and not held flat: it grows by a thread under a burst of work and retires an
+// idle extra one only after about 30 s, longer than a test; it is bounded by gRPC, not by us.
+struct Counts {
+  int fds = -1;
+  int threads = -1;  // every thread but the event-engine pool's
+  int pool = -1;     // the event-engine pool's
+};
+
+Counts CountsOf(pid_t pid) {
+  const fs::path proc = fs::path("/proc") / std::to_string(pid);
+  Counts c;
+  std::error_code ec;
+  int fds = 0;
+  for (fs::directory_iterator it(proc / "fd", ec), end; !ec && it != end; it.increment(ec)) ++fds;
+  if (ec) return c;
+  int threads = 0;
+  int pool = 0;
+  for (fs::directory_iterator it(proc / "task", ec), end; !ec && it != end; it.increment(ec)) {
+    std::ifstream in(it->path() / "comm");
+    std::string name;
+    std::getline(in, name);
+    ++(name == "event_engine" ? pool : threads);
+  }
+  if (ec) return c;
+  return {fds, threads, pool};
+}
+
+std::string Show(const Counts& c) {
+  return absl::StrCat(c.fds, " fds, ", c.threads, "+", c.pool, " threads");
+}
+
+// /proc offers no event to wait on, so the two waits below poll it every 20 ms, bounded.
+
+// Waits until the thread count has not changed for `window` (gRPC retires idle pollers and
+// closes dropped connections on its own schedule, and an abandoned ListAndWatch ends at its
+// next 500 ms recheck); the counts then, with the fewest fds seen meanwhile (a health poll holds
+// a sysfs file open for a moment). After `timeout`, the last counts.
+Counts WaitForSteadyCounts(pid_t pid, absl::Duration window, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  Counts steady = CountsOf(pid);
+  absl::Time since = absl::Now();
+  while (absl::Now() - since < window && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    const Counts c = CountsOf(pid);
+    if (c.threads != steady.threads) {
+      steady = c;
+      since = absl::Now();
+    } else {
+      steady.fds = std::min(steady.fds, c.fds);
+    }
+  }
+  return steady;
+}
+
+// Waits until the process has at most `limit` fds and threads (pool not counted); the counts
+// last seen (-1 when the process is gone).
+Counts WaitForCountsAtMost(pid_t pid, Counts limit, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  Counts c = CountsOf(pid);
+  auto within = [&limit](const Counts& c) {
+    return c.fds >= 0 && c.fds <= limit.fds && c.threads >= 0 && c.threads <= limit.threads;
+  };
+  while (!within(c) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    c = CountsOf(pid);
+  }
+  return c;
+}
+
+// The slack allowed over the steady baseline once the faults are over: a health poll holds a
+// sysfs file open for a moment, the kubelet's latest connection may still be closing while its
+// successor opens, and gRPC's sync server keeps one or two idle pollers, retiring the extra one
+// on its own schedule. A leak per fault (100 faults) is far beyond this.
+constexpr int kFdSlack = 4;
+constexpr int kThreadSlack = 2;
+
+// ---------------------------------------------------------------------------------------------
+// 1. The kubelet is absent when the plugin starts and appears later.
+
+TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
+  TestNode node;
+  const Config config = node.MakeConfig(Mode::kExclusive);
+  PluginServer plugin(config, node.Deps());
+  ASSERT_TRUE(plugin.Start().ok());
+  // No kubelet: the plugin serves its socket all the same and retries registration.
+  ASSERT_FALSE(Exists(config.KubeletSocketPath()));
+  EXPECT_EQ(FreshList(config.SocketPath()), kExpected);
+  EXPECT_EQ(plugin.registrations(), 0);
+
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  auto reg = kubelet.WaitForRegistration(0, kWait);
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->resource_name, "rdma/hca");
+  EXPECT_EQ(reg->endpoint, config.socket_name);
+  auto devices = kubelet.WaitForDevices(Is(kExpected), kWait);
+  EXPECT_TRUE(devices.has_value()) << "the kubelet never got the four devices";
+  EXPECT_EQ(FreshList(config.SocketPath()), kExpected);
+  for (const auto& id : kPcis) EXPECT_TRUE(AllocateWorks(config.SocketPath(), id));
+  EXPECT_GE(plugin.registrations(), 1);
+}
+
+TEST(FaultBinaryTest, KubeletAbsentAtStartThenAppears) {
+  TestNode node;
+  const Config config = node.MakeConfig(Mode::kExclusive);
+  Child plugin(ServeArgs(config));
+  ASSERT_TRUE(plugin.running());
+  // It serves, and has failed to register at least once, before the kubelet exists.
+  ASSERT_TRUE(plugin.WaitForLog("failed, retrying with backoff", kWait));
+  ASSERT_FALSE(Exists(config.KubeletSocketPath()));
+  EXPECT_EQ(FreshList(config.SocketPath()), kExpected);
+
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  EXPECT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  EXPECT_TRUE(plugin.WaitForLog("Registered device plugin with Kubelet", kWait));
+  EXPECT_EQ(FreshList(config.SocketPath()), kExpected);
+  for (const auto& id : kPcis) EXPECT_TRUE(AllocateWorks(config.SocketPath(), id));
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(2 * kWait), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The kubelet's socket directory wiped 100 times in a row.
+
+// What a kubelet restart does to the device-plugin directory, three ways, and then the kubelet
+// serves again: (0) every socket in it removed (KubeletSim::Restart); (1) everything in it
+// removed, our socket's temporary names included; (2) the directory itself removed and created
+// again.
+absl::Status Wipe(KubeletSim& kubelet, int how) {
+  if (how == 0) return kubelet.Restart();
+  kubelet.Stop();
+  std::error_code ec;
+  if (how == 1) {
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(kubelet.dir(), ec)) entries.push_back(e.path());
+    for (const auto& p : entries) fs::remove_all(p, ec);
+  } else {
+    fs::remove_all(kubelet.dir(), ec);
+    fs::create_directories(kubelet.dir(), ec);
+  }
+  return kubelet.Start();
+}
+
+TEST(FaultBinaryTest, KubeletDirWipedHundredTimes) {
+  TestNode node;
+  const Config config = node.MakeConfig(Mode::kExclusive);
+  const std::string socket = config.SocketPath();
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  Child plugin(ServeArgs(config));
+  ASSERT_TRUE(plugin.running());
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+
+  // Settle: one wipe of each kind first, so that what gRPC creates once and keeps (pollers,
+  // executor and timer threads) exists before the steady baseline is taken.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Wipe(kubelet, i).ok());
+    ASSERT_TRUE(kubelet.WaitForCurrentRegistration(kWait).has_value()) << "settle " << i;
+  }
+  ASSERT_EQ(FreshList(socket), kExpected);
+  const Counts baseline = WaitForSteadyCounts(plugin.pid(), absl::Seconds(1), kWait);
+  ASSERT_GT(baseline.fds, 0);
+  ASSERT_GT(baseline.threads, 0);
+
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Wipe(kubelet, i % 3).ok()) << "wipe " << i;
+    // The restarted kubelet (not an earlier one) got a registration, and a fresh stream lists
+    // the same devices.
+    ASSERT_TRUE(kubelet.WaitForCurrentRegistration(kWait).has_value()) << "wipe " << i;
+    ASSERT_EQ(FreshList(socket), kExpected) << "wipe " << i;
+  }
+  const Counts after =
+      WaitForCountsAtMost(plugin.pid(), {baseline.fds + kFdSlack, baseline.threads + kThreadSlack},
+                          kWait);
+  EXPECT_LE(after.fds, baseline.fds + kFdSlack) << "baseline " << baseline.fds;
+  EXPECT_LE(after.threads, baseline.threads + kThreadSlack) << "baseline " << baseline.threads;
+  std::printf("after 100 wipes: %s -> %s\n", Show(baseline).c_str(), Show(after).c_str());
+
+  EXPECT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  for (const auto& id : kPcis) EXPECT_TRUE(AllocateWorks(socket, id));
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(2 * kWait), 0);
+  EXPECT_FALSE(Exists(socket));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. sysfs files vanishing in the middle of a health scan.
+
+// A one-shot fault: the first read (ReadFirstLine / ListDir) of a path ending in `trigger`
+// after Arm() runs `vanish` with that path, on the scanning thread, before the read. Clears the
+// hook when disarmed or destroyed; whatever `vanish` captures must outlive this.
+class OneShotFault {
+ public:
+  OneShotFault(std::string trigger, std::function<void(const fs::path&)> vanish)
+      : trigger_(std::move(trigger)), vanish_(std::move(vanish)) {}
+  ~OneShotFault() { Disarm(); }
+
+  void Arm() {
+    topology::SetSysfsReadHookForTesting([this](const fs::path& p) { OnRead(p); });
+  }
+  // Once this returns the hook is not running and will not run again.
+  void Disarm() { topology::SetSysfsReadHookForTesting(nullptr); }
+
+  bool WaitFired(absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::MutexLock lock(&mu_);
+    while (!fired_) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    return fired_;
+  }
+
+ private:
+  // Hook calls are serialised, so only the flag needs the lock (the test thread reads it).
+  void OnRead(const fs::path& path) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (fired_ || !absl::EndsWith(path.string(), trigger_)) return;
+    }
+    vanish_(path);
+    absl::MutexLock lock(&mu_);
+    fired_ = true;
+    cv_.SignalAll();
+  }
+
+  const std::string trigger_;
+  const std::function<void(const fs::path&)> vanish_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The plugin on `node` (exclusive mode, 50 ms health polls) with a kubelet. `fault` fires during
+// a health scan; every list the plugin sends meanwhile must keep the four devices with their IDs
+// and NUMA nodes, with only `victim` Unhealthy (not dropped); after `restore` the list is what
+// it was before.
+void RunVanishing(TestNode& node, OneShotFault& fault, const std::string& victim,
+                  const std::function<absl::Status()>& restore) {
+  const Config config = node.MakeConfig(Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  PluginServer plugin(config, node.Deps());
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+
+  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(config.SocketPath()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + 2 * kWait));
+  auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  ASSERT_EQ(Table(response.devices()), kExpected);
+
+  const DeviceTable down = WithHealth(kExpected, victim, "Unhealthy");
+  // Reads the stream until `want`; every list on the way is the healthy or the `down` one.
+  auto read_until = [&](const DeviceTable& want) -> ::testing::AssertionResult {
+    while (reader->Read(&response)) {
+      const DeviceTable t = Table(response.devices());
+      if (t == want) return ::testing::AssertionSuccess();
+      if (t != kExpected && t != down) {
+        return ::testing::AssertionFailure() << "unexpected list: " << Join(t);
+      }
+    }
+    return ::testing::AssertionFailure() << "stream ended before " << Join(want);
+  };
+
+  fault.Arm();
+  ASSERT_TRUE(fault.WaitFired(kWait)) << "the scan never reached the trigger";
+  EXPECT_TRUE(read_until(down));
+  fault.Disarm();  // from here the test thread owns the fixture again
+  ASSERT_TRUE(restore().ok());
+  EXPECT_TRUE(read_until(kExpected));
+  EXPECT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  EXPECT_TRUE(AllocateWorks(config.SocketPath(), victim));
+  context.TryCancel();
+  reader->Finish();
+}
+
+std::string ClassPath(const TestNode& node, const std::string& rest) {
+  return node.dir().Sub("node") + "/sys/class/infiniband/" + rest;
+}
+
+TEST(FaultSysfsTest, PortStateVanishesAsItIsRead) {
+  TestNode node;
+  const std::string state = ClassPath(node, "mlx5_1/ports/1/state");
+  OneShotFault fault("/class/infiniband/mlx5_1/ports/1/state", [](const fs::path& p) {
+    std::error_code ec;
+    fs::rename(p, p.string() + ".vanished", ec);
+    EXPECT_FALSE(ec) << ec.message();
+  });
+  RunVanishing(node, fault, kPcis[1], [&state]() -> absl::Status {
+    std::error_code ec;
+    fs::rename(state + ".vanished", state, ec);
+    return ec ? absl::InternalError(ec.message()) : absl::OkStatus();
+  });
+}
+
+// A hot-unplug of HCA `name`, as a fault action.
+std::function<void(const fs::path&)> Unplug(TestNode& node, const std::string& name) {
+  return [&node, name](const fs::path&) { EXPECT_TRUE(node.fixture().RemoveHca(name).ok()); };
+}
+
+// The HCA is unplugged while the scan is reading it (its device directory goes just before its
+// numa_node is read).
+TEST(FaultSysfsTest, HcaUnpluggedWhileBeingScanned) {
+  TestNode node;
+  OneShotFault fault("/0000:9a:00.0/numa_node", Unplug(node, "mlx5_2"));
+  RunVanishing(node, fault, kPcis[2],
+               [&node] { return node.fixture().AddHca(testing::FourCards()[2]); });
+}
+
+// The HCA is unplugged after the scan listed it but before the scan reached it.
+TEST(FaultSysfsTest, HcaUnpluggedAfterBeingListed) {
+  TestNode node;
+  OneShotFault fault("/0000:1a:00.0/numa_node", Unplug(node, "mlx5_2"));
+  RunVanishing(node, fault, kPcis[2],
+               [&node] { return node.fixture().AddHca(testing::FourCards()[2]); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A pod-resources server that accepts connections and never answers.
+
+// v1.PodResourcesLister whose List never answers while the test runs: each call blocks its
+// server thread until Release(), in teardown, so that the server can shut down. (The sync API:
+// gRPC's callback API hands its call objects between threads inside libgrpc, which TSan cannot
+// see into, and is reported as a race.)
+class ParkedLister final : public v1::PodResourcesLister::Service {
+ public:
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse*) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    cv_.SignalAll();
+    while (!released_) cv_.Wait(&mu_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "released");
+  }
+
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+    cv_.SignalAll();
+  }
+
+  bool WaitForCalls(int n, absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::MutexLock lock(&mu_);
+    while (calls_ < n) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    return calls_ >= n;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// ParkedLister served on a unix socket; the destructor releases the blocked calls, then stops.
+class ParkedPodResources {
+ public:
+  explicit ParkedPodResources(const std::string& path) {
+    auto server = StartUnixServer(path, {&lister_});
+    if (server.ok()) server_ = std::move(*server);
+  }
+  ~ParkedPodResources() {
+    lister_.Release();
+    if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + kRpcBound));
+  }
+  bool ok() const { return server_ != nullptr; }
+  bool WaitForCalls(int n, absl::Duration timeout) const {
+    return lister_.WaitForCalls(n, timeout);
+  }
+
+ private:
+  ParkedLister lister_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A unix socket that accepts every connection and never reads or writes a byte: a
+// pod-resources server hung below gRPC.
+class MuteSocket {
+ public:
+  explicit MuteSocket(std::string path) : path_(std::move(path)) {
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
+    struct sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+    if (listen_fd_ < 0 || stop_fd_ < 0 ||
+        ::bind(listen_fd_, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(listen_fd_, 16) != 0) {
+      return;
+    }
+    thread_ = std::thread([this] { Accept(); });
+  }
+  ~MuteSocket() {
+    const uint64_t one = 1;
+    if (stop_fd_ >= 0 && ::write(stop_fd_, &one, sizeof(one)) < 0) std::perror("eventfd");
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    for (int fd : accepted_) ::close(fd);
+    for (int fd : {listen_fd_, stop_fd_}) {
+      if (fd >= 0) ::close(fd);
+    }
+    ::unlink(path_.c_str());
+  }
+  bool ok() const { return thread_.joinable(); }
+  bool WaitForAccepted(int n, absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::MutexLock lock(&mu_);
+    while (static_cast<int>(accepted_.size()) < n) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    return static_cast<int>(accepted_.size()) >= n;
+  }
+
+ private:
+  void Accept() {
+    for (;;) {
+      struct pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[0].revents != 0) return;
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      absl::MutexLock lock(&mu_);
+      accepted_.push_back(fd);
+      cv_.SignalAll();
+    }
+  }
+
+  const std::string path_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;
+  std::thread thread_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  std::vector<int> accepted_ ABSL_GUARDED_BY(mu_);
+};
+
+// The plugin wired by DefaultDeps to the pod-resources socket in `config` (already served by a
+// server that never answers; `contacted` waits for it to have been reached): every kubelet RPC
+// still answers OK within kRpcBound, repeatedly, and health polling goes on.
+void RunWithSilentPodResources(TestNode& node, const Config& config,
+                               const std::function<bool()>& contacted) {
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  PluginDeps deps = node.Deps();  // sysfs-only discovery (hwloc would setenv in this process)
+  deps.pod_resources = DefaultDeps(config).pod_resources;
+  ASSERT_NE(deps.pod_resources, nullptr) << "DefaultDeps did not wire pod-resources";
+  PluginServer plugin(config, std::move(deps));
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  ASSERT_TRUE(contacted()) << "the plugin never reached the pod-resources server";
+
+  const std::string socket = config.SocketPath();
+  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+      v1beta1::DevicePluginOptions options;
+      EXPECT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+    }
+    {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+      v1beta1::PreferredAllocationResponse response;
+      const grpc::Status s = stub->GetPreferredAllocation(
+          &context, PreferredRequest(kPcis, {kPcis[round % 4]}, 2), &response);
+      EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+      if (s.ok()) {
+        EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
+      }
+    }
+    EXPECT_TRUE(AllocateWorks(socket, kPcis[round % 4]));
+    EXPECT_EQ(FreshList(socket), kExpected);
+  }
+
+  // Health polls go on: a port going down and back shows.
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+  EXPECT_TRUE(
+      kubelet.WaitForDevices(Is(WithHealth(kExpected, kPcis[1], "Unhealthy")), kWait).has_value());
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
+  EXPECT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  EXPECT_EQ(FreshList(socket), kExpected);
+  plugin.Stop();
+}
+
+TEST(FaultPodResourcesTest, ListNeverAnswers) {
+  TestNode node;
+  Config config = node.MakeConfig(Mode::kExclusive);
+  config.pod_resources_socket = node.dir().Sub("pr.sock");
+  ParkedPodResources pods(config.pod_resources_socket);
+  ASSERT_TRUE(pods.ok());
+  RunWithSilentPodResources(node, config, [&pods] { return pods.WaitForCalls(1, kWait); });
+}
+
+TEST(FaultPodResourcesTest, SocketNeverWrites) {
+  TestNode node;
+  Config config = node.MakeConfig(Mode::kExclusive);
+  config.pod_resources_socket = node.dir().Sub("pr.sock");
+  MuteSocket pods(config.pod_resources_socket);
+  ASSERT_TRUE(pods.ok());
+  RunWithSilentPodResources(node, config, [&pods] { return pods.WaitForAccepted(1, kWait); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. SIGTERM while clients hammer Allocate and GetPreferredAllocation.
+
+TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
+  TestNode node;
+  const Config config = node.MakeConfig(Mode::kExclusive);
+  const std::string socket = config.SocketPath();
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+
+  constexpr int kThreads = 6;
+  // A call caught by the stop may wait out the server's 2 s shutdown grace; past this bound it
+  // would be a hang.
+  constexpr absl::Duration kCallBound = absl::Seconds(8);
+  // Per thread, written only by it and read after it is joined.
+  std::vector<std::vector<grpc::StatusCode>> codes(kThreads);
+  std::vector<int> wrong_answers(kThreads, 0);
+  absl::Mutex mu;
+  absl::CondVar cv;
+  int answered = 0;  // guarded by mu
+  {
+    Child plugin(ServeArgs(config));
+    ASSERT_TRUE(plugin.running());
+    ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+    ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+    ASSERT_EQ(FreshList(socket), kExpected);
+
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    // Declared after `plugin`, so it joins the threads before the child is killed on a failure.
+    struct Joiner {
+      std::atomic<bool>* stop;
+      std::vector<std::thread>* threads;
+      ~Joiner() {
+        *stop = true;
+        for (auto& t : *threads) t.join();
+      }
+    } joiner{&stop, &threads};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+        for (int i = 0; !stop.load(); ++i) {
+          grpc::ClientContext context;
+          context.set_deadline(absl::ToChronoTime(absl::Now() + kCallBound));
+          grpc::Status s;
+          bool right = true;
+          const std::string& id = kPcis[(t + i) % 4];
+          if (i % 2 == 0) {
+            v1beta1::AllocateRequest request;
+            request.add_container_requests()->add_devices_ids(id);
+            v1beta1::AllocateResponse response;
+            s = stub->Allocate(&context, request, &response);
+            if (s.ok()) {
+              const auto& envs = response.container_responses(0).envs();
+              right = envs.count("RDMA_HCA_PCI") && envs.at("RDMA_HCA_PCI") == id;
+            }
+          } else {
+            v1beta1::PreferredAllocationResponse response;
+            s = stub->GetPreferredAllocation(&context, PreferredRequest(kPcis, {id}, 2),
+                                             &response);
+            if (s.ok()) right = response.container_responses(0).deviceids_size() == 2;
+          }
+          codes[t].push_back(s.error_code());
+          if (!right) ++wrong_answers[t];
+          if (!s.ok()) break;  // the plugin is going or gone
+          absl::MutexLock lock(&mu);
+          ++answered;
+          cv.SignalAll();
+        }
+      });
+    }
+    // Mid-load: every thread has had calls answered and keeps calling.
+    {
+      const absl::Time deadline = absl::Now() + kWait;
+      absl::MutexLock lock(&mu);
+      while (answered < 20 * kThreads) {
+        if (cv.WaitWithDeadline(&mu, deadline)) break;
+      }
+      ASSERT_GE(answered, 20 * kThreads) << "the load never got going";
+    }
+    plugin.Signal(SIGTERM);
+    EXPECT_EQ(plugin.Wait(2 * kWait), 0) << "no clean exit on SIGTERM under load";
+  }  // joins the client threads: each ends at its first failed call or at `stop`
+
+  EXPECT_FALSE(Exists(socket)) << "socket left behind";
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(config.kubelet_dir)) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::set<std::string>{"kubelet.sock"});
+  std::map<grpc::StatusCode, int> by_code;
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(wrong_answers[t], 0) << "thread " << t;
+    for (grpc::StatusCode c : codes[t]) ++by_code[c];
+  }
+  for (const auto& [code, n] : by_code) {
+    std::printf("status %d: %d calls\n", static_cast<int>(code), n);
+    // Answered, or refused/cut by the stopping server; a DEADLINE_EXCEEDED would be a hang.
+    EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::UNAVAILABLE ||
+                code == grpc::StatusCode::CANCELLED)
+        << "status " << code << " in " << n << " calls";
+  }
+
+  // Started again: the same devices with the same IDs.
+  const int registrations = kubelet.registrations();
+  Child again(ServeArgs(config));
+  ASSERT_TRUE(again.running());
+  ASSERT_TRUE(kubelet.WaitForRegistration(registrations, kWait).has_value());
+  EXPECT_EQ(FreshList(socket), kExpected);
+  EXPECT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  for (const auto& id : kPcis) EXPECT_TRUE(AllocateWorks(socket, id));
+  again.Signal(SIGTERM);
+  EXPECT_EQ(again.Wait(2 * kWait), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A kubelet that closes ListAndWatch streams abruptly.
+
+// One ListAndWatch stream on a fresh channel to `socket`, ended by the client, four ways: (0)
+// the first list read, then TryCancel; (1) the first list read, then stream, context and
+// channel dropped without Finish; (2) cancelled before the first read; (3) dropped before the
+// first read.
+::testing::AssertionResult DropStream(const std::string& socket, int how) {
+  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+  auto reader = stub->ListAndWatch(context.get(), v1beta1::Empty());
+  if (how == 0 || how == 1) {
+    v1beta1::ListAndWatchResponse response;
+    if (!reader->Read(&response)) {
+      const grpc::Status s = reader->Finish();
+      return ::testing::AssertionFailure() << "no first list: " << s.error_message();
+    }
+    if (Table(response.devices()) != kExpected) {
+      return ::testing::AssertionFailure() << "first list " << Join(Table(response.devices()));
+    }
+  }
+  if (how == 0 || how == 2) {
+    context->TryCancel();
+    const grpc::Status s = reader->Finish();
+    if (s.error_code() != grpc::StatusCode::CANCELLED) {
+      return ::testing::AssertionFailure() << "cancelled stream ended with " << s.error_code();
+    }
+  }
+  reader.reset();  // before its context; an unfinished call is cancelled by gRPC here
+  context.reset();
+  return ::testing::AssertionSuccess();
+}
+
+TEST(FaultBinaryTest, ListAndWatchStreamsDroppedAbruptly) {
+  TestNode node;
+  const Config config = node.MakeConfig(Mode::kExclusive);
+  const std::string socket = config.SocketPath();
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  Child plugin(ServeArgs(config));
+  ASSERT_TRUE(plugin.running());
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+
+  // Settle: two streams of each kind first (see KubeletDirWipedHundredTimes).
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(DropStream(socket, i % 4)) << "settle " << i;
+  ASSERT_EQ(FreshList(socket), kExpected);
+  const Counts baseline = WaitForSteadyCounts(plugin.pid(), absl::Seconds(1), kWait);
+  ASSERT_GT(baseline.fds, 0);
+  ASSERT_GT(baseline.threads, 0);
+
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(DropStream(socket, i % 4)) << "stream " << i;
+  const Counts after =
+      WaitForCountsAtMost(plugin.pid(), {baseline.fds + kFdSlack, baseline.threads + kThreadSlack},
+                          kWait);
+  EXPECT_LE(after.fds, baseline.fds + kFdSlack) << "baseline " << baseline.fds;
+  EXPECT_LE(after.threads, baseline.threads + kThreadSlack) << "baseline " << baseline.threads;
+  std::printf("after 100 dropped streams: %s -> %s\n", Show(baseline).c_str(),
+              Show(after).c_str());
+
+  // Still serving: a fresh stream lists the same devices, Allocate works, and the kubelet's own
+  // stream was left alone (no re-registration needed).
+  EXPECT_EQ(FreshList(socket), kExpected);
+  for (const auto& id : kPcis) EXPECT_TRUE(AllocateWorks(socket, id));
+  EXPECT_EQ(kubelet.registrations(), 1);
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
+  EXPECT_TRUE(
+      kubelet.WaitForDevices(Is(WithHealth(kExpected, kPcis[3], "Unhealthy")), kWait).has_value());
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(2 * kWait), 0);
+}
+
+}  // namespace
+}  // namespace rdp::server
