@@ -11,6 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   bzip2 unzip python3 python3-yaml
+  # clang with libFuzzer and the sanitizer runtimes: fuzz targets and the ASan+UBSan build
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/podresources.grpc.pb.h"
+#include "topology/sysfs_util.h"
 
 namespace rdp::server {
 namespace {
@@ -29,19 +30,7 @@ class GrpcPodResources : public PodResourcesSource {
       return absl::UnavailableError(
           absl::StrCat("pod-resources List on ", path_, ": ", status.error_message()));
     }
-    PodList out;
-    for (const auto& pod : response.pod_resources()) {
-      for (const auto& container : pod.containers()) {
-        ContainerDevices c;
-        c.key = absl::StrCat(pod.namespace_(), "/", pod.name(), "/", container.name());
-        for (const auto& d : container.devices()) {
-          auto& ids = c.devices[d.resource_name()];
-          ids.insert(ids.end(), d.device_ids().begin(), d.device_ids().end());
-        }
-        out.push_back(std::move(c));
-      }
-    }
-    return out;
+    return ToPodList(response);
   }
 
  private:
@@ -91,6 +80,22 @@ std::vector<std::string> GpuPcis(const ContainerDevices& c, const Config& config
 
 }  // namespace
 
+PodList ToPodList(const v1::ListPodResourcesResponse& response) {
+  PodList out;
+  for (const auto& pod : response.pod_resources()) {
+    for (const auto& container : pod.containers()) {
+      ContainerDevices c;
+      c.key = absl::StrCat(pod.namespace_(), "/", pod.name(), "/", container.name());
+      for (const auto& d : container.devices()) {
+        auto& ids = c.devices[d.resource_name()];
+        ids.insert(ids.end(), d.device_ids().begin(), d.device_ids().end());
+      }
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 std::unique_ptr<PodResourcesSource> NewGrpcPodResources(const std::string& socket_path) {
   return std::make_unique<GrpcPodResources>(socket_path);
 }
@@ -132,12 +137,12 @@ std::map<std::string, std::string> ReadNvidiaGpuIds(const std::string& proc_root
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     auto pci = topology::NormalizePci(entry.path().filename().string());
     if (!pci) continue;
-    std::ifstream in(entry.path() / "information");
-    std::string line;
-    while (std::getline(in, line)) {
-      absl::string_view rest = line;
-      if (absl::ConsumePrefix(&rest, "GPU UUID:")) {
-        out[std::string(absl::StripAsciiWhitespace(rest))] = *pci;
+    // Bounded, and never blocking on something that is not a regular file.
+    const auto info = topology::ReadHead(entry.path() / "information", 64 * 1024);
+    if (!info) continue;
+    for (absl::string_view line : absl::StrSplit(*info, '\n')) {
+      if (absl::ConsumePrefix(&line, "GPU UUID:")) {
+        out[std::string(absl::StripAsciiWhitespace(line))] = *pci;
         break;
       }
     }

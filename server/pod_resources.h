@@ -16,6 +16,10 @@
 #include "server/config.h"
 #include "topology/topology.h"
 
+namespace v1 {
+class ListPodResourcesResponse;
+}  // namespace v1
+
 namespace rdp::server {
 
 // One running container and its device-plugin devices.
@@ -31,6 +35,10 @@ class PodResourcesSource {
   // One List call that gives up after `timeout`. Thread-safe.
   virtual absl::StatusOr<PodList> List(absl::Duration timeout) = 0;
 };
+
+// The containers of a List answer, keyed "<namespace>/<pod>/<container>"; a resource named in
+// several entries of one container has its IDs merged.
+PodList ToPodList(const v1::ListPodResourcesResponse& response);
 
 // A gRPC client of v1.PodResourcesLister on a unix socket. The channel is created lazily.
 std::unique_ptr<PodResourcesSource> NewGrpcPodResources(const std::string& socket_path);
