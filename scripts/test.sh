@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every test: installs what is missing (Debian packages, Helm for the chart checks), builds with
-# tests and benchmarks, and runs the whole suite with ctest.
+# tests and benchmarks, and runs the whole suite with ctest; then the whole suite again under
+# ASan+UBSan and under TSan, and every fuzz target for FUZZ_SECONDS (60) each
+# (docs/reliability.md). RDP_SANITIZERS=0 stops after the first suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -9,3 +11,9 @@ scripts/get-helm.sh "$PWD/$build/tools/bin"
 scripts/build.sh -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=ON
 export PATH="$PWD/$build/tools/bin:$PATH"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300
+
+if [[ ${RDP_SANITIZERS:-1} != 0 ]]; then
+  scripts/sanitize.sh address
+  scripts/sanitize.sh thread
+  scripts/fuzz.sh
+fi

@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "topology/hwloc_tree.h"
 #include "topology/log.h"
+#include "topology/sysfs_util.h"
 
 namespace rdp::topology {
 namespace {
@@ -69,6 +70,7 @@ absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
   if (!tree.ok()) return tree.status();
   if (hcas_from_xml) {
     hcas = tree->openfabrics;
+    DropDuplicatePci(hcas, "HCA", [](const Hca& h) { return h.name; });
   } else {
     PlaceFromTree(hcas, *tree);
   }
@@ -78,6 +80,7 @@ absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
     if (!IsGpu(d, options)) continue;
     gpus.push_back(Gpu{d.place, Hex4(d.vendor), Hex4(d.device)});
   }
+  DropDuplicatePci(gpus, "GPU", [](const Gpu& g) { return g.vendor + ":" + g.device; });
   std::vector<int> numa = tree->numa_nodes;
   for (const Hca& h : hcas) {
     if (h.place.numa) numa.push_back(*h.place.numa);

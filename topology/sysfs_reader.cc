@@ -219,6 +219,7 @@ absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
     }
     hcas.push_back(std::move(hca));
   }
+  DropDuplicatePci(hcas, "HCA", [](const Hca& h) { return h.name; });
   return hcas;
 }
 

@@ -3,12 +3,16 @@
 // Small sysfs helpers shared inside topology/ (and with server/'s /proc reader). Not part of the
 // module's public interface.
 
+#include <algorithm>
 #include <cstddef>
 #include <filesystem>
+#include <set>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "topology/log.h"
 
 namespace rdp::topology {
 
@@ -29,6 +33,22 @@ std::vector<std::string> ListDir(const std::filesystem::path& dir, bool dirs_onl
 // nullptr clears it. Calls are serialised; once this returns, the previous hook is neither
 // running nor called again. The hook must not call ReadFirstLine or ListDir itself.
 void SetSysfsReadHookForTesting(std::function<void(const std::filesystem::path&)> hook);
+
+// Keeps the first of several entries with one PCI address (place.pci) and warns about the others:
+// a hand-edited or corrupt XML, or two names for one function, must never show the kubelet one
+// device ID twice. `what` names the kind ("HCA", "GPU"); name(item) names the entry.
+template <typename T, typename NameFn>
+void DropDuplicatePci(std::vector<T>& items, const char* what, NameFn name) {
+  std::set<std::string> seen;
+  items.erase(std::remove_if(items.begin(), items.end(),
+                             [&](const T& item) {
+                               if (seen.insert(item.place.pci).second) return false;
+                               Logger("topology")->warn("ignoring {} {}: another {} is at {}",
+                                                        what, name(item), what, item.place.pci);
+                               return true;
+                             }),
+              items.end());
+}
 
 // "pci0000:15" from a resolved device path ".../sys/devices/pci0000:15/...", or "".
 std::string PcieRootFromDevicePath(const std::filesystem::path& resolved);

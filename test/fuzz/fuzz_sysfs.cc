@@ -143,7 +143,7 @@ void CheckHcas(const std::vector<topology::Hca>& hcas) {
     for (const auto& [path, present] : h.char_devices) {
       FUZZ_CHECK(!path.empty(), h.name);
     }
-    pcis.insert(h.place.pci);
+    FUZZ_CHECK(pcis.insert(h.place.pci).second, "two HCAs at " + h.place.pci);
   }
 }
 
