@@ -55,10 +55,7 @@ void Check(const topology::TopologyPtr& t) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   using namespace rdp;
-  static fuzz::Scratch* const scratch = [] {
-    fuzz::QuietLogs();
-    return new fuzz::Scratch();
-  }();
+  fuzz::Scratch* const scratch = &fuzz::ProcessScratch();
   const std::string path = scratch->path() + "/topology.xml";
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));

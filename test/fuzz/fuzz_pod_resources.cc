@@ -32,9 +32,7 @@ struct Node {
 
 const Node& BundledNode() {
   static const Node* const node = [] {
-    QuietLogs();
-    static Scratch scratch;
-    const std::string xml = scratch.path() + "/node.xml";
+    const std::string xml = ProcessScratch().path() + "/node.xml";
     std::ofstream(xml) << server::BundledNodeXml();
     topology::DiscoveryOptions options;
     options.topology_xml = xml;

@@ -152,10 +152,7 @@ void CheckHcas(const std::vector<topology::Hca>& hcas) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   using namespace rdp;
-  static fuzz::Scratch* const scratch = [] {
-    fuzz::QuietLogs();
-    return new fuzz::Scratch();
-  }();
+  fuzz::Scratch* const scratch = &fuzz::ProcessScratch();
   scratch->Clear();
   FuzzedDataProvider fdp(data, size);
   const std::string root = scratch->path() + "/node";

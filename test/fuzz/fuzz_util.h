@@ -58,4 +58,13 @@ class Scratch {
 // Logs off: a fuzzer's million inputs must not flood stderr with warnings.
 inline void QuietLogs() { rdp::SetLogLevel("off"); }
 
+// The process's scratch directory, made on first use, logs turned off first.
+inline Scratch& ProcessScratch() {
+  static Scratch* const scratch = [] {
+    QuietLogs();
+    return new Scratch();
+  }();
+  return *scratch;
+}
+
 }  // namespace rdp::fuzz

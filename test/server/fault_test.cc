@@ -754,22 +754,25 @@ void RunWithSilentPodResources(TestNode& node, const Config& config,
   plugin.Stop();
 }
 
-TEST(FaultPodResourcesTest, ListNeverAnswers) {
+// A node whose pod-resources socket is served by `Silent`; contacted(server) waits until the
+// plugin reached it.
+template <typename Silent>
+void SilentPodResourcesTest(const std::function<bool(Silent&)>& contacted) {
   TestNode node;
   Config config = node.MakeConfig(Mode::kExclusive);
   config.pod_resources_socket = node.dir().Sub("pr.sock");
-  ParkedPodResources pods(config.pod_resources_socket);
+  Silent pods(config.pod_resources_socket);
   ASSERT_TRUE(pods.ok());
-  RunWithSilentPodResources(node, config, [&pods] { return pods.WaitForCalls(1, kWait); });
+  RunWithSilentPodResources(node, config, [&] { return contacted(pods); });
+}
+
+TEST(FaultPodResourcesTest, ListNeverAnswers) {
+  SilentPodResourcesTest<ParkedPodResources>(
+      [](ParkedPodResources& p) { return p.WaitForCalls(1, kWait); });
 }
 
 TEST(FaultPodResourcesTest, SocketNeverWrites) {
-  TestNode node;
-  Config config = node.MakeConfig(Mode::kExclusive);
-  config.pod_resources_socket = node.dir().Sub("pr.sock");
-  MuteSocket pods(config.pod_resources_socket);
-  ASSERT_TRUE(pods.ok());
-  RunWithSilentPodResources(node, config, [&pods] { return pods.WaitForAccepted(1, kWait); });
+  SilentPodResourcesTest<MuteSocket>([](MuteSocket& p) { return p.WaitForAccepted(1, kWait); });
 }
 
 // ---------------------------------------------------------------------------------------------
