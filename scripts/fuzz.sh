@@ -17,10 +17,7 @@ need_build=0
 for t in "${targets[@]}"; do
   [[ -x "$build/test/fuzz/fuzz_$t" ]] || need_build=1
 done
-if ((need_build)); then
-  CC=clang-14 CXX=clang++-14 BUILD_DIR=$build scripts/build.sh -DBUILD_TESTING=ON \
-    -DRDP_BUILD_BENCHMARKS=OFF -DRDP_SANITIZE=address -DRDP_FUZZ=ON
-fi
+if ((need_build)); then BUILD_DIR=$build scripts/sanitize.sh address --build-only; fi
 
 # One target: its own output dir and log; returns non-zero on a finding.
 run_target() {

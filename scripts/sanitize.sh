@@ -3,6 +3,7 @@
 #   scripts/sanitize.sh address   clang-14, ASan + UBSan (and libFuzzer instrumentation, so the
 #                                 same build gives scripts/fuzz.sh its fuzzers), in build-asan
 #   scripts/sanitize.sh thread    g++, TSan, in build-tsan
+# A second argument --build-only stops after the build. BUILD_DIR overrides the directory.
 # Every test of scripts/test.sh runs except `image`, which checks the release binary's shared
 # libraries (a sanitizer runtime adds one by design). Reports go to <build>/sanitizer-logs/ as
 # well as failing the process that made them; any file there fails this script, so a report in a
@@ -26,8 +27,10 @@ case "$kind" in
     ;;
 esac
 scripts/install-deps.sh
+# -O1 -g1: line tables are all a report needs, and the build is about a third faster than -O2 -g.
 BUILD_DIR=$build scripts/build.sh -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=OFF \
-  -DRDP_SANITIZE="$kind" "${extra[@]}"
+  -DRDP_SANITIZE="$kind" "${extra[@]}" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+if [[ ${2:-} == --build-only ]]; then exit 0; fi
 
 logs=$(realpath -m "$build")/sanitizer-logs
 rm -rf "$logs"

@@ -1,6 +1,11 @@
 #include "topology/hwloc_tree.h"
 
 #include <hwloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -10,6 +15,8 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "fmt/format.h"
 
 namespace rdp::topology {
@@ -131,6 +138,62 @@ std::mutex& EnvMutex() {
   return mu;
 }
 
+// hwloc 2.9.0 dereferences NULL inside hwloc_topology_load on some malformed XML (found by
+// fuzz_hwloc_xml; test/fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml), and a load has no
+// deadline. So an XML is loaded once in a child process first: a crash or a hang there becomes
+// an error naming the file instead of the end of the plugin. Exit 0: loaded; 3: hwloc refused
+// it (the load in this process then says so).
+constexpr absl::Duration kXmlProbeTimeout = absl::Seconds(20);
+
+absl::Status ProbeXmlInChild(const std::string& xml) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::OkStatus();  // cannot probe: load in this process as before
+  if (pid == 0) {
+    // Die by the signal itself, not through a sanitizer's or fuzzer's handler.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+      struct sigaction sa = {};
+      sa.sa_handler = SIG_DFL;
+      ::sigaction(sig, &sa, nullptr);
+    }
+    hwloc_topology_t t = nullptr;
+    if (hwloc_topology_init(&t) != 0) ::_exit(3);
+    hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL);
+    const int rc = hwloc_topology_set_xml(t, xml.c_str()) == 0 ? hwloc_topology_load(t) : -1;
+    ::_exit(rc == 0 ? 0 : 3);  // no destroy, no atexit: the process ends here
+  }
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  bool done = true;
+  if (pidfd >= 0) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    int ready;
+    do {
+      ready = ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(kXmlProbeTimeout)));
+    } while (ready < 0 && errno == EINTR);
+    ::close(pidfd);
+    done = ready > 0;
+  }
+  if (!done) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!done) {
+    return absl::InvalidArgumentError(fmt::format(
+        "topology XML {}: hwloc did not finish loading it within {}", xml,
+        absl::FormatDuration(kXmlProbeTimeout)));
+  }
+  if (WIFSIGNALED(status)) {
+    return absl::InvalidArgumentError(
+        fmt::format("topology XML {}: hwloc crashed loading it (signal {}, {}); the file is "
+                    "malformed",
+                    xml, WTERMSIG(status), strsignal(WTERMSIG(status))));
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3) {
+    return absl::InvalidArgumentError(fmt::format(
+        "topology XML {}: hwloc failed loading it (exit {})", xml, WEXITSTATUS(status)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::string& fsroot) {
@@ -147,6 +210,7 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
     if (!fs::is_regular_file(xml, ec) || !std::ifstream(xml)) {
       return absl::NotFoundError("topology XML " + xml + ": no such readable file");
     }
+    if (absl::Status probe = ProbeXmlInChild(xml); !probe.ok()) return probe;
     if (hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
       return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it: " +
                                         std::strerror(errno));

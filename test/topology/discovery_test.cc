@@ -159,6 +159,22 @@ TEST(DiscoveryErrorTest, MissingAndMalformedXml) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("/nonexistent/sysroot"));
 }
 
+// hwloc 2.9.0 itself dies (NULL dereference) loading this XML, found by fuzz_hwloc_xml: the
+// crash stays in the child that probes the file, and Discover names the file.
+TEST(DiscoveryErrorTest, XmlThatCrashesHwlocIsAnError) {
+  DiscoveryOptions o;
+  o.topology_xml =
+      std::string(RDP_TEST_DATA) + "/../fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml";
+  auto t = Discover(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("hwloc-crashes-on-it.xml"));
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("hwloc crashed loading it"));
+  // The process is fine: the next XML loads.
+  o.topology_xml = TestData("dgx-h100-like.xml");
+  EXPECT_TRUE(Discover(o).ok());
+}
+
 TEST(DiscoveryParseTest, HexLists) {
   EXPECT_THAT(*ParseHexList("0x0302, 0300,10DE"), ElementsAre(0x0302u, 0x0300u, 0x10deu));
   EXPECT_FALSE(ParseHexList("").ok());
