@@ -140,9 +140,10 @@ std::mutex& EnvMutex() {
 
 // hwloc 2.9.0 dereferences NULL inside hwloc_topology_load on some malformed XML (found by
 // fuzz_hwloc_xml; test/fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml), and a load has no
-// deadline. So an XML is loaded once in a child process first: a crash or a hang there becomes
-// an error naming the file instead of the end of the plugin. Exit 0: loaded; 3: hwloc refused
-// it (the load in this process then says so).
+// deadline; and when it refuses a file it may leak what it had read (an XML ending inside an
+// object). So an XML is loaded once in a child process first: a crash, a hang or a refusal
+// there becomes an error naming the file, and only a file that loaded there is loaded here.
+// Child exit codes: 0 loaded, 3 set_xml refused the file, 4 the load failed.
 constexpr absl::Duration kXmlProbeTimeout = absl::Seconds(20);
 
 absl::Status ProbeXmlInChild(const std::string& xml) {
@@ -158,8 +159,8 @@ absl::Status ProbeXmlInChild(const std::string& xml) {
     hwloc_topology_t t = nullptr;
     if (hwloc_topology_init(&t) != 0) ::_exit(3);
     hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL);
-    const int rc = hwloc_topology_set_xml(t, xml.c_str()) == 0 ? hwloc_topology_load(t) : -1;
-    ::_exit(rc == 0 ? 0 : 3);  // no destroy, no atexit: the process ends here
+    if (hwloc_topology_set_xml(t, xml.c_str()) != 0) ::_exit(3);
+    ::_exit(hwloc_topology_load(t) == 0 ? 0 : 4);  // no destroy, no atexit: the process ends
   }
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   bool done = true;
@@ -187,11 +188,14 @@ absl::Status ProbeXmlInChild(const std::string& xml) {
                     "malformed",
                     xml, WTERMSIG(status), strsignal(WTERMSIG(status))));
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3) {
-    return absl::InvalidArgumentError(fmt::format(
-        "topology XML {}: hwloc failed loading it (exit {})", xml, WEXITSTATUS(status)));
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 0) return absl::OkStatus();
+  if (code == 3) {
+    return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it");
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError("topology XML " + xml +
+                                    ": hwloc failed to load it (malformed or unsupported, e.g. "
+                                    "an hwloc 3.x export)");
 }
 
 }  // namespace
