@@ -357,6 +357,18 @@ TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
   EXPECT_GE(plugin.registrations(), 1);
 }
 
+// The binary is running, registered with `kubelet` and listed the expected devices to it.
+::testing::AssertionResult ServesExpected(const Child& plugin, const KubeletSim& kubelet) {
+  if (!plugin.running()) return ::testing::AssertionFailure() << "the plugin is not running";
+  if (!kubelet.WaitForRegistration(0, kWait)) {
+    return ::testing::AssertionFailure() << "no registration within " << kWait;
+  }
+  if (!kubelet.WaitForDevices(Is(kExpected), kWait)) {
+    return ::testing::AssertionFailure() << "the kubelet never saw the expected devices";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(FaultBinaryTest, KubeletAbsentAtStartThenAppears) {
   TestNode node;
   const Config config = node.MakeConfig(Mode::kExclusive);
@@ -407,9 +419,7 @@ TEST(FaultBinaryTest, KubeletDirWipedHundredTimes) {
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   Child plugin(ServeArgs(config));
-  ASSERT_TRUE(plugin.running());
-  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
-  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  ASSERT_TRUE(ServesExpected(plugin, kubelet));
 
   // Settle: one wipe of each kind first, so that what gRPC creates once and keeps (pollers,
   // executor and timer threads) exists before the steady baseline is taken.
@@ -797,9 +807,7 @@ TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
   int answered = 0;  // guarded by mu
   {
     Child plugin(ServeArgs(config));
-    ASSERT_TRUE(plugin.running());
-    ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
-    ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+    ASSERT_TRUE(ServesExpected(plugin, kubelet));
     ASSERT_EQ(FreshList(socket), kExpected);
 
     std::atomic<bool> stop{false};
@@ -931,9 +939,7 @@ TEST(FaultBinaryTest, ListAndWatchStreamsDroppedAbruptly) {
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   Child plugin(ServeArgs(config));
-  ASSERT_TRUE(plugin.running());
-  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
-  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  ASSERT_TRUE(ServesExpected(plugin, kubelet));
 
   // Settle: two streams of each kind first (see KubeletDirWipedHundredTimes).
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(DropStream(socket, i % 4)) << "settle " << i;
