@@ -14,6 +14,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -33,8 +34,19 @@ std::string BusId(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
                      static_cast<unsigned>(pci.func));
 }
 
+// hwloc keeps whatever an XML says in its bridge_type and osdev_type enum fields ("2-1" gives
+// 2, which is no hwloc_obj_bridge_type_t; reading that as the enum is undefined, found by
+// fuzz_hwloc_xml): read them as their integer.
+template <typename E>
+long long EnumValue(const E& field) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &field, sizeof v);
+  return static_cast<long long>(v);
+}
+
 bool IsHostBridge(hwloc_obj_t o) {
-  return o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST;
+  return o->type == HWLOC_OBJ_BRIDGE &&
+         EnumValue(o->attr->bridge.upstream_type) == HWLOC_OBJ_BRIDGE_HOST;
 }
 bool HasBridgeChild(hwloc_obj_t o) {
   for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
@@ -123,8 +135,8 @@ Hca HcaFromOsdev(hwloc_topology_t topo, hwloc_obj_t os, hwloc_obj_t pcidev) {
   std::sort(hca.ports.begin(), hca.ports.end(),
             [](const Port& a, const Port& b) { return a.number < b.number; });
   for (hwloc_obj_t c = pcidev->io_first_child; c; c = c->next_sibling) {
-    if (c->type == HWLOC_OBJ_OS_DEVICE && c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK &&
-        c->name) {
+    if (c->type == HWLOC_OBJ_OS_DEVICE && c->name &&
+        EnumValue(c->attr->osdev.type) == HWLOC_OBJ_OSDEV_NETWORK) {
       hca.netdevs.push_back(c->name);
     }
   }
@@ -260,7 +272,7 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
     tree.pci.push_back(std::move(dev));
   }
   for (hwloc_obj_t os = nullptr; (os = hwloc_get_next_osdev(raw, os));) {
-    if (os->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
+    if (EnumValue(os->attr->osdev.type) != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
     hwloc_obj_t parent = os->parent;
     if (!parent || parent->type != HWLOC_OBJ_PCI_DEVICE) continue;  // not a PCI function
     tree.openfabrics.push_back(HcaFromOsdev(raw, os, parent));
