@@ -82,8 +82,13 @@ absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
   }
   DropDuplicatePci(gpus, "GPU", [](const Gpu& g) { return g.vendor + ":" + g.device; });
   std::vector<int> numa = tree->numa_nodes;
+  // Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
+  // (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
   for (const Hca& h : hcas) {
     if (h.place.numa) numa.push_back(*h.place.numa);
+  }
+  for (const Gpu& g : gpus) {
+    if (g.place.numa) numa.push_back(*g.place.numa);
   }
   auto topo = std::make_shared<const Topology>(std::move(numa), std::move(hcas), std::move(gpus));
   for (const Hca& h : topo->hcas()) LogHca(h);
