@@ -41,7 +41,7 @@ for t in "${targets[@]}"; do
     exit 2
   fi
 done
-source scripts/sanitizer-env.sh  # reports to stderr: each fuzzer's log
+source scripts/sanitizer-env.sh ""  # reports to stderr (each fuzzer's log); "" or it sees our arguments
 # As many targets at a time as there are CPUs (each fuzzer is one process on one CPU), in batches.
 jobs=${FUZZ_JOBS:-$(nproc)}
 failed=()
