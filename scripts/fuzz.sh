@@ -1,17 +1,34 @@
 #!/usr/bin/env bash
-# Runs each libFuzzer target for a bounded time (FUZZ_SECONDS, default 60) from the clang
-# ASan+UBSan+libFuzzer build that `scripts/sanitize.sh address` makes (built here if missing).
-#   scripts/fuzz.sh [target ...]     targets: sysfs hwloc_xml rpc pod_resources (default: all)
-# New inputs go to <build>/fuzz/<target>/corpus, never into the repository. A crash, leak,
-# sanitizer report, failed invariant or an input that takes over 10 s fails the script; the input
-# is saved as <build>/fuzz/<target>/{crash,leak,timeout,oom}-<sha1>: add it to
-# test/fuzz/regressions/<target>/ with the fix, and ctest replays it from then on.
+# The libFuzzer targets (test/fuzz/), from the clang ASan+UBSan+libFuzzer build that
+# `scripts/sanitize.sh address` makes (built here if missing).
+#   scripts/fuzz.sh [target ...]              deterministic: every committed seed and regression
+#                                             replayed, then a fixed-seed run of a fixed number
+#                                             of inputs per target (ctest fuzz_replay_*/fuzz_run_*,
+#                                             what CI runs inside `sanitize.sh address`)
+#   scripts/fuzz.sh --campaign [target ...]   time-boxed campaigns with random seeds,
+#                                             FUZZ_SECONDS (600) each, targets two at a time:
+#                                             these may find new inputs
+# targets: sysfs hwloc_xml rpc pod_resources (default: all). A campaign keeps its corpus in
+# <build>/fuzz/<target>/corpus, never in the repository. A crash, leak, sanitizer report, failed
+# invariant or an input that takes over 10 s fails it; the input is saved as
+# <build>/fuzz/<target>/{crash,leak,timeout,oom}-<sha1>: add it to test/fuzz/regressions/<target>/
+# with the fix, and every build replays it from then on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-asan}
-seconds=${FUZZ_SECONDS:-60}
+campaign=0
+if [[ ${1:-} == --campaign ]]; then
+  campaign=1
+  shift
+fi
 targets=("$@")
 if ((${#targets[@]} == 0)); then targets=(sysfs hwloc_xml rpc pod_resources); fi
+for t in "${targets[@]}"; do
+  case "$t" in
+    sysfs|hwloc_xml|rpc|pod_resources) ;;
+    *) echo "fuzz.sh: no fuzz target '$t' (sysfs hwloc_xml rpc pod_resources)" >&2; exit 2 ;;
+  esac
+done
 
 need_build=0
 for t in "${targets[@]}"; do
@@ -19,6 +36,22 @@ for t in "${targets[@]}"; do
 done
 if ((need_build)); then BUILD_DIR=$build scripts/sanitize.sh address --build-only; fi
 
+if ((!campaign)); then
+  logs=$(realpath -m "$build")/sanitizer-logs
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  source scripts/sanitizer-env.sh "$logs"
+  pattern="^fuzz_(replay|run)_($(IFS='|'; echo "${targets[*]}"))\$"
+  status=0
+  ctest --test-dir "$build" --output-on-failure -j"$(nproc)" -R "$pattern" || status=$?
+  if compgen -G "$logs/*" >/dev/null; then
+    cat "$logs"/* >&2
+    status=1
+  fi
+  exit "$status"
+fi
+
+seconds=${FUZZ_SECONDS:-600}
 # One target: its own output dir and log; returns non-zero on a finding.
 run_target() {
   local t=$1
@@ -35,12 +68,6 @@ run_target() {
     "$out/corpus" "${seeds[@]}" >"$out/log" 2>&1
 }
 
-for t in "${targets[@]}"; do
-  if [[ ! -x $build/test/fuzz/fuzz_$t ]]; then
-    echo "fuzz.sh: no fuzz target '$t' ($build/test/fuzz/fuzz_$t)" >&2
-    exit 2
-  fi
-done
 source scripts/sanitizer-env.sh ""  # reports to stderr (each fuzzer's log); "" or it sees our arguments
 # As many targets at a time as there are CPUs (each fuzzer is one process on one CPU), in batches.
 jobs=${FUZZ_JOBS:-$(nproc)}
