@@ -43,6 +43,10 @@ absl::StatusOr<topology::DiscoveryOptions> DiscoveryFlags::Options() const {
   if (!vendors.ok()) return absl::InvalidArgumentError("--gpu-vendors: " + std::string(vendors.status().message()));
   o.gpu_classes = *classes;
   o.gpu_vendors = *vendors;
+  // Subcommands parse flags before they start any thread: the moment to set hwloc's root.
+  if (absl::Status s = topology::PrepareHwloc(o); !s.ok()) {
+    return absl::InvalidArgumentError("--sysfs-root: " + std::string(s.message()));
+  }
   return o;
 }
 

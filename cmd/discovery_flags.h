@@ -22,7 +22,8 @@ struct DiscoveryFlags {
 
   // Registers the flags on a subcommand.
   void Register(CLI::App* app);
-  // Validated options; InvalidArgument naming the flag on a bad value. Also applies --log-level.
+  // Validated options; InvalidArgument naming the flag on a bad value. Also applies --log-level
+  // and sets hwloc's root for them (topology::PrepareHwloc): call it before starting threads.
   absl::StatusOr<topology::DiscoveryOptions> Options() const;
   // Options() then Discover(); on failure logs once and ends the subcommand (exit 2 for a bad
   // flag, 1 when discovery fails).

@@ -6,6 +6,9 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config ccache
   libhwloc-dev hwloc-nox
+  # Debian's hwloc plugins (libxml2 XML parser, libpciaccess PCI discovery): the plugin pins them
+  # off (topology/hwloc_tree.cc); installed so that the tests prove it on every machine
+  libhwloc-plugins
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libeigen3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

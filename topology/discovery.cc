@@ -56,7 +56,35 @@ void PlaceFromTree(std::vector<Hca>& hcas, const HwlocTree& tree) {
 
 }  // namespace
 
+absl::Status PrepareHwloc(const DiscoveryOptions& options) {
+  return UseHwlocRoot(options.topology_xml.empty() ? options.sysfs_root : "");
+}
+
+Discoverer::Discoverer(DiscoveryOptions options) : options_(std::move(options)) {}
+Discoverer::~Discoverer() = default;
+
+absl::StatusOr<std::shared_ptr<const HwlocTree>> Discoverer::Tree() {
+  const std::string sysfs_root = options_.sysfs_root.empty() ? "/" : options_.sysfs_root;
+  if (options_.topology_xml.empty()) {  // the live PCI tree changes on hotplug: load it afresh
+    absl::StatusOr<HwlocTree> tree = LoadHwlocTree("", sysfs_root);
+    if (!tree.ok()) return tree.status();
+    return std::make_shared<const HwlocTree>(std::move(*tree));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!xml_tree_) {
+    absl::StatusOr<HwlocTree> tree = LoadHwlocTree(options_.topology_xml, sysfs_root);
+    if (!tree.ok()) return tree.status();
+    xml_tree_ = std::make_shared<const HwlocTree>(std::move(*tree));
+  }
+  return xml_tree_;
+}
+
 absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
+  return Discoverer(options).Discover();
+}
+
+absl::StatusOr<TopologyPtr> Discoverer::Discover() {
+  const DiscoveryOptions& options = options_;
   const bool hcas_from_xml = !options.topology_xml.empty() && options.sysfs_root.empty();
   const std::string sysfs_root = options.sysfs_root.empty() ? "/" : options.sysfs_root;
 
@@ -66,22 +94,22 @@ absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
     if (!read.ok()) return read.status();
     hcas = std::move(*read);
   }
-  auto tree = LoadHwlocTree(options.topology_xml, sysfs_root);
+  absl::StatusOr<std::shared_ptr<const HwlocTree>> tree = Tree();
   if (!tree.ok()) return tree.status();
   if (hcas_from_xml) {
-    hcas = tree->openfabrics;
+    hcas = (*tree)->openfabrics;
     DropDuplicatePci(hcas, "HCA", [](const Hca& h) { return h.name; });
   } else {
-    PlaceFromTree(hcas, *tree);
+    PlaceFromTree(hcas, **tree);
   }
 
   std::vector<Gpu> gpus;
-  for (const HwlocPciDevice& d : tree->pci) {
+  for (const HwlocPciDevice& d : (*tree)->pci) {
     if (!IsGpu(d, options)) continue;
     gpus.push_back(Gpu{d.place, Hex4(d.vendor), Hex4(d.device)});
   }
   DropDuplicatePci(gpus, "GPU", [](const Gpu& g) { return g.vendor + ":" + g.device; });
-  std::vector<int> numa = tree->numa_nodes;
+  std::vector<int> numa = (*tree)->numa_nodes;
   // Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
   // (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
   for (const Hca& h : hcas) {

@@ -4,10 +4,13 @@
 // tests never read this machine's hardware.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "topology/topology.h"
 
 namespace rdp::topology {
@@ -30,11 +33,44 @@ struct DiscoveryOptions {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> not_gpus = {{0x1002, 0x515e}};
 };
 
-// Discovers the node. Errors (absl::InvalidArgument / NotFound naming the path) when a root is
-// missing or unreadable, the XML is malformed or absent, or hwloc fails to load. A single
-// broken device (dangling symlink, unreadable port) is skipped with a warning instead.
-// Logs every HCA found as
-//   discovered RDMA device: mlx5_0 (PCI=0000:1a:00.0, NUMA=0, uverbs=uverbs0, pcieRoot=pci0000:15)
+// What hwloc reads from the process environment for these options: for a gathered tree (sysfs_root
+// set and not "/", no topology_xml) HWLOC_FSROOT=sysfs_root, else nothing (the live machine, or
+// the XML). Writes the environment, which is unsafe while other threads run: call it once,
+// before the process starts threads. NotFound naming the root when it has no sys/ directory.
+// Discover never writes the environment; for a gathered tree other than the one set here it
+// fails with FailedPrecondition.
+absl::Status PrepareHwloc(const DiscoveryOptions& options);
+
+struct HwlocTree;
+
+// Discovers the node again and again (at start, on hotplug) with the same options. An XML is
+// read, checked and loaded at the first Discover only: it does not change under a running
+// process, and loading it is the expensive and hazardous part (hwloc_tree.cc). Thread-safe.
+class Discoverer {
+ public:
+  explicit Discoverer(DiscoveryOptions options);
+  ~Discoverer();
+  Discoverer(const Discoverer&) = delete;
+  Discoverer& operator=(const Discoverer&) = delete;
+
+  // Errors (absl::InvalidArgument / NotFound naming the path) when a root is missing or
+  // unreadable, the XML is malformed or absent, or hwloc fails to load. A single broken device
+  // (dangling symlink, unreadable port) is skipped with a warning instead. Logs every HCA found
+  // as
+  //   discovered RDMA device: mlx5_0 (PCI=0000:1a:00.0, NUMA=0, uverbs=uverbs0, pcieRoot=pci0000:15)
+  absl::StatusOr<TopologyPtr> Discover();
+
+  const DiscoveryOptions& options() const { return options_; }
+
+ private:
+  absl::StatusOr<std::shared_ptr<const HwlocTree>> Tree();
+
+  const DiscoveryOptions options_;
+  absl::Mutex mu_;
+  std::shared_ptr<const HwlocTree> xml_tree_ ABSL_GUARDED_BY(mu_);  // once loaded
+};
+
+// One discovery: Discoverer(options).Discover().
 absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options);
 
 // HCAs from sysfs alone (no hwloc): /sys/class/infiniband under sysfs_root, char devices under

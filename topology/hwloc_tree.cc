@@ -1,8 +1,11 @@
 #include "topology/hwloc_tree.h"
 
+#include <fcntl.h>
 #include <hwloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,12 +16,15 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
+
+extern char** environ;
 
 namespace rdp::topology {
 namespace {
@@ -144,36 +150,94 @@ Hca HcaFromOsdev(hwloc_topology_t topo, hwloc_obj_t os, hwloc_obj_t pcidev) {
   return hca;
 }
 
-// HWLOC_FSROOT is read from the environment while hwloc loads; serialise loads that set it.
-std::mutex& EnvMutex() {
-  static std::mutex mu;
-  return mu;
+constexpr char kProbeFlag[] = "--rdp-hwloc-xml-probe";
+
+// What a probe child exits with.
+enum ProbeExit { kProbeLoaded = 0, kProbeRefused = 3, kProbeFailed = 4, kProbeOrphan = 5 };
+
+// The probe child: `<exe> --rdp-hwloc-xml-probe <parent pid> <xml>`, run from a fresh exec of the
+// program (never a fork of a multi-threaded one). It dies with its parent, and by the signal
+// itself on a crash (not through a sanitizer's or fuzzer's handler), and never returns.
+[[noreturn]] void RunProbe(const std::string& parent, const std::string& xml) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (std::to_string(::getppid()) != parent) ::_exit(kProbeOrphan);  // the parent already died
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
+    struct sigaction sa = {};
+    sa.sa_handler = SIG_DFL;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  hwloc_topology_t t = nullptr;
+  if (hwloc_topology_init(&t) != 0) ::_exit(kProbeRefused);
+  hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL);
+  if (hwloc_topology_set_xml(t, xml.c_str()) != 0) ::_exit(kProbeRefused);
+  // No destroy, no atexit handlers: the process ends here.
+  ::_exit(hwloc_topology_load(t) == 0 ? kProbeLoaded : kProbeFailed);
 }
+
+// This program's arguments, from /proc (static initialization runs before main() has them).
+std::vector<std::string> OwnArguments() {
+  std::vector<std::string> args;
+  const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return args;
+  std::string data;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) data.append(buf, static_cast<std::size_t>(n));
+    if (data.size() > (1u << 20)) break;
+  }
+  ::close(fd);
+  for (std::size_t pos = 0; pos < data.size();) {
+    const std::size_t end = data.find('\0', pos);
+    args.push_back(data.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return args;
+}
+
+// Runs before main() in every program that links this file (the plugin, the tests, the fuzzers,
+// the benchmarks), while the process is still single-threaded: the only safe moment to write the
+// environment that hwloc reads at every load. A probe child goes no further than RunProbe.
+const bool kHwlocEnvironmentPinned = [] {
+  const std::vector<std::string> args = OwnArguments();
+  if (args.size() == 4 && args[1] == kProbeFlag) RunProbe(args[2], args[3]);
+  // The same parser and PCI discovery whether or not Debian's libhwloc-plugins is installed: no
+  // dynamic plugins (hwloc_xml_libxml, hwloc_pci, ...), and hwloc's own XML parser.
+  ::setenv("HWLOC_PLUGINS_PATH", "", 1);
+  ::setenv("HWLOC_LIBXML_IMPORT", "0", 1);
+  // The flags alone choose what hwloc reads: nothing inherited from the environment replaces the
+  // live machine or the XML (UseHwlocRoot sets HWLOC_FSROOT for a gathered tree).
+  for (const char* name : {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_COMPONENTS", "HWLOC_FSROOT",
+                           "HWLOC_FORCE_XMLFILE", "HWLOC_FORCE_FSROOT"}) {
+    ::unsetenv(name);
+  }
+  return true;
+}();
 
 // hwloc 2.9.0 dereferences NULL inside hwloc_topology_load on some malformed XML (found by
 // fuzz_hwloc_xml; test/fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml), and a load has no
 // deadline; and when it refuses a file it may leak what it had read (an XML ending inside an
-// object). So an XML is loaded once in a child process first: a crash, a hang or a refusal
-// there becomes an error naming the file, and only a file that loaded there is loaded here.
-// Child exit codes: 0 loaded, 3 set_xml refused the file, 4 the load failed.
+// object). So an XML is loaded first in a child process: this program executed again with
+// kProbeFlag (a fork of a multi-threaded process must not run hwloc). A crash, a hang or a
+// refusal there becomes an error naming the file, and only a file that loaded there is loaded
+// here. An XML is read once per process (topology::Discoverer), so this runs once per XML.
 constexpr absl::Duration kXmlProbeTimeout = absl::Seconds(20);
 
 absl::Status ProbeXmlInChild(const std::string& xml) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return absl::OkStatus();  // cannot probe: load in this process as before
-  if (pid == 0) {
-    // Die by the signal itself, not through a sanitizer's or fuzzer's handler.
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) {
-      struct sigaction sa = {};
-      sa.sa_handler = SIG_DFL;
-      ::sigaction(sig, &sa, nullptr);
-    }
-    hwloc_topology_t t = nullptr;
-    if (hwloc_topology_init(&t) != 0) ::_exit(3);
-    hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_ALL);
-    if (hwloc_topology_set_xml(t, xml.c_str()) != 0) ::_exit(3);
-    ::_exit(hwloc_topology_load(t) == 0 ? 0 : 4);  // no destroy, no atexit: the process ends
-  }
+  const std::string parent = std::to_string(::getpid());
+  std::vector<std::string> args = {"rdp-hwloc-xml-probe", kProbeFlag, parent, xml};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return absl::OkStatus();  // cannot probe: load in this process as before
   int status = 0;
   const auto reap = [pid, &status] {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -206,16 +270,36 @@ absl::Status ProbeXmlInChild(const std::string& xml) {
                     xml, WTERMSIG(status), strsignal(WTERMSIG(status))));
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 0) return absl::OkStatus();
-  if (code == 3) {
-    return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it");
+  switch (code) {
+    case kProbeLoaded:
+      return absl::OkStatus();
+    case kProbeRefused:
+      return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it");
+    case kProbeFailed:
+      return absl::InvalidArgumentError("topology XML " + xml +
+                                        ": hwloc failed to load it (malformed or unsupported, "
+                                        "e.g. an hwloc 3.x export)");
+    default:  // not our probe (a program that exits before static init ends): load here
+      return absl::OkStatus();
   }
-  return absl::InvalidArgumentError("topology XML " + xml +
-                                    ": hwloc failed to load it (malformed or unsupported, e.g. "
-                                    "an hwloc 3.x export)");
 }
 
+bool IsGatheredRoot(const std::string& fsroot) { return !fsroot.empty() && fsroot != "/"; }
+
 }  // namespace
+
+absl::Status UseHwlocRoot(const std::string& fsroot) {
+  if (!IsGatheredRoot(fsroot)) {
+    ::unsetenv("HWLOC_FSROOT");
+    return absl::OkStatus();
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(std::filesystem::path(fsroot) / "sys", ec)) {
+    return absl::NotFoundError("sysfs root " + fsroot + ": no sys/ directory in it");
+  }
+  ::setenv("HWLOC_FSROOT", fsroot.c_str(), 1);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::string& fsroot) {
   namespace fs = std::filesystem;
@@ -239,18 +323,19 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
     rc = hwloc_topology_load(raw);
     err = errno;
   } else {
-    std::lock_guard<std::mutex> lock(EnvMutex());
-    const bool gathered = !fsroot.empty() && fsroot != "/";
-    if (gathered) {
-      std::error_code ec;
-      if (!fs::is_directory(fs::path(fsroot) / "sys", ec)) {
-        return absl::NotFoundError("sysfs root " + fsroot + ": no sys/ directory in it");
-      }
-      setenv("HWLOC_FSROOT", fsroot.c_str(), 1);
+    // hwloc takes the root from HWLOC_FSROOT, which UseHwlocRoot set before threads started;
+    // this only reads it.
+    const char* env = std::getenv("HWLOC_FSROOT");
+    const std::string pinned = env ? env : "";
+    if (IsGatheredRoot(fsroot) != IsGatheredRoot(pinned) ||
+        (IsGatheredRoot(fsroot) && pinned != fsroot)) {
+      return absl::FailedPreconditionError(fmt::format(
+          "hwloc would read the node under '{}', not under the sysfs root '{}': "
+          "topology::UseHwlocRoot sets its root once, before threads start",
+          IsGatheredRoot(pinned) ? pinned : "/", IsGatheredRoot(fsroot) ? fsroot : "/"));
     }
     rc = hwloc_topology_load(raw);
     err = errno;
-    if (gathered) unsetenv("HWLOC_FSROOT");
   }
   if (rc != 0) {
     const std::string what = xml.empty() ? "hwloc discovery" : "topology XML " + xml;

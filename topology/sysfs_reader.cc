@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "topology/discovery.h"
 #include "topology/log.h"
 #include "topology/sysfs_util.h"
@@ -102,15 +103,15 @@ std::vector<std::string> ListDir(const fs::path& dir, bool dirs_only) {
   return names;
 }
 
-std::string PcieRootFromDevicePath(const fs::path& resolved) {
-  // .../sys/devices/pci0000:15/0000:15:01.0/...: the component after "devices".
-  bool after_devices = false;
-  for (const auto& part : resolved) {
-    std::string s = part.string();
-    if (after_devices) return s.rfind("pci", 0) == 0 ? s : "";
-    after_devices = (s == "devices");
-  }
-  return "";
+std::string PcieRootFromDevicePath(const fs::path& resolved, const fs::path& sys_devices) {
+  // <sys_devices>/pci0000:15/0000:15:01.0/...: the first component below <sys_devices>. Parsed
+  // relative to it, so that a root that itself lies under a folder named "devices" (or "sys")
+  // does not shift the answer.
+  const fs::path rel = resolved.lexically_relative(sys_devices);
+  if (rel.empty() || rel.begin() == rel.end()) return "";
+  const std::string first = rel.begin()->string();
+  if (first == ".." || first == ".") return "";
+  return first.rfind("pci", 0) == 0 ? first : "";
 }
 
 namespace {
@@ -129,7 +130,9 @@ std::map<std::string, std::vector<std::pair<int, std::string>>> ReadClassByIbdev
     auto ibdev = ReadFirstLine(class_dir / entry / "ibdev");
     if (!ibdev || ibdev->empty()) continue;
     int port = 0;
-    if (auto p = ReadFirstLine(class_dir / entry / "port")) port = std::atoi(p->c_str());
+    if (auto p = ReadFirstLine(class_dir / entry / "port"); !p || !absl::SimpleAtoi(*p, &port)) {
+      port = 0;
+    }
     out[*ibdev].emplace_back(port, entry);
   }
   for (auto& [name, v] : out) std::sort(v.begin(), v.end());
@@ -140,8 +143,7 @@ std::vector<Port> ReadPorts(const fs::path& ports_dir, const std::string& hca) {
   std::vector<Port> ports;
   for (const std::string& entry : ListDir(ports_dir, /*dirs_only=*/true)) {
     Port port;
-    port.number = std::atoi(entry.c_str());
-    if (port.number <= 0) continue;
+    if (!absl::SimpleAtoi(entry, &port.number) || port.number <= 0) continue;
     auto state = ReadFirstLine(ports_dir / entry / "state");
     if (!state) {
       Logger("topology")->warn("cannot read {}: port {} of {} counts as not ACTIVE",
@@ -174,6 +176,9 @@ absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
                                " is not a readable directory");
   }
   const fs::path klass = sys / "class";
+  // The kernel's device tree, resolved once: resolved device links are parsed relative to it.
+  fs::path sys_devices = fs::weakly_canonical(sys / "devices", ec);
+  if (ec) sys_devices = sys / "devices";
   const fs::path dev = fs::path(dev_root.empty() ? "/" : dev_root) / "dev" / "infiniband";
   auto verbs = ReadClassByIbdev(klass / "infiniband_verbs");
   auto mads = ReadClassByIbdev(klass / "infiniband_mad");
@@ -196,10 +201,11 @@ absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
     Hca hca;
     hca.name = name;
     hca.place.pci = *pci;
-    hca.place.pcie_root = PcieRootFromDevicePath(resolved);
-    if (auto numa = ReadFirstLine(resolved / "numa_node")) {
-      int n = std::atoi(numa->c_str());
-      if (n >= 0) hca.place.numa = n;
+    hca.place.pcie_root = PcieRootFromDevicePath(resolved, sys_devices);
+    int numa = -1;
+    if (auto text = ReadFirstLine(resolved / "numa_node"); text && absl::SimpleAtoi(*text, &numa) &&
+                                                           numa >= 0) {
+      hca.place.numa = numa;
     }
     hca.ports = ReadPorts(ibdir / "ports", name);
     hca.netdevs = ListDir(resolved / "net", /*dirs_only=*/false);

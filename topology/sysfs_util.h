@@ -50,7 +50,10 @@ void DropDuplicatePci(std::vector<T>& items, const char* what, NameFn name) {
               items.end());
 }
 
-// "pci0000:15" from a resolved device path ".../sys/devices/pci0000:15/...", or "".
-std::string PcieRootFromDevicePath(const std::filesystem::path& resolved);
+// "pci0000:15" from a resolved device path "<sys_devices>/pci0000:15/...", where sys_devices is the
+// resolved "<sysfs root>/sys/devices"; "" when the path is not below it or not under a host
+// bridge.
+std::string PcieRootFromDevicePath(const std::filesystem::path& resolved,
+                                   const std::filesystem::path& sys_devices);
 
 }  // namespace rdp::topology

@@ -175,6 +175,41 @@ TEST(DiscoveryErrorTest, XmlThatCrashesHwlocIsAnError) {
   EXPECT_TRUE(Discover(o).ok());
 }
 
+// An XML does not change under a running plugin: a Discoverer reads (and probes) it once, and
+// re-discovery after a hotplug reuses it. Before, every re-discovery re-read and re-probed the
+// file (forking the multi-threaded daemon for the probe).
+TEST(DiscoveryXmlTest, DiscovererReadsTheXmlOnce) {
+  testing::TempDir dir;
+  const std::string xml = dir.path() + "/node.xml";
+  std::filesystem::copy_file(TestData("dgx-h100-like.xml"), xml);
+  DiscoveryOptions o;
+  o.topology_xml = xml;
+  Discoverer discoverer(o);
+  auto first = discoverer.Discover();
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::filesystem::remove(xml);
+  auto again = discoverer.Discover();
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ((*again)->hcas().size(), (*first)->hcas().size());
+  EXPECT_EQ((*again)->gpus().size(), (*first)->gpus().size());
+  EXPECT_FALSE(Discover(o).ok()) << "a new Discoverer reads the file again";
+}
+
+// What hwloc reads from the environment is pinned before main(): no dynamic plugins (the same
+// XML parser and PCI discovery whether or not libhwloc-plugins is installed: with it, libxml2
+// parsed XML, and this suite failed from a fresh clone), and nothing inherited replaces the
+// source the flags choose. ctest also runs this binary with hostile values of each variable
+// (discovery_test_hwloc_env).
+TEST(HwlocEnvironmentTest, PinnedBeforeMain) {
+  ASSERT_NE(std::getenv("HWLOC_PLUGINS_PATH"), nullptr);
+  EXPECT_EQ(std::string(std::getenv("HWLOC_PLUGINS_PATH")), "");
+  ASSERT_NE(std::getenv("HWLOC_LIBXML_IMPORT"), nullptr);
+  EXPECT_EQ(std::string(std::getenv("HWLOC_LIBXML_IMPORT")), "0");
+  for (const char* name : {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_COMPONENTS"}) {
+    EXPECT_EQ(std::getenv(name), nullptr) << name;
+  }
+}
+
 TEST(DiscoveryParseTest, HexLists) {
   EXPECT_THAT(*ParseHexList("0x0302, 0300,10DE"), ElementsAre(0x0302u, 0x0300u, 0x10deu));
   EXPECT_FALSE(ParseHexList("").ok());
@@ -269,15 +304,52 @@ TEST(DiscoveryMergeTest, NumaFromHwlocWhenSysfsUnknown) {
 }
 
 // hwloc-gather-topology's tree: hwloc reads it through HWLOC_FSROOT, our reader through the root.
-TEST(DiscoveryGatheredTest, FsrootTarball) {
-  testing::TempDir dir;
-  const std::string cmd = "tar -xjf '" + TestData("32em64t-2n8c+1mic.tar.bz2") + "' -C '" +
-                          dir.path() + "'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  DiscoveryOptions o;
-  o.sysfs_root = dir.path() + "/32em64t-2n8c+1mic";
-  o.dev_root = o.sysfs_root;
-  TopologyPtr t = Load(o);
+class DiscoveryGatheredTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string cmd = "tar -xjf '" + TestData("32em64t-2n8c+1mic.tar.bz2") + "' -C '" +
+                            dir_.path() + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    o_.sysfs_root = dir_.path() + "/32em64t-2n8c+1mic";
+    o_.dev_root = o_.sysfs_root;
+  }
+  void TearDown() override { EXPECT_TRUE(PrepareHwloc(DiscoveryOptions()).ok()); }
+
+  testing::TempDir dir_;
+  DiscoveryOptions o_;
+};
+
+// hwloc reads the root from the environment; the environment is written once, before threads
+// start (PrepareHwloc), never by a discovery: setenv/unsetenv on every discovery raced with
+// every thread of the running plugin.
+TEST_F(DiscoveryGatheredTest, RootIsSetOnceNeverByADiscovery) {
+  auto unprepared = Discover(o_);
+  ASSERT_FALSE(unprepared.ok());
+  EXPECT_EQ(unprepared.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(unprepared.status().message()), HasSubstr(o_.sysfs_root));
+
+  ASSERT_TRUE(PrepareHwloc(o_).ok());
+  ASSERT_NE(std::getenv("HWLOC_FSROOT"), nullptr);
+  EXPECT_EQ(std::string(std::getenv("HWLOC_FSROOT")), o_.sysfs_root);
+  EXPECT_TRUE(Discover(o_).ok());
+  ASSERT_NE(std::getenv("HWLOC_FSROOT"), nullptr) << "a discovery must not touch the environment";
+  EXPECT_EQ(std::string(std::getenv("HWLOC_FSROOT")), o_.sysfs_root);
+
+  DiscoveryOptions other = o_;
+  other.sysfs_root = dir_.path();
+  std::filesystem::create_directories(dir_.path() + "/sys");
+  auto elsewhere = Discover(other);
+  ASSERT_FALSE(elsewhere.ok()) << "another root than the one set must not be read";
+  EXPECT_EQ(elsewhere.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  DiscoveryOptions missing = o_;
+  missing.sysfs_root = dir_.path() + "/nowhere";
+  EXPECT_EQ(PrepareHwloc(missing).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DiscoveryGatheredTest, FsrootTarball) {
+  ASSERT_TRUE(PrepareHwloc(o_).ok());
+  TopologyPtr t = Load(o_);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->numa_nodes(), (std::vector<int>{0, 1}));
   ASSERT_EQ(t->hcas().size(), 1u) << "scif0 is not a PCI function";

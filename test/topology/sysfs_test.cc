@@ -146,6 +146,36 @@ TEST_F(SysfsTest, RemovedHcaDisappears) {
   EXPECT_EQ((*hcas)[0].uverbs, "uverbs1");
 }
 
+// Numbers in sysfs are parsed whole and range-checked: atoi took "4294967297" for 1 (and
+// overflow is undefined), and "1abc" for port 1.
+TEST_F(SysfsTest, NumbersOutOfRangeOrWithTrailingJunkAreRejected) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  const fs::path dev = fs::path(dir_.path()) / "sys/devices/pci0000:1a/0000:1a:01.0/0000:1a:00.0";
+  std::ofstream(dev / "numa_node") << "4294967297\n";
+  const fs::path ports = dev / "infiniband/mlx5_0/ports";
+  fs::create_directories(ports / "4294967297");
+  fs::create_directories(ports / "2abc");
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 1u);
+  EXPECT_EQ((*hcas)[0].place.numa, std::nullopt);
+  ASSERT_EQ((*hcas)[0].ports.size(), 1u);
+  EXPECT_EQ((*hcas)[0].ports[0].number, 1);
+}
+
+// The PCIe root is the first component below <root>/sys/devices, whatever folders the root itself
+// lies in: a root under a folder named "devices" gave "" before.
+TEST(SysfsRootTest, RootUnderAFolderNamedDevices) {
+  testing::TempDir dir;
+  const std::string root = dir.path() + "/devices/sys/node";
+  SysfsFixture node(root);
+  ASSERT_TRUE(node.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  auto hcas = ReadSysfsHcas(node.sysfs_root(), node.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 1u);
+  EXPECT_EQ((*hcas)[0].place.pcie_root, "pci0000:1a");
+}
+
 TEST(SysfsRootTest, MissingRootNamesThePath) {
   auto hcas = ReadSysfsHcas("/nonexistent/root", "/");
   ASSERT_FALSE(hcas.ok());
