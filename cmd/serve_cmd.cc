@@ -2,7 +2,11 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <memory>
 #include <string>
@@ -62,23 +66,40 @@ absl::StatusOr<server::Config> Resolve(const ServeFlags& f) {
 }
 
 int Serve(const server::Config& config) {
-  // Block the stop signals in every thread (gRPC's included) and take them with sigwait below.
+  // Block the stop signals in every thread (gRPC's included) and take them from a signalfd.
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  const int signals = ::signalfd(-1, &stop, SFD_CLOEXEC);
+  if (signals < 0) {
+    Logger("server")->error("cannot start: signalfd: {}", std::strerror(errno));
+    return 1;
+  }
 
   server::PluginServer plugin(config, server::DefaultDeps(config));
   if (absl::Status s = plugin.Start(); !s.ok()) {
     Logger("server")->error("cannot start: {}", s.ToString());
+    ::close(signals);
     return 1;
   }
-  int signal = 0;
-  sigwait(&stop, &signal);
-  Logger("server")->info("{} received: stopping", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  // Until SIGTERM/SIGINT, or until a background thread cannot go on: then exit non-zero, so
+  // that the kubelet restarts the pod rather than it serving stale state.
+  const absl::Status why = plugin.Wait(signals);
+  if (why.ok()) {
+    struct signalfd_siginfo info = {};
+    const bool got = ::read(signals, &info, sizeof info) == static_cast<ssize_t>(sizeof info);
+    Logger("server")->info("{} received: stopping",
+                           got && info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  ::close(signals);
   plugin.Stop();
   Logger("server")->info("stopped; removed {}", config.SocketPath());
+  if (!why.ok()) {
+    Logger("server")->error("exiting: {}", std::string(why.message()));
+    return 1;
+  }
   return 0;
 }
 
@@ -105,10 +126,15 @@ void AddServeCommand(CLI::App& app) {
   sub->add_option("--socket-name", c.socket_name, "Our socket's file name in --kubelet-dir")
       ->envname("RDP_SOCKET_NAME")
       ->capture_default_str();
+  // An empty value, `--pod-resources-socket=` included (as operators write it in a chart's
+  // extraArgs), turns the client off.
   sub->add_option("--pod-resources-socket", c.pod_resources_socket,
-                  "The kubelet's pod-resources socket (absent: withholding and GPU context off)")
+                  "The kubelet's pod-resources socket (default " + c.pod_resources_socket +
+                      "). Until a List on it answers, no HCA is offered (fail closed); empty "
+                      "turns withholding and the GPU context off")
       ->envname("RDP_POD_RESOURCES_SOCKET")
-      ->capture_default_str();
+      ->expected(0, 1)
+      ->default_str("");
   sub->add_option("--proc-root", c.proc_root, "Root under which proc/driver/nvidia is read")
       ->envname("RDP_PROC_ROOT")
       ->capture_default_str();

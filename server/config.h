@@ -25,7 +25,8 @@ struct Config {
   int shared_devices = 1000;
   std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
   std::string socket_name = "rdma-hca.sock";
-  // Empty turns the pod-resources client off.
+  // Empty turns the pod-resources client off (and with it mode-switch withholding and the GPU
+  // context). Set, the plugin offers no HCA until a List on it has answered (fail closed).
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   // --sysfs-root, --dev-root, --topology-xml, GPU classes/vendors: see DiscoveryOptions.
   topology::DiscoveryOptions discovery;
@@ -43,6 +44,12 @@ struct Config {
   absl::Duration register_backoff_max = absl::Seconds(5);
   absl::Duration register_timeout = absl::Seconds(1);
   absl::Duration pod_resources_timeout = absl::Milliseconds(100);
+  // Retries of the pod-resources List while it fails: from the minimum, doubling, up to
+  // health_interval; and at once when the socket appears.
+  absl::Duration pod_resources_backoff_min = absl::Milliseconds(100);
+  // An HCA absent from this many consecutive health polls, that no container holds, is no
+  // longer listed.
+  int forget_after_polls = 12;
 
   std::string SocketPath() const;         // <kubelet_dir>/<socket_name>
   std::string KubeletSocketPath() const;  // <kubelet_dir>/kubelet.sock

@@ -16,7 +16,7 @@ bool Usable(const HcaHealth& h, const std::set<std::string>& withheld) {
   return h.present && h.healthy && withheld.count(h.pci) == 0;
 }
 
-// Whether the char device named `node` (uverbs0, umad1...) existed when the HCA was scanned.
+// Whether the char device named `node` (uverbs0, umad1...) was present when last checked.
 bool Existed(const topology::Hca& hca, const std::string& node) {
   for (const auto& [path, present] : hca.char_devices) {
     if (std::filesystem::path(path).filename() == node) return present;
@@ -26,7 +26,20 @@ bool Existed(const topology::Hca& hca, const std::string& node) {
 
 }  // namespace
 
-bool HcaUsable(const topology::Hca& hca) { return hca.Healthy() && hca.CharDevicesPresent(); }
+Verdict Assess(const topology::Hca& hca) {
+  if (hca.ports.empty()) return {false, "no port state is known"};
+  for (const topology::Port& port : hca.ports) {
+    if (!port.Active()) {
+      return {false, absl::StrCat("port ", port.number, " is ",
+                                  port.state.empty() ? "in an unknown state" : port.state)};
+    }
+  }
+  if (hca.uverbs.empty()) return {false, "it has no uverbs device"};
+  for (const auto& [path, present] : hca.char_devices) {
+    if (!present) return {false, absl::StrCat("device node ", path, " is missing")};
+  }
+  return {true, ""};
+}
 
 std::vector<DeviceState> ExclusiveDevices(const std::vector<HcaHealth>& hcas,
                                           const std::set<std::string>& withheld) {
@@ -42,6 +55,7 @@ std::vector<DeviceState> ExclusiveDevices(const std::vector<HcaHealth>& hcas,
 
 std::vector<DeviceState> SharedDevices(int count, const std::vector<HcaHealth>& hcas,
                                        const std::set<std::string>& withheld) {
+  if (hcas.empty()) return {};
   bool any = false;
   for (const HcaHealth& h : hcas) any = any || Usable(h, withheld);
   std::vector<DeviceState> out;
@@ -73,7 +87,7 @@ ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hca
   };
   std::vector<std::string> names, pcis;
   for (const topology::Hca* hca : hcas) {
-    if (!hca->uverbs.empty()) add(hca->uverbs);
+    if (!hca->uverbs.empty() && Existed(*hca, hca->uverbs)) add(hca->uverbs);
     for (const auto* list : {&hca->umad, &hca->issm}) {
       for (const std::string& node : *list) {
         if (Existed(*hca, node)) add(node);

@@ -23,17 +23,26 @@ struct DeviceState {
   }
 };
 
-// What the plugin knows of an HCA it has ever advertised (vanished ones included).
+// What the plugin knows of an HCA it has ever advertised (vanished ones included, until
+// forgotten).
 struct HcaHealth {
   std::string pci;
   std::string name;
   std::optional<int> numa;
   bool present = false;  // in the latest scan
-  bool healthy = false;  // every port ACTIVE and its char devices exist (latest scan)
+  bool healthy = false;  // Assess(...).usable in the latest scan
+  int absent_polls = 0;  // consecutive scans without it
 };
 
-// Healthy in the sense of the issue: every port ACTIVE (at least one) and char devices present.
-bool HcaUsable(const topology::Hca& hca);
+// Whether an HCA can be handed to a container, and if not, why. The one definition of a healthy
+// HCA: at least one port and every port ACTIVE, a uverbs device, and every device node it has
+// (uverbsN, and umadN/issmN where the node has them) present, as the scan saw them.
+struct Verdict {
+  bool usable = false;
+  std::string reason;  // "" when usable; else e.g. "port 1 is DOWN"
+};
+Verdict Assess(const topology::Hca& hca);
+inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }
 
 // Exclusive mode: one device per HCA, ID = PCI address, in PCI order. Healthy iff present,
 // healthy and not withheld. NUMA is reported for every device or, when any is unknown, for none.
@@ -41,7 +50,8 @@ std::vector<DeviceState> ExclusiveDevices(const std::vector<HcaHealth>& hcas,
                                           const std::set<std::string>& withheld);
 
 // Shared mode: `count` interchangeable IDs "shared-0".."shared-<count-1>", all Healthy iff at
-// least one HCA is present, healthy and not withheld; no TopologyInfo.
+// least one HCA is present, healthy and not withheld; no TopologyInfo. No device at all when the
+// node has no HCA (a CPU-only node advertises no rdma/hca).
 std::vector<DeviceState> SharedDevices(int count, const std::vector<HcaHealth>& hcas,
                                        const std::set<std::string>& withheld);
 
@@ -60,10 +70,10 @@ struct ContainerAllocation {
   std::map<std::string, std::string> envs;
 };
 
-// DeviceSpecs ("rw", host path = container path) for each HCA's /dev/infiniband/uverbsN and its
-// umad/issm nodes that existed at discovery, then /dev/infiniband/rdma_cm when with_rdma_cm;
-// envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form), RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI,
-// in the order given.
+// DeviceSpecs ("rw", host path = container path) for each of the HCA's device nodes that is
+// present in its char_devices (uverbsN, umadN, issmN, in that order), then
+// /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form),
+// RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI, in the order given.
 ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
                                     bool with_rdma_cm);
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -15,12 +16,6 @@ namespace {
 constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
 
 }  // namespace
-
-std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel("unix://" + path, grpc::InsecureChannelCredentials(), args);
-}
 
 class KubeletSim::RegistrationService final : public v1beta1::Registration::Service {
  public:
@@ -127,6 +122,9 @@ void KubeletSim::Watch(Watcher* w, std::string endpoint) {
     absl::MutexLock lock(&mu_);
     devices_.assign(response.devices().begin(), response.devices().end());
     ++list_updates_;
+    int healthy = 0;
+    for (const auto& d : devices_) healthy += d.health() == "Healthy" ? 1 : 0;
+    max_healthy_ = std::max(max_healthy_, healthy);
     cv_.SignalAll();
   }
   reader->Finish();
@@ -176,6 +174,11 @@ std::optional<KubeletSim::Devices> KubeletSim::WaitForDevices(
 int KubeletSim::list_updates() const {
   absl::MutexLock lock(&mu_);
   return list_updates_;
+}
+
+int KubeletSim::max_healthy() const {
+  absl::MutexLock lock(&mu_);
+  return max_healthy_;
 }
 
 std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletSim::PluginStub() const {

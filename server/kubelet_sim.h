@@ -20,11 +20,9 @@
 #include "proto/deviceplugin.grpc.pb.h"
 #include "proto/podresources.grpc.pb.h"
 #include "server/pod_resources.h"
+#include "server/unix_server.h"
 
 namespace rdp::server {
-
-// A client channel on a unix socket path that never shares subchannels (no inherited backoff).
-std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path);
 
 // A one-container GetPreferredAllocation request, as the kubelet builds it.
 v1beta1::PreferredAllocationRequest PreferredRequest(const std::vector<std::string>& available,
@@ -68,6 +66,8 @@ class KubeletSim {
                                         absl::Duration timeout) const;
   // Number of lists received so far on all streams.
   int list_updates() const;
+  // The most Healthy devices any list received so far had.
+  int max_healthy() const;
 
   // A DevicePlugin stub on the endpoint of the latest registration.
   std::unique_ptr<v1beta1::DevicePlugin::Stub> PluginStub() const;
@@ -93,6 +93,7 @@ class KubeletSim {
   std::vector<Registration> registrations_ ABSL_GUARDED_BY(mu_);
   Devices devices_ ABSL_GUARDED_BY(mu_);
   int list_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_healthy_ ABSL_GUARDED_BY(mu_) = 0;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   int generation_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -1,10 +1,17 @@
 #include "server/plugin.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "server/gpu_context.h"
+#include "server/nvidia_gpus.h"
+#include "server/withholding.h"
 #include "topology/discovery.h"
 #include "topology/log.h"
 
@@ -30,31 +37,50 @@ absl::Status Invalid(const std::string& what, const std::string& id) {
   return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
 }
 
+bool NodeExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The HCA with its device nodes checked now: the scan that saw them may be a poll old, and a
+// DeviceSpec naming a missing node makes the container runtime refuse the container.
+topology::Hca WithDeviceNodesNow(const topology::Hca& hca) {
+  topology::Hca now = hca;
+  for (auto& [path, present] : now.char_devices) present = NodeExists(path);
+  return now;
+}
+
+std::string Describe(const topology::Hca& hca) {
+  return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
+}
+
 }  // namespace
 
 PluginDeps DefaultDeps(const Config& config) {
   PluginDeps deps;
   const topology::DiscoveryOptions options = config.discovery;
-  deps.discover = [options] { return topology::Discover(options); };
+  auto discoverer = std::make_shared<topology::Discoverer>(options);
+  deps.discover = [discoverer] { return discoverer->Discover(); };
   // With only an XML there is no sysfs to poll: health stays what the XML says.
   if (!options.sysfs_root.empty() || options.topology_xml.empty()) {
     const std::string sysfs = options.sysfs_root.empty() ? "/" : options.sysfs_root;
     const std::string dev = options.dev_root;
     deps.scan = [sysfs, dev] { return topology::ReadSysfsHcas(sysfs, dev); };
   }
-  std::error_code ec;
-  if (!config.pod_resources_socket.empty() &&
-      std::filesystem::exists(config.pod_resources_socket, ec)) {
+  if (!config.pod_resources_socket.empty()) {
     deps.pod_resources = NewGrpcPodResources(config.pod_resources_socket);
   } else {
-    Log()->info("pod-resources socket {} not found: mode-switch withholding and GPU context off",
-                config.pod_resources_socket);
+    Log()->info("no pod-resources socket: mode-switch withholding and GPU context off");
   }
   return deps;
 }
 
 Plugin::Plugin(Config config, PluginDeps deps)
-    : config_(std::move(config)), deps_(std::move(deps)) {}
+    : config_(std::move(config)),
+      deps_(std::move(deps)),
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
+
+Plugin::~Plugin() { pod_refresh_.WaitIdle(); }
 
 absl::Status Plugin::Init() {
   if (!config_.exclusive_label.empty()) {
@@ -68,14 +94,18 @@ absl::Status Plugin::Init() {
   }
   absl::StatusOr<topology::TopologyPtr> snapshot = deps_.discover();
   if (!snapshot.ok()) return snapshot.status();
-  RefreshPods(config_.pod_resources_timeout);
-  absl::MutexLock lock(&mu_);
-  SwapSnapshot(*snapshot);
-  for (const topology::Hca& h : snapshot_->hcas()) {
-    known_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, HcaUsable(h)};
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(config_.proc_root);
+  {
+    absl::MutexLock lock(&mu_);
+    SwapSnapshot(*snapshot);
+    gpu_ids_ = std::move(gpu_ids);
+    for (const topology::Hca& h : snapshot_->hcas()) {
+      known_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, HcaUsable(h), 0};
+    }
+    Recompute();
+    version_ = std::max<std::uint64_t>(version_, 1);
   }
-  Recompute();
-  version_ = std::max<std::uint64_t>(version_, 1);
+  Notify();
   return absl::OkStatus();
 }
 
@@ -115,81 +145,179 @@ bool Plugin::Poll() {
                                                          current->gpus());
     }
   }
-  RefreshPods(config_.pod_resources_timeout);
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(config_.proc_root);
 
-  absl::MutexLock lock(&mu_);
-  if (fresh) SwapSnapshot(fresh);
-  std::set<std::string> present;
-  for (const topology::Hca& h : scanned) {
-    present.insert(h.place.pci);
-    HcaHealth& k = known_[h.place.pci];
-    const bool healthy = HcaUsable(h);
-    if (k.pci.empty()) {
-      Log()->info("HCA added: {} (PCI={})", h.name, h.place.pci);
-    } else if (!k.present) {
-      Log()->info("HCA returned: {} (PCI={})", h.name, h.place.pci);
-    } else if (k.healthy != healthy) {
-      Log()->info("HCA {} (PCI={}) is now {}", h.name, h.place.pci,
-                  healthy ? "healthy" : "unhealthy (a port is not ACTIVE or a device node is "
-                                        "missing)");
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (fresh) SwapSnapshot(fresh);
+    gpu_ids_ = std::move(gpu_ids);
+    std::set<std::string> present;
+    for (const topology::Hca& h : scanned) {
+      present.insert(h.place.pci);
+      HcaHealth& k = known_[h.place.pci];
+      const Verdict verdict = Assess(h);
+      if (k.pci.empty()) {
+        Log()->info("HCA added: {}", Describe(h));
+      } else if (!k.present) {
+        Log()->info("HCA returned: {}", Describe(h));
+      } else if (k.healthy != verdict.usable) {
+        Log()->info("HCA {} is now {}", Describe(h),
+                    verdict.usable ? "healthy" : "unhealthy: " + verdict.reason);
+      }
+      const int idx = snapshot_->HcaIndex(h.place.pci);
+      std::optional<int> numa = idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa;
+      // An HCA unplugged while it was being scanned is listed without its numa_node; keep the
+      // last known one, or every device would lose its TopologyInfo (all or none).
+      if (!numa) numa = k.numa;
+      k = {h.place.pci, h.name, numa, true, verdict.usable, 0};
     }
-    const int idx = snapshot_->HcaIndex(h.place.pci);
-    std::optional<int> numa = idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa;
-    // An HCA unplugged while it was being scanned is listed without its numa_node; keep the last
-    // known one, or every device would lose its TopologyInfo (all or none).
-    if (!numa) numa = k.numa;
-    k = {h.place.pci, h.name, numa, true, healthy};
-  }
-  for (auto& [pci, k] : known_) {
-    if (k.present && present.count(pci) == 0) {
-      Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", k.name, pci);
-      k.present = false;
-      k.healthy = false;
+    // HCAs no scan has seen for a while and no container holds are forgotten: a card removed
+    // for good must not stay listed Unhealthy forever. An ID someone holds stays listed, so
+    // that the kubelet's bookkeeping of that container keeps its device. Without the pod list
+    // nobody can tell, and nothing is forgotten.
+    std::set<std::string> held;
+    if (deps_.pod_resources && pods_known_) {
+      for (const std::string& id : HeldIds(pods_, config_.resource_name)) {
+        if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
+      }
     }
+    for (auto it = known_.begin(); it != known_.end();) {
+      HcaHealth& k = it->second;
+      if (present.count(k.pci) == 0) {
+        if (k.present) {
+          Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", k.name,
+                      k.pci);
+        }
+        k.present = false;
+        k.healthy = false;
+        ++k.absent_polls;
+        if (k.absent_polls >= config_.forget_after_polls && deps_.pod_resources &&
+            pods_known_ && held.count(k.pci) == 0) {
+          Log()->info("HCA forgotten: {} (PCI={}) was absent for {} polls and no container "
+                      "holds it; no longer listed",
+                      k.name, k.pci, k.absent_polls);
+          it = known_.erase(it);
+          continue;
+        }
+      }
+      ++it;
+    }
+    changed = Recompute();
   }
-  return Recompute();
+  if (changed) Notify();
+  return changed;
 }
 
-bool Plugin::RefreshPods(absl::Duration timeout) {
-  if (!deps_.pod_resources) return false;
-  bool expected = false;
-  if (!refreshing_pods_.compare_exchange_strong(expected, true)) return false;
-  absl::StatusOr<PodList> pods = deps_.pod_resources->List(timeout);
-  std::map<std::string, std::string> gpu_ids;
-  if (pods.ok()) gpu_ids = ReadNvidiaGpuIds(config_.proc_root);
+void Plugin::RefreshPods(std::function<void()> then) {
+  if (!deps_.pod_resources) {
+    then();
+    return;
+  }
+  pod_refresh_.Request(std::move(then));
+}
+
+bool Plugin::RefreshPodsAndWait() {
+  if (!deps_.pod_resources) return true;
+  struct Outcome {
+    absl::Notification done;
+    std::atomic<bool> ok{false};
+  };
+  auto outcome = std::make_shared<Outcome>();
+  // The callbacks of one List run after its OnPods and before the next List starts.
+  RefreshPods([this, outcome] {
+    outcome->ok = last_list_ok_.load();
+    outcome->done.Notify();
+  });
+  // The List has a deadline; the bound here only guards against a source that breaks its word.
+  return outcome->done.WaitForNotificationWithTimeout(config_.pod_resources_timeout * 2 +
+                                                      absl::Seconds(5)) &&
+         outcome->ok;
+}
+
+bool Plugin::pods_known() const {
+  absl::MutexLock lock(&mu_);
+  return pods_known_;
+}
+
+void Plugin::StartList(std::function<void()> finished) {
+  deps_.pod_resources->List(config_.pod_resources_timeout,
+                            [this, finished](absl::StatusOr<PodList> pods) {
+                              OnPods(std::move(pods));
+                              finished();
+                            });
+}
+
+void Plugin::OnPods(absl::StatusOr<PodList> pods) {
+  last_list_ok_ = pods.ok();
+  bool changed = false;
   {
     absl::MutexLock lock(&mu_);
     if (pods.ok()) {
+      if (pods_known_ && pods_failing_) {
+        Log()->info("pod-resources: answering again ({} containers)", pods->size());
+      }
       pods_ = std::move(*pods);
       pods_known_ = true;
-      gpu_ids_ = std::move(gpu_ids);
+      pods_failing_ = false;
       UpdateFirstSeen(pods_, config_.gpu_resources, deps_.now(), &gpu_first_seen_);
-      if (snapshot_) Recompute();
-    } else {
-      Log()->debug("pod-resources refresh failed, using the cached list: {}",
-                   pods.status().ToString());
+    } else if (!pods_failing_) {
+      pods_failing_ = true;
+      if (pods_known_) {
+        Log()->warn("pod-resources refresh failed, using the last list: {}",
+                    std::string(pods.status().message()));
+      } else {
+        Log()->info("{}; retrying with backoff",
+                    std::string(pods.status().message()));
+      }
     }
+    if (snapshot_) changed = Recompute();
   }
-  refreshing_pods_ = false;
-  return pods.ok();
+  if (changed) Notify();
 }
 
 bool Plugin::Recompute() {
+  // Fail closed: while the pod list is not known, nothing says that no container holds the other
+  // mode's IDs, so every HCA is withheld.
+  const bool pending = deps_.pod_resources && !pods_known_;
   Withholding w;
-  if (pods_known_) w = ComputeWithheld(pods_, config_.resource_name, config_.mode, *snapshot_);
-  // A change of the withheld set counts as a change even when the list looks the same (shared
-  // mode): Allocate's answer changes with it.
-  const bool withholding_changed = w.pcis != withheld_;
-  if (withholding_changed) {
-    for (const std::string& reason : w.reasons) Log()->warn("mode switch: {}", reason);
-    if (w.pcis.empty()) Log()->info("mode switch: no HCA is withheld any more");
-    withheld_ = w.pcis;
+  if (pending) {
+    for (const auto& [pci, k] : known_) w.pcis.insert(pci);
+    w.reasons.push_back(absl::StrCat(
+        "the kubelet's pod list is not known yet (pod-resources socket ",
+        config_.pod_resources_socket,
+        "); no HCA is offered until it is, since a container may hold the other mode's IDs"));
+  } else if (pods_known_) {
+    w = ComputeWithheld(pods_, config_.resource_name, config_.mode, *snapshot_);
   }
+  // The withheld set decides; the reasons only explain it (their wording may change with the
+  // order pod-resources lists IDs in, which is no change).
+  std::set<std::string> before;
+  for (const auto& [pci, reason] : withheld_) before.insert(pci);
+  const bool withholding_changed = w.pcis != before || pending != withholding_pending_;
+  if (withholding_changed) {
+    if (pending) {
+      Log()->info("withholding every HCA: {}", w.reasons.front());
+    } else {
+      if (withholding_pending_) Log()->info("pod-resources: the kubelet's pod list is known");
+      for (const std::string& reason : w.reasons) Log()->info("mode switch: {}", reason);
+      if (w.pcis.empty() && !before.empty() && !withholding_pending_) {
+        Log()->info("mode switch: no HCA is withheld any more");
+      }
+    }
+  }
+  withholding_pending_ = pending;
+  const std::string why = absl::StrJoin(w.reasons, "; ");
+  withheld_.clear();
+  for (const std::string& pci : w.pcis) withheld_[pci] = why;
   std::vector<HcaHealth> hcas;
   for (const auto& [pci, k] : known_) hcas.push_back(k);
-  std::vector<DeviceState> devices = config_.mode == Mode::kExclusive
-                                         ? ExclusiveDevices(hcas, withheld_)
-                                         : SharedDevices(config_.shared_devices, hcas, withheld_);
+  std::vector<DeviceState> devices =
+      config_.mode == Mode::kExclusive
+          ? ExclusiveDevices(hcas, w.pcis)
+          : SharedDevices(config_.shared_devices, hcas, w.pcis);
+  // A change of the withheld set counts as a change even when the list looks the same (shared
+  // mode): Allocate's answer changes with it.
   if (devices == devices_ && !withholding_changed) return false;
   devices_ = std::move(devices);
   ++version_;
@@ -197,23 +325,42 @@ bool Plugin::Recompute() {
   return true;
 }
 
+void Plugin::Notify() {
+  absl::ReaderMutexLock lock(&listeners_mu_);
+  for (const auto& [id, listener] : listeners_) listener();
+}
+
+int Plugin::AddListener(std::function<void()> listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  const int id = next_listener_++;
+  listeners_[id] = std::move(listener);
+  return id;
+}
+
+void Plugin::RemoveListener(int id) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.erase(id);
+}
+
+void Plugin::SetRescanRequest(std::function<void()> request) {
+  rescan_request_ = std::move(request);
+}
+
+void Plugin::RequestRescan() const {
+  if (rescan_request_) rescan_request_();
+}
+
 Plugin::DeviceList Plugin::Devices() const {
   absl::MutexLock lock(&mu_);
   return {version_, devices_};
 }
 
-Plugin::DeviceList Plugin::WaitForChange(std::uint64_t seen, absl::Time deadline,
-                                         const std::atomic<bool>& stop) const {
+Plugin::DeviceList Plugin::WaitForChange(std::uint64_t seen, absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
-  while (version_ == seen && !stop.load() && absl::Now() < deadline) {
+  while (version_ == seen && absl::Now() < deadline) {
     changed_.WaitWithDeadline(&mu_, deadline);
   }
   return {version_, devices_};
-}
-
-void Plugin::WakeAll() const {
-  absl::MutexLock lock(&mu_);
-  changed_.SignalAll();
 }
 
 topology::TopologyPtr Plugin::topology() const {
@@ -223,12 +370,30 @@ topology::TopologyPtr Plugin::topology() const {
 
 absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::string>& ids) const {
   if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
-  std::set<std::string> seen;
+  const bool exclusive = config_.mode == Mode::kExclusive;
+  // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.
+  std::vector<std::string> canonical;
+  std::map<std::string, std::string> spelled;  // canonical -> as given
   for (const std::string& id : ids) {
-    if (!seen.insert(id).second) return Invalid("duplicate device ID", id);
+    std::string c = id;
+    if (exclusive) {
+      std::optional<std::string> pci = topology::NormalizePci(id);
+      if (!pci) return Invalid("unknown device ID", id);
+      c = *pci;
+    } else if (!IsSharedId(id, config_.shared_devices)) {
+      return Invalid("unknown device ID", id);
+    }
+    auto [it, fresh] = spelled.emplace(c, id);
+    if (!fresh) {
+      return absl::InvalidArgumentError(
+          it->second == id ? absl::StrCat("duplicate device ID '", id, "'")
+                           : absl::StrCat("duplicate device ID '", id, "' (also given as '",
+                                          it->second, "')"));
+    }
+    canonical.push_back(std::move(c));
   }
   topology::TopologyPtr snapshot;
-  std::set<std::string> withheld;
+  std::map<std::string, std::string> withheld;
   std::set<std::string> known;
   {
     absl::MutexLock lock(&mu_);
@@ -236,34 +401,67 @@ absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::stri
     withheld = withheld_;
     for (const auto& [pci, k] : known_) known.insert(pci);
   }
-  std::vector<const topology::Hca*> hcas;
-  if (config_.mode == Mode::kExclusive) {
-    for (const std::string& id : ids) {
-      const int idx = snapshot->HcaIndex(id);
+  std::vector<topology::Hca> chosen;
+  bool stale = false;
+  if (exclusive) {
+    for (const std::string& pci : canonical) {
+      const int idx = snapshot->HcaIndex(pci);
       if (idx < 0) {
-        return Invalid(known.count(id) ? "device is not present on this node:" : "unknown device ID",
-                       id);
+        if (known.count(pci)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("HCA ", pci, " is not present on this node any more"));
+        }
+        return Invalid("unknown device ID", spelled[pci]);
       }
-      hcas.push_back(&snapshot->hcas()[idx]);
+      const topology::Hca& hca = snapshot->hcas()[idx];
+      if (auto w = withheld.find(pci); w != withheld.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("HCA ", Describe(hca), " is withheld: ", w->second));
+      }
+      topology::Hca now = WithDeviceNodesNow(hca);
+      const Verdict verdict = Assess(now);
+      if (!verdict.usable) {
+        if (HcaUsable(hca)) RequestRescan();
+        return absl::FailedPreconditionError(
+            absl::StrCat("HCA ", Describe(hca), " is unhealthy: ", verdict.reason));
+      }
+      chosen.push_back(std::move(now));
     }
   } else {
-    for (const std::string& id : ids) {
-      if (!IsSharedId(id, config_.shared_devices)) return Invalid("unknown device ID", id);
+    std::vector<std::string> refused;
+    for (const topology::Hca& hca : snapshot->hcas()) {
+      if (auto w = withheld.find(hca.place.pci); w != withheld.end()) {
+        refused.push_back(absl::StrCat(hca.name, " is withheld: ", w->second));
+        continue;
+      }
+      topology::Hca now = WithDeviceNodesNow(hca);
+      const Verdict verdict = Assess(now);
+      if (!verdict.usable) {
+        stale = stale || HcaUsable(hca);
+        refused.push_back(absl::StrCat(hca.name, ": ", verdict.reason));
+        continue;
+      }
+      chosen.push_back(std::move(now));
     }
-    for (const topology::Hca& h : snapshot->hcas()) {
-      if (withheld.count(h.place.pci) == 0) hcas.push_back(&h);
+    if (stale) RequestRescan();
+    if (chosen.empty()) {
+      return absl::FailedPreconditionError(
+          refused.empty() ? std::string("no HCA on this node")
+                          : absl::StrCat("no HCA can be handed out on this node: ",
+                                         absl::StrJoin(refused, "; ")));
     }
-    if (hcas.empty()) return absl::FailedPreconditionError("no HCA can be shared on this node");
   }
-  std::error_code ec;
-  const bool rdma_cm = std::filesystem::exists(
-      std::filesystem::path(config_.discovery.dev_root) / "dev/infiniband/rdma_cm", ec);
+  std::vector<const topology::Hca*> hcas;
+  for (const topology::Hca& h : chosen) hcas.push_back(&h);
+  const bool rdma_cm =
+      NodeExists((std::filesystem::path(config_.discovery.dev_root) / "dev/infiniband/rdma_cm")
+                     .string());
   return BuildAllocation(hcas, rdma_cm);
 }
 
 absl::StatusOr<std::vector<std::string>> Plugin::Prefer(
     const std::vector<std::string>& available, const std::vector<std::string>& must_include,
-    int size) {
+    int size) const {
   allocator::Request request{available, must_include, size, {}};
   if (config_.mode == Mode::kShared) {
     for (const auto* list : {&available, &must_include}) {
@@ -273,7 +471,6 @@ absl::StatusOr<std::vector<std::string>> Plugin::Prefer(
     }
     return allocator::PreferShared(request);
   }
-  RefreshPods(config_.pod_resources_timeout);
   std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
   {
     absl::MutexLock lock(&mu_);

@@ -1,9 +1,17 @@
 #pragma once
 
 // The plugin's state and domain logic, independent of gRPC: the current topology snapshot, the
-// health of every HCA ever advertised, the pod-resources cache, and the device list that
-// ListAndWatch streams. Thread-safe: every method may be called from any thread; state is under
-// one mutex and heavy work (discovery, kubelet calls, scoring) runs outside it.
+// health of every HCA advertised (vanished ones until forgotten), the kubelet's pod list, and
+// the device list that ListAndWatch streams. Nothing here runs by itself: PluginServer's threads
+// drive the health poll (Poll) and the pod-resources refresh (RefreshPods), the RPCs the rest.
+// Thread-safe: state is under one mutex; discovery, file reads and kubelet calls run outside it.
+//
+// Fail closed: while a pod-resources source is configured and the kubelet's pod list is not
+// known yet, every HCA is withheld (listed Unhealthy, refused by Allocate), because a container
+// may still hold the other mode's IDs; an admission refused is better than an HCA shared by
+// mistake.
+
+#include <poll.h>
 
 #include <atomic>
 #include <cstdint>
@@ -22,6 +30,7 @@
 #include "server/config.h"
 #include "server/devices.h"
 #include "server/pod_resources.h"
+#include "server/single_flight.h"
 #include "topology/topology.h"
 
 namespace rdp::server {
@@ -32,18 +41,21 @@ struct PluginDeps {
   std::function<absl::StatusOr<topology::TopologyPtr>()> discover;
   // A cheap scan of the HCAs (sysfs only) for the periodic health poll. Unset: use discover.
   std::function<absl::StatusOr<std::vector<topology::Hca>>()> scan;
-  // The kubelet's pod-resources API; null turns the feature off.
+  // The kubelet's pod-resources API; null turns withholding and the GPU context off.
   std::unique_ptr<PodResourcesSource> pod_resources;
   std::function<absl::Time()> now = [] { return absl::Now(); };
+  // poll(2) as PluginServer's background threads call it; tests inject failures.
+  std::function<int(struct pollfd*, nfds_t, int)> poll = ::poll;
 };
 
-// Discovery from config (topology::Discover / ReadSysfsHcas) and a gRPC pod-resources client
-// when the socket exists (else one info line and the feature off).
+// Discovery from config (one topology::Discoverer: an XML is read once) and a gRPC pod-resources
+// client when config.pod_resources_socket is set (it dials lazily: the socket may appear later).
 PluginDeps DefaultDeps(const Config& config);
 
 class Plugin {
  public:
   Plugin(Config config, PluginDeps deps);
+  ~Plugin();  // waits for a pod-resources List in flight (each has a deadline)
   Plugin(const Plugin&) = delete;
   Plugin& operator=(const Plugin&) = delete;
 
@@ -51,50 +63,69 @@ class Plugin {
   // discovery fails.
   absl::Status Init();
 
-  // One health poll: scan the HCAs, re-discover when the set changed (hotplug), refresh the
-  // pod-resources cache, recompute the device list. Wakes watchers and returns true when the
-  // list changed.
+  // One health poll: scan the HCAs, re-discover when the set changed (hotplug), re-read the GPU
+  // IDs, forget HCAs absent for config.forget_after_polls polls that no container holds,
+  // recompute the device list. Returns true when the list changed (listeners have run).
   bool Poll();
+
+  // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
+  // finished, successfully or not (on the thread that finished it, or on this one). At most one
+  // List is in flight; callers share it. Without a pod-resources source, `then` runs at once.
+  void RefreshPods(std::function<void()> then);
+  // RefreshPods and wait for it (bounded by the List's deadline). True when that List
+  // succeeded (always, without a pod-resources source).
+  bool RefreshPodsAndWait();
+  bool pods_known() const;
+  bool has_pod_resources() const { return deps_.pod_resources != nullptr; }
 
   struct DeviceList {
     std::uint64_t version = 0;
     std::vector<DeviceState> devices;
   };
   DeviceList Devices() const;
-  // Blocks until the version differs from `seen`, `deadline` passes or `stop` is set (checked
-  // whenever WakeAll() is called); returns the current list.
-  DeviceList WaitForChange(std::uint64_t seen, absl::Time deadline,
-                           const std::atomic<bool>& stop) const;
-  // Wakes every WaitForChange so that it re-checks its stop flag.
-  void WakeAll() const;
+  // Blocks until the version differs from `seen` or `deadline` passes; the current list.
+  DeviceList WaitForChange(std::uint64_t seen, absl::Time deadline) const;
+  // `listener` runs after every change of the device list, on the thread that made the change,
+  // outside the plugin's lock; it must not add or remove listeners. RemoveListener returns once
+  // no call of that listener is running.
+  int AddListener(std::function<void()> listener);
+  void RemoveListener(int id);
+  // Called when an RPC finds the node changed since the last scan (a device node gone): the
+  // owner of the health poll runs one soon. Set before serving.
+  void SetRescanRequest(std::function<void()> request);
 
   // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
-  // duplicate or an unknown ID, or names an HCA that is not present.
+  // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
+  // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
+  // HCA's device nodes are checked at the call, so that no DeviceSpec names a missing node.
   absl::StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& ids) const;
 
-  // GetPreferredAllocation for one container, through the allocator. Refreshes the
-  // pod-resources cache first with a deadline of config.pod_resources_timeout (falls back to the
-  // cached copy). InvalidArgument for invalid requests.
+  // GetPreferredAllocation for one container, through the allocator, with the GPU context of
+  // the pod list as last refreshed (the caller refreshes first: RefreshPods). InvalidArgument
+  // for invalid requests.
   absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string>& available,
                                                   const std::vector<std::string>& must_include,
-                                                  int size);
+                                                  int size) const;
 
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const;
 
  private:
-  // Refreshes the pod-resources cache; false when unavailable or another refresh is running.
-  bool RefreshPods(absl::Duration timeout);
-  // Swaps in a new snapshot and its allocator. Caller holds mu_.
+  void StartList(std::function<void()> finished);
+  void OnPods(absl::StatusOr<PodList> pods);
+  // Swaps in a new snapshot and its allocator.
   void SwapSnapshot(topology::TopologyPtr snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recomputes devices_ from known_, the snapshot and the pods; bumps version_ and logs
-  // withholding changes when different.
+  // withholding decisions when different. True when the list or the withheld set changed.
   bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the listeners; call without mu_ held.
+  void Notify();
+  void RequestRescan() const;
 
   const Config config_;
   PluginDeps deps_;
-  std::atomic<bool> refreshing_pods_{false};
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
+  std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
 
   mutable absl::Mutex mu_;
   mutable absl::CondVar changed_;
@@ -103,11 +134,21 @@ class Plugin {
   std::map<std::string, HcaHealth> known_ ABSL_GUARDED_BY(mu_);  // by PCI address
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
+  bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
   std::map<std::string, absl::Time> gpu_first_seen_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> gpu_ids_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> withheld_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> withheld_ ABSL_GUARDED_BY(mu_);  // PCI -> why
+  bool withholding_pending_ ABSL_GUARDED_BY(mu_) = false;  // withheld_ is "pods not known yet"
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+
+  mutable absl::Mutex listeners_mu_;
+  std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
+  std::function<void()> rescan_request_;  // set before serving, then only read
+
+  // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
+  SingleFlight pod_refresh_;
 };
 
 }  // namespace rdp::server

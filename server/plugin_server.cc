@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -22,8 +23,40 @@ namespace {
 
 constexpr char kApiVersion[] = "v1beta1";
 constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
+constexpr std::uint32_t kDirEvents = IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM;
 
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("server"); }
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+void Signal(int eventfd) {
+  const std::uint64_t one = 1;
+  if (::write(eventfd, &one, sizeof one) < 0) Log()->warn("eventfd write failed");
+}
+
+void Drain(int eventfd) {
+  std::uint64_t value;
+  while (::read(eventfd, &value, sizeof value) > 0) {
+  }
+}
+
+// Reads the queued events of a non-blocking inotify descriptor; calls on_event(mask, name) for
+// each (name "" for the watched directory itself).
+template <typename F>
+void ReadEvents(int fd, F on_event) {
+  alignas(struct inotify_event) char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n;) {
+      const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
+      off += sizeof(struct inotify_event) + ev->len;
+      on_event(ev->mask, ev->len == 0 ? std::string() : std::string(ev->name));
+    }
+  }
+}
 
 }  // namespace
 
@@ -37,55 +70,124 @@ std::uint64_t PluginServer::FileId(const std::string& path) {
   return ((static_cast<std::uint64_t>(st.st_ino) * 1000003u) ^ ctime_ns) | 1u;
 }
 
-namespace {
-
-absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-}  // namespace
-
 PluginServer::PluginServer(Config config, PluginDeps deps)
-    : config_(std::move(config)), plugin_(std::make_unique<Plugin>(config_, std::move(deps))) {}
+    : config_(std::move(config)),
+      poll_(deps.poll),
+      plugin_(std::make_unique<Plugin>(config_, std::move(deps))) {}
 
 PluginServer::~PluginServer() { Stop(); }
 
 absl::Status PluginServer::Start() {
   if (absl::Status s = plugin_->Init(); !s.ok()) return s;
+  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  fatal_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  rescan_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  pods_inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (stop_fd_ < 0 || fatal_fd_ < 0 || rescan_fd_ < 0 || inotify_fd_ < 0 ||
+      pods_inotify_fd_ < 0) {
+    return Errno("inotify/eventfd");
+  }
+  plugin_->SetRescanRequest([fd = rescan_fd_] { Signal(fd); });
   std::error_code ec;
   std::filesystem::create_directories(config_.kubelet_dir, ec);
-  inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (inotify_fd_ < 0 || wake_fd_ < 0) return Errno("inotify/eventfd");
-  watch_ = inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(),
-                             IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+  watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
   if (watch_ < 0) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
+  if (plugin_->has_pod_resources()) {
+    WatchPodsDir();
+    // One bounded try before serving, so that the kubelet's first list is not needlessly all
+    // withheld; the pods thread retries.
+    plugin_->RefreshPodsAndWait();
+  }
   if (absl::Status s = Serve(); !s.ok()) return s;
-  absl::MutexLock lock(&stop_mu_);
+  absl::MutexLock lock(&mu_);
   started_ = true;
-  thread_ = std::thread([this] { Loop(); });
+  threads_.emplace_back([this] { RunLoop("lifecycle", &PluginServer::LifecycleLoop); });
+  threads_.emplace_back([this] { RunLoop("health", &PluginServer::HealthLoop); });
+  if (plugin_->has_pod_resources()) {
+    threads_.emplace_back([this] { RunLoop("pod-resources", &PluginServer::PodsLoop); });
+  }
   return absl::OkStatus();
 }
 
 void PluginServer::Stop() {
   {
-    absl::MutexLock lock(&stop_mu_);
+    absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
-    if (started_) {
-      const uint64_t one = 1;
-      if (::write(wake_fd_, &one, sizeof(one)) < 0) Log()->warn("waking the plugin thread failed");
-    }
+    if (started_) Signal(stop_fd_);
   }
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
   StopServing();
   if (socket_ino_ != 0 && FileId(config_.SocketPath()) == socket_ino_) {
     ::unlink(config_.SocketPath().c_str());
   }
-  for (int* fd : {&inotify_fd_, &wake_fd_}) {
+  plugin_->SetRescanRequest(nullptr);
+  for (int* fd : {&inotify_fd_, &pods_inotify_fd_, &stop_fd_, &fatal_fd_, &rescan_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
+}
+
+absl::Status PluginServer::Wait(int stop_fd) {
+  for (;;) {
+    struct pollfd fds[2] = {{stop_fd, POLLIN, 0}, {fatal_fd_, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Errno("waiting for a stop signal");
+    if (fds[1].revents & POLLIN) {
+      absl::MutexLock lock(&mu_);
+      return fatal_;
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) return absl::OkStatus();
+  }
+}
+
+void PluginServer::Fatal(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return;
+    fatal_ = status;
+  }
+  Log()->error("{}; the plugin cannot go on and exits so that it is restarted",
+               std::string(status.message()));
+  Signal(fatal_fd_);
+}
+
+void PluginServer::RunLoop(const char* name, void (PluginServer::*loop)()) {
+  try {
+    (this->*loop)();
+  } catch (const std::exception& e) {
+    Fatal(absl::InternalError(absl::StrCat("the ", name, " thread failed: ", e.what())));
+  }
+}
+
+absl::StatusOr<std::vector<bool>> PluginServer::WaitFor(const std::vector<int>& fds,
+                                                        absl::Time deadline) {
+  std::vector<struct pollfd> p;
+  p.push_back({stop_fd_, POLLIN, 0});
+  for (int fd : fds) p.push_back({fd, POLLIN, 0});
+  const std::int64_t ms =
+      deadline == absl::InfiniteFuture()
+          ? -1
+          : std::clamp<std::int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0,
+                                     INT_MAX);
+  const int ready = poll_(p.data(), p.size(), static_cast<int>(ms));
+  std::vector<bool> out(fds.size(), false);
+  if (ready < 0) {
+    if (errno == EINTR) return out;
+    return Errno("poll");
+  }
+  if (p[0].revents != 0) return absl::CancelledError("stopping");
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (p[i + 1].revents & (POLLERR | POLLNVAL)) {
+      return absl::InternalError(absl::StrCat("poll: descriptor ", fds[i], " is not usable"));
+    }
+    out[i] = (p[i + 1].revents & POLLIN) != 0;
+  }
+  return out;
 }
 
 absl::Status PluginServer::Serve() {
@@ -146,53 +248,40 @@ bool PluginServer::TryRegister() {
 }
 
 bool PluginServer::DrainInotify() {
-  alignas(struct inotify_event) char buf[8192];
   bool restart = false;
-  for (;;) {
-    const ssize_t n = ::read(inotify_fd_, buf, sizeof(buf));
-    if (n <= 0) break;
-    for (ssize_t off = 0; off < n;) {
-      const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
-      off += sizeof(struct inotify_event) + ev->len;
-      if (ev->mask & IN_IGNORED) watch_ = -1;  // the directory itself went away
-      if (ev->len == 0) continue;
-      const std::string name = ev->name;
-      if (name == "kubelet.sock" && (ev->mask & (IN_CREATE | IN_MOVED_TO)) &&
-          FileId(config_.KubeletSocketPath()) != kubelet_ino_) {
-        restart = true;
-      }
-      if (name == config_.socket_name && (ev->mask & (IN_DELETE | IN_MOVED_FROM)) &&
-          FileId(config_.SocketPath()) != socket_ino_) {
-        restart = true;
-      }
+  ReadEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+    if (mask & IN_IGNORED) watch_ = -1;  // the directory itself went away
+    if (name == "kubelet.sock" && (mask & (IN_CREATE | IN_MOVED_TO)) &&
+        FileId(config_.KubeletSocketPath()) != kubelet_ino_) {
+      restart = true;
     }
-  }
+    if (name == config_.socket_name && (mask & (IN_DELETE | IN_MOVED_FROM)) &&
+        FileId(config_.SocketPath()) != socket_ino_) {
+      restart = true;
+    }
+  });
   return restart;
 }
 
-void PluginServer::Loop() {
-  absl::Time next_poll = absl::Now() + config_.health_interval;
+void PluginServer::LifecycleLoop() {
   absl::Time next_register = absl::Now();
   absl::Duration backoff = config_.register_backoff_min;
   bool registered = false;
   bool need_serve = false;  // our socket is gone and the last attempt to serve failed
   for (;;) {
-    const absl::Time now = absl::Now();
-    const absl::Time wake = registered ? next_poll : std::min(next_poll, next_register);
-    const int timeout_ms =
-        static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - now) + 1));
-    struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, timeout_ms);
-    if (ready < 0 && errno != EINTR) {
-      Log()->error("poll failed: {}", std::strerror(errno));
-      return;
-    }
-    if (fds[0].revents & POLLIN) return;  // Stop()
+    // Registered and watching, only an event wakes this thread; while the kubelet dir is gone
+    // there is nothing to watch, so it looks for the dir again every register_backoff_max.
+    const absl::Time wake =
+        !registered ? next_register
+                    : (watch_ < 0 ? absl::Now() + config_.register_backoff_max
+                                  : absl::InfiniteFuture());
+    absl::StatusOr<std::vector<bool>> ready = WaitFor({inotify_fd_}, wake);
+    if (absl::IsCancelled(ready.status())) return;
+    if (!ready.ok()) return Fatal(ready.status());
 
-    bool restart = (fds[1].revents & POLLIN) && DrainInotify();
+    bool restart = (*ready)[0] && DrainInotify();
     if (watch_ < 0 && std::filesystem::is_directory(config_.kubelet_dir)) {
-      watch_ = inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(),
-                                 IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+      watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
       restart = restart || watch_ >= 0;
     }
     if (restart) {
@@ -212,7 +301,24 @@ void PluginServer::Loop() {
         backoff = std::min(backoff * 2, config_.register_backoff_max);
       }
     }
-    if (absl::Now() >= next_poll) {
+    if (!registered && !need_serve && absl::Now() >= next_register) {
+      registered = TryRegister();
+      if (!registered) {
+        next_register = absl::Now() + backoff;
+        backoff = std::min(backoff * 2, config_.register_backoff_max);
+      }
+    }
+  }
+}
+
+void PluginServer::HealthLoop() {
+  absl::Time next_poll = absl::Now() + config_.health_interval;
+  for (;;) {
+    absl::StatusOr<std::vector<bool>> ready = WaitFor({rescan_fd_}, next_poll);
+    if (absl::IsCancelled(ready.status())) return;
+    if (!ready.ok()) return Fatal(ready.status());
+    if ((*ready)[0]) Drain(rescan_fd_);
+    if ((*ready)[0] || absl::Now() >= next_poll) {
       try {
         plugin_->Poll();
       } catch (const std::exception& e) {  // keep serving the last good state
@@ -220,12 +326,49 @@ void PluginServer::Loop() {
       }
       next_poll = absl::Now() + config_.health_interval;
     }
-    if (!registered && !need_serve && absl::Now() >= next_register) {
-      registered = TryRegister();
-      if (!registered) {
-        next_register = absl::Now() + backoff;
-        backoff = std::min(backoff * 2, config_.register_backoff_max);
-      }
+  }
+}
+
+void PluginServer::WatchPodsDir() {
+  if (pods_watch_ >= 0 || config_.pod_resources_socket.empty()) return;
+  const std::string dir =
+      std::filesystem::path(config_.pod_resources_socket).parent_path().string();
+  pods_watch_ = ::inotify_add_watch(pods_inotify_fd_, dir.empty() ? "." : dir.c_str(),
+                                    IN_CREATE | IN_MOVED_TO);
+}
+
+bool PluginServer::DrainPodsInotify() {
+  const std::string socket =
+      std::filesystem::path(config_.pod_resources_socket).filename().string();
+  bool appeared = false;
+  ReadEvents(pods_inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+    if (mask & IN_IGNORED) pods_watch_ = -1;
+    if (name == socket && (mask & (IN_CREATE | IN_MOVED_TO))) appeared = true;
+  });
+  return appeared;
+}
+
+void PluginServer::PodsLoop() {
+  absl::Duration backoff = config_.pod_resources_backoff_min;
+  const bool known = plugin_->pods_known();
+  absl::Time next = absl::Now() + (known ? config_.health_interval : backoff);
+  for (;;) {
+    absl::StatusOr<std::vector<bool>> ready = WaitFor({pods_inotify_fd_}, next);
+    if (absl::IsCancelled(ready.status())) return;
+    if (!ready.ok()) return Fatal(ready.status());
+    if ((*ready)[0] && DrainPodsInotify()) {
+      Log()->info("pod-resources socket {} appeared", config_.pod_resources_socket);
+      next = absl::Now();
+      backoff = config_.pod_resources_backoff_min;
+    }
+    WatchPodsDir();  // the directory may have appeared, or been re-created
+    if (absl::Now() < next) continue;
+    if (plugin_->RefreshPodsAndWait()) {
+      backoff = config_.pod_resources_backoff_min;
+      next = absl::Now() + config_.health_interval;
+    } else {
+      next = absl::Now() + backoff;
+      backoff = std::min(backoff * 2, config_.health_interval);
     }
   }
 }

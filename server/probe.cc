@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "server/kubelet_sim.h"
+#include "server/unix_server.h"
 
 namespace rdp::server {
 

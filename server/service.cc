@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <vector>
@@ -11,9 +12,8 @@ namespace rdp::server {
 namespace {
 
 constexpr char kHealthy[] = "Healthy";
+constexpr char kPreferRpc[] = "GetPreferredAllocation";
 constexpr char kUnhealthy[] = "Unhealthy";
-// How often an idle ListAndWatch re-checks whether its client went away.
-constexpr absl::Duration kStreamRecheck = absl::Milliseconds(500);
 
 // Runs a handler body; turns an escaping exception into INTERNAL, logged once here.
 template <typename F>
@@ -33,7 +33,105 @@ std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::strin
   return {ids.begin(), ids.end()};
 }
 
+absl::Status PreferAll(const Plugin& plugin, const v1beta1::PreferredAllocationRequest& request,
+                       v1beta1::PreferredAllocationResponse* response) {
+  response->Clear();
+  for (const auto& c : request.container_requests()) {
+    absl::StatusOr<std::vector<std::string>> ids =
+        plugin.Prefer(Ids(c.available_deviceids()), Ids(c.must_include_deviceids()),
+                      c.allocation_size());
+    if (!ids.ok()) return ids.status();
+    auto* out = response->add_container_responses();
+    for (std::string& id : *ids) out->add_deviceids(std::move(id));
+  }
+  return absl::OkStatus();
+}
+
+// A ListAndWatch refused at once (the service is stopping, or too many streams).
+class RefusedStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+// One ListAndWatch stream: writes the device list when it is newer than the last one written,
+// one write at a time, on whichever thread saw the change. It keeps itself alive (self_) until
+// gRPC is done with it; the service holds it weakly.
+class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+ public:
+  explicit DeviceStream(const Plugin* plugin) : plugin_(plugin) {}
+
+  void Begin(std::shared_ptr<DeviceStream> self) {
+    self_ = std::move(self);
+    Changed();
+  }
+
+  void Changed() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_ || writing_) return;  // OnWriteDone looks again
+      Plugin::DeviceList list = plugin_->Devices();
+      if (list.version == sent_) return;
+      response_.Clear();
+      ToProto(list.devices, &response_);
+      sent_ = list.version;
+      writing_ = true;
+    }
+    StartWrite(&response_);
+  }
+
+  // Finishes the stream once, after the write in flight if there is one.
+  void End(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_) return;
+      finishing_ = true;
+      end_status_ = status;
+      if (writing_) return;  // OnWriteDone finishes
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok && !finishing_) {  // the client went away
+        finishing_ = true;
+        end_status_ = grpc::Status::OK;
+      }
+      if (finishing_ && !finished_) {
+        finish = finished_ = true;
+        status = end_status_;
+      }
+    }
+    if (finish) {
+      Finish(status);
+      return;
+    }
+    Changed();
+  }
+
+  void OnCancel() override { End(grpc::Status::CANCELLED); }
+
+  void OnDone() override { self_.reset(); }  // last: may delete this
+
+ private:
+  const Plugin* const plugin_;
+  std::shared_ptr<DeviceStream> self_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
+  v1beta1::ListAndWatchResponse response_;  // owned by the write in flight while writing_
+};
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -50,66 +148,19 @@ void ToProto(const std::vector<DeviceState>& devices, v1beta1::ListAndWatchRespo
   }
 }
 
-void DevicePluginService::Stop() {
-  stop_ = true;
-  plugin_->WakeAll();
+void FillOptions(v1beta1::DevicePluginOptions* options) {
+  options->set_pre_start_required(false);
+  options->set_get_preferred_allocation_available(true);
 }
 
-grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*,
-                                                         const v1beta1::Empty*,
-                                                         v1beta1::DevicePluginOptions* response) {
-  response->set_pre_start_required(false);
-  response->set_get_preferred_allocation_available(true);
-  return grpc::Status::OK;
-}
-
-grpc::Status DevicePluginService::ListAndWatch(
-    grpc::ServerContext* context, const v1beta1::Empty*,
-    grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
-  return Guard("ListAndWatch", [&]() -> absl::Status {
-    Plugin::DeviceList list = plugin_->Devices();
-    std::uint64_t sent = 0;
-    while (!stop_ && !context->IsCancelled()) {
-      if (list.version != sent) {
-        v1beta1::ListAndWatchResponse response;
-        ToProto(list.devices, &response);
-        if (!writer->Write(response)) return absl::OkStatus();  // the client went away
-        sent = list.version;
-      }
-      list = plugin_->WaitForChange(sent, absl::Now() + kStreamRecheck, stop_);
-    }
-    return absl::OkStatus();
-  });
-}
-
-grpc::Status DevicePluginService::GetPreferredAllocation(
-    grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* request,
-    v1beta1::PreferredAllocationResponse* response) {
-  return Guard("GetPreferredAllocation", [&]() -> absl::Status {
-    if (request->container_requests().empty()) {
-      return absl::InvalidArgumentError("empty request: no container_requests");
-    }
-    for (const auto& c : request->container_requests()) {
-      absl::StatusOr<std::vector<std::string>> ids =
-          plugin_->Prefer(Ids(c.available_deviceids()), Ids(c.must_include_deviceids()),
-                          c.allocation_size());
-      if (!ids.ok()) return ids.status();
-      auto* out = response->add_container_responses();
-      for (std::string& id : *ids) out->add_deviceids(std::move(id));
-    }
-    return absl::OkStatus();
-  });
-}
-
-grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
-                                           const v1beta1::AllocateRequest* request,
-                                           v1beta1::AllocateResponse* response) {
+grpc::Status HandleAllocate(const Plugin& plugin, const v1beta1::AllocateRequest& request,
+                            v1beta1::AllocateResponse* response) {
   return Guard("Allocate", [&]() -> absl::Status {
-    if (request->container_requests().empty()) {
+    if (request.container_requests().empty()) {
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
-    for (const auto& c : request->container_requests()) {
-      absl::StatusOr<ContainerAllocation> a = plugin_->Allocate(Ids(c.devices_ids()));
+    for (const auto& c : request.container_requests()) {
+      absl::StatusOr<ContainerAllocation> a = plugin.Allocate(Ids(c.devices_ids()));
       if (!a.ok()) return a.status();
       auto* out = response->add_container_responses();
       for (const auto& spec : a->devices) {
@@ -124,10 +175,127 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
   });
 }
 
-grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*,
-                                                    const v1beta1::PreStartContainerRequest*,
-                                                    v1beta1::PreStartContainerResponse*) {
-  return grpc::Status::OK;
+void HandlePreferredAllocation(Plugin& plugin, const v1beta1::PreferredAllocationRequest& request,
+                               v1beta1::PreferredAllocationResponse* response,
+                               std::function<void(grpc::Status)> done) {
+  // done() exactly once, whichever path ends the call.
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  auto finish = [once, done = std::move(done)](const grpc::Status& s) {
+    if (!once->exchange(true)) done(s);
+  };
+  bool deferred = false;  // the refresh finishes the call
+  const grpc::Status checked = Guard(kPreferRpc, [&]() -> absl::Status {
+    if (request.container_requests().empty()) {
+      return absl::InvalidArgumentError("empty request: no container_requests");
+    }
+    if (plugin.config().mode == Mode::kShared) return PreferAll(plugin, request, response);
+    // Exclusive: the GPU context comes from a pod list at least as new as this call. One
+    // refresh serves every container of the request.
+    deferred = true;
+    plugin.RefreshPods([&plugin, &request, response, finish] {
+      finish(Guard(kPreferRpc, [&] { return PreferAll(plugin, request, response); }));
+    });
+    return absl::OkStatus();
+  });
+  if (!deferred || !checked.ok()) finish(checked);
+}
+
+DevicePluginService::DevicePluginService(Plugin* plugin) : plugin_(plugin) {
+  listener_ = plugin_->AddListener([this] { Changed(); });
+}
+
+DevicePluginService::~DevicePluginService() {
+  plugin_->RemoveListener(listener_);
+  Stop();
+}
+
+void DevicePluginService::Changed() {
+  std::vector<std::shared_ptr<DeviceStream>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& weak : streams_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (const auto& s : live) s->Changed();
+}
+
+void DevicePluginService::Stop() {
+  std::vector<std::shared_ptr<DeviceStream>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    for (const auto& weak : streams_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+    streams_.clear();
+  }
+  for (const auto& s : live) s->End(grpc::Status::OK);
+}
+
+int DevicePluginService::streams() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& weak : streams_) n += weak.expired() ? 0 : 1;
+  return n;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
+    grpc::CallbackServerContext* context, const v1beta1::Empty*,
+    v1beta1::DevicePluginOptions* response) {
+  FillOptions(response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::ListAndWatch(
+    grpc::CallbackServerContext*, const v1beta1::Empty*) {
+  std::shared_ptr<DeviceStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return new RefusedStream(grpc::Status::OK);
+    streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
+                                  [](const auto& weak) { return weak.expired(); }),
+                   streams_.end());
+    if (streams_.size() >= static_cast<std::size_t>(kMaxStreams)) {
+      rdp::Logger("server")->warn("ListAndWatch refused: {} streams are open already",
+                                  streams_.size());
+      return new RefusedStream(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("ListAndWatch: ", kMaxStreams, " streams are open already")));
+    }
+    stream = std::make_shared<DeviceStream>(plugin_);
+    streams_.push_back(stream);
+  }
+  DeviceStream* raw = stream.get();
+  raw->Begin(std::move(stream));
+  return raw;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
+    grpc::CallbackServerContext* context, const v1beta1::PreferredAllocationRequest* request,
+    v1beta1::PreferredAllocationResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  HandlePreferredAllocation(*plugin_, *request, response,
+                            [reactor](grpc::Status s) { reactor->Finish(s); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerContext* context,
+                                                        const v1beta1::AllocateRequest* request,
+                                                        v1beta1::AllocateResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(HandleAllocate(*plugin_, *request, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
+    grpc::CallbackServerContext* context, const v1beta1::PreStartContainerRequest*,
+    v1beta1::PreStartContainerResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace rdp::server

@@ -16,7 +16,9 @@
 #include "proto/podresources.pb.h"
 #include "server/config.h"
 #include "server/demo.h"
+#include "server/gpu_context.h"
 #include "server/pod_resources.h"
+#include "server/withholding.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
 

@@ -1,13 +1,17 @@
-// Fuzzes the handling of every DevicePlugin request the kubelet can send, through the service
-// the gRPC server calls (server::DevicePluginService) on plugins in both modes serving the
-// bundled dgx-h100-like node: raw request messages off the wire, and structured requests whose
-// IDs, sizes, must-include sets and container counts come from the input (valid IDs, IDs of the
-// other mode, GPU addresses, junk, and requests of thousands of IDs), with a pod-resources answer
-// and a clock that also come from the input. Any answer must be a valid one or an error that is
+// Fuzzes the handling of every DevicePlugin request the kubelet can send, through the handlers
+// the gRPC service calls (server::HandleAllocate, HandlePreferredAllocation) on plugins in both
+// modes serving the bundled dgx-h100-like node: raw request messages off the wire, and
+// structured requests whose IDs, sizes, must-include sets and container counts come from the
+// input (valid IDs, other spellings of them, IDs of the other mode, GPU addresses, junk, and
+// requests of thousands of IDs), with a pod-resources answer, a clock and a vanished device node
+// that also come from the input. Any answer must be a valid one (an Allocate answer: one device
+// spec per present device node of exactly the HCAs asked for, none twice) or an error that is
 // not INTERNAL (an exception escaped or a bug was caught).
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/demo.h"
 #include "server/devices.h"
@@ -27,10 +32,10 @@
 namespace rdp::fuzz {
 namespace {
 
-// Answers List with whatever the current input set.
+// Answers List with whatever the current input set, at once.
 class InputPods : public server::PodResourcesSource {
  public:
-  absl::StatusOr<server::PodList> List(absl::Duration) override { return pods; }
+  void List(absl::Duration, Done done) override { done(pods); }
   absl::StatusOr<server::PodList> pods = server::PodList{};
 };
 
@@ -39,8 +44,9 @@ struct Rig {
   absl::Time now = absl::FromUnixSeconds(1'800'000'000);
   InputPods* pods[2] = {nullptr, nullptr};  // owned by the plugins
   std::unique_ptr<server::Plugin> plugins[2];  // shared, exclusive
-  std::unique_ptr<server::DevicePluginService> services[2];
   std::vector<std::string> hcas, gpus, uuids;
+  topology::TopologyPtr node;
+  std::string dev_root;
 };
 
 Rig& TheRig() {
@@ -57,6 +63,7 @@ Rig& TheRig() {
     topology::SysfsFixture fixture(root);
     FUZZ_CHECK(fixture.AddTopology(**node).ok(), "fixture");
     for (const auto& h : (*node)->hcas()) r->hcas.push_back(h.place.pci);
+    r->dev_root = root;
     for (const auto& g : (*node)->gpus()) {
       r->gpus.push_back(g.place.pci);
       r->uuids.push_back(absl::StrCat("GPU-", r->uuids.size()));
@@ -79,17 +86,30 @@ Rig& TheRig() {
       deps.now = [r] { return r->now; };
       r->plugins[m] = std::make_unique<server::Plugin>(config, std::move(deps));
       FUZZ_CHECK(r->plugins[m]->Init().ok(), "plugin init");
-      r->services[m] = std::make_unique<server::DevicePluginService>(r->plugins[m].get());
+      FUZZ_CHECK(r->plugins[m]->RefreshPodsAndWait(), "first pod list");
     }
+    r->node = r->plugins[1]->topology();  // sysfs + XML: uverbs, umad and issm names
+    for (const auto& h : r->node->hcas()) FUZZ_CHECK(!h.uverbs.empty(), h.name);
     return r;
   }();
   return *rig;
 }
 
+// Another spelling of a PCI address: upper case, or without the domain.
+std::string Respelled(FuzzedDataProvider& fdp, const std::string& pci) {
+  std::string out = fdp.ConsumeBool() ? pci.substr(5) : pci;
+  if (fdp.ConsumeBool()) {
+    for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
 std::string SomeId(FuzzedDataProvider& fdp, const Rig& rig, bool exclusive) {
-  switch (fdp.ConsumeIntegralInRange(0, 9)) {
+  switch (fdp.ConsumeIntegralInRange(0, 10)) {
     case 0:
       return fdp.ConsumeRandomLengthString(24);
+    case 10:  // one HCA in another spelling
+      return Respelled(fdp, rig.hcas[fdp.ConsumeIntegralInRange<size_t>(0, rig.hcas.size() - 1)]);
     case 1:
       return rig.gpus[fdp.ConsumeIntegralInRange<size_t>(0, rig.gpus.size() - 1)];
     case 2:  // the other mode's IDs
@@ -152,10 +172,16 @@ void CheckNotInternal(const grpc::Status& s, const char* rpc) {
   FUZZ_CHECK(s.ok() || !s.error_message().empty(), absl::StrCat(rpc, " error without a message"));
 }
 
-void Prefer(server::DevicePluginService& service, const v1beta1::PreferredAllocationRequest& req) {
-  grpc::ServerContext context;
+void Prefer(server::Plugin& plugin, const v1beta1::PreferredAllocationRequest& req) {
   v1beta1::PreferredAllocationResponse resp;
-  const grpc::Status s = service.GetPreferredAllocation(&context, &req, &resp);
+  grpc::Status s(grpc::StatusCode::UNKNOWN, "never finished");
+  int finished = 0;
+  server::HandlePreferredAllocation(plugin, req, &resp, [&](grpc::Status got) {
+    s = got;
+    ++finished;
+  });
+  FUZZ_CHECK(finished == 1, "GetPreferredAllocation finished " + std::to_string(finished) +
+                                " times (the input's pod list answers at once)");
   CheckNotInternal(s, "GetPreferredAllocation");
   if (!s.ok()) return;
   FUZZ_CHECK(resp.container_responses_size() == req.container_requests_size(), "containers");
@@ -174,53 +200,80 @@ void Prefer(server::DevicePluginService& service, const v1beta1::PreferredAlloca
   }
 }
 
-void Allocate(server::DevicePluginService& service, const v1beta1::AllocateRequest& req,
+// The device specs of an Allocate answer are exactly the present device nodes of the HCAs it
+// names (RDMA_HCA_PCI), each once, then rdma_cm; in exclusive mode those HCAs are exactly the
+// ones asked for, whatever their spelling.
+void CheckAllocation(const Rig& rig, const v1beta1::ContainerAllocateRequest& in,
+                     const v1beta1::ContainerAllocateResponse& out, bool exclusive) {
+  auto pci = out.envs().find("RDMA_HCA_PCI");
+  FUZZ_CHECK(pci != out.envs().end(), "no RDMA_HCA_PCI");
+  const std::vector<std::string> given = absl::StrSplit(pci->second, ',');
+  const std::set<std::string> given_set(given.begin(), given.end());
+  FUZZ_CHECK(given_set.size() == given.size(), "an HCA twice: " + pci->second);
+  if (exclusive) {
+    std::set<std::string> asked;
+    for (const auto& id : in.devices_ids()) {
+      auto normal = topology::NormalizePci(id);
+      FUZZ_CHECK(normal.has_value(), "allocated an ID that is no PCI address: " + id);
+      asked.insert(*normal);
+    }
+    FUZZ_CHECK(asked == given_set, "allocated other HCAs than asked: " + pci->second);
+  }
+  std::vector<std::string> want;
+  for (const std::string& p : given) {
+    const int idx = rig.node->HcaIndex(p);
+    FUZZ_CHECK(idx >= 0, "no such HCA: " + p);
+    const topology::Hca& h = rig.node->hcas()[idx];
+    std::vector<std::string> nodes = {h.uverbs};
+    nodes.insert(nodes.end(), h.umad.begin(), h.umad.end());
+    nodes.insert(nodes.end(), h.issm.begin(), h.issm.end());
+    for (const std::string& n : nodes) {
+      if (std::filesystem::exists(rig.dev_root + "/dev/infiniband/" + n)) {
+        want.push_back("/dev/infiniband/" + n);
+      } else {
+        FUZZ_CHECK(n != h.uverbs, "allocated " + p + " whose uverbs node is missing");
+      }
+    }
+  }
+  want.push_back("/dev/infiniband/rdma_cm");
+  std::vector<std::string> got;
+  for (const auto& d : out.devices()) {
+    FUZZ_CHECK(d.host_path() == d.container_path(), d.host_path());
+    FUZZ_CHECK(d.permissions() == "rw", d.permissions());
+    got.push_back(d.host_path());
+  }
+  FUZZ_CHECK(got == want, "device specs " + absl::StrJoin(got, ",") + " for HCAs " +
+                              pci->second + ", want " + absl::StrJoin(want, ","));
+}
+
+void Allocate(const Rig& rig, server::Plugin& plugin, const v1beta1::AllocateRequest& req,
               bool exclusive) {
-  grpc::ServerContext context;
   v1beta1::AllocateResponse resp;
-  const grpc::Status s = service.Allocate(&context, &req, &resp);
+  const grpc::Status s = server::HandleAllocate(plugin, req, &resp);
   CheckNotInternal(s, "Allocate");
   if (!s.ok()) return;
   FUZZ_CHECK(resp.container_responses_size() == req.container_requests_size(), "containers");
   for (int i = 0; i < req.container_requests_size(); ++i) {
-    const auto& out = resp.container_responses(i);
-    FUZZ_CHECK(out.devices_size() > 0, "no device specs");
-    for (const auto& d : out.devices()) {
-      FUZZ_CHECK(d.host_path().rfind("/dev/infiniband/", 0) == 0, d.host_path());
-    }
-    auto pci = out.envs().find("RDMA_HCA_PCI");
-    FUZZ_CHECK(pci != out.envs().end(), "no RDMA_HCA_PCI");
-    if (exclusive) {
-      const std::vector<std::string> given = absl::StrSplit(pci->second, ',');
-      FUZZ_CHECK(given.size() == static_cast<size_t>(req.container_requests(i).devices_ids_size()),
-                 pci->second);
-    }
+    CheckAllocation(rig, req.container_requests(i), resp.container_responses(i), exclusive);
   }
 }
 
 void Raw(FuzzedDataProvider& fdp, Rig& rig) {
   const int rpc = fdp.ConsumeIntegralInRange(0, 3);
   const bool exclusive = fdp.ConsumeBool();
-  server::DevicePluginService& service = *rig.services[exclusive];
+  server::Plugin& plugin = *rig.plugins[exclusive];
   const std::string bytes = fdp.ConsumeRemainingBytesAsString();
-  grpc::ServerContext context;
-  if (rpc == 0) {
+  if (rpc == 0 || rpc == 2) {
     v1beta1::PreferredAllocationRequest req;
-    if (req.ParseFromString(bytes)) Prefer(service, req);
+    if (req.ParseFromString(bytes)) Prefer(plugin, req);
   } else if (rpc == 1) {
     v1beta1::AllocateRequest req;
-    if (req.ParseFromString(bytes)) Allocate(service, req, exclusive);
-  } else if (rpc == 2) {
-    v1beta1::PreStartContainerRequest req;
-    v1beta1::PreStartContainerResponse resp;
-    if (req.ParseFromString(bytes)) {
-      FUZZ_CHECK(service.PreStartContainer(&context, &req, &resp).ok(), "PreStartContainer");
-    }
+    if (req.ParseFromString(bytes)) Allocate(rig, plugin, req, exclusive);
   } else {
     v1beta1::Empty req;
     v1beta1::DevicePluginOptions resp;
     if (req.ParseFromString(bytes)) {
-      FUZZ_CHECK(service.GetDevicePluginOptions(&context, &req, &resp).ok(), "options");
+      server::FillOptions(&resp);
       FUZZ_CHECK(resp.get_preferred_allocation_available(), "options");
     }
   }
@@ -234,8 +287,16 @@ void Structured(FuzzedDataProvider& fdp, Rig& rig) {
     rig.pods[exclusive]->pods = SomePods(fdp, rig);
   }
   rig.now += absl::Milliseconds(fdp.ConsumeIntegralInRange(0, 20000));
+  // Sometimes an HCA's uverbs node vanishes before the calls (a driver reload), and comes back
+  // after them: no device spec may name it meanwhile.
+  std::string vanished;
+  if (fdp.ConsumeIntegralInRange(0, 7) == 0) {
+    const auto& h = rig.node->hcas()[fdp.ConsumeIntegralInRange<size_t>(0, rig.hcas.size() - 1)];
+    vanished = rig.dev_root + "/dev/infiniband/" + h.uverbs;
+    std::filesystem::remove(vanished);
+  }
   if (fdp.ConsumeIntegralInRange(0, 15) == 0) rig.plugins[exclusive]->Poll();
-  server::DevicePluginService& service = *rig.services[exclusive];
+  server::Plugin& plugin = *rig.plugins[exclusive];
   for (int calls = fdp.ConsumeIntegralInRange(1, 4); calls > 0 && fdp.remaining_bytes() > 0;
        --calls) {
     const int containers = fdp.ConsumeIntegralInRange(0, 3);
@@ -253,15 +314,19 @@ void Structured(FuzzedDataProvider& fdp, Rig& rig) {
         }
         r->set_allocation_size(SomeSize(fdp, available.size()));
       }
-      Prefer(service, req);
+      Prefer(plugin, req);
     } else {
       v1beta1::AllocateRequest req;
       for (int c = 0; c < containers; ++c) {
         auto* r = req.add_container_requests();
         for (const auto& id : SomeIds(fdp, rig, exclusive)) r->add_devices_ids(id);
       }
-      Allocate(service, req, exclusive);
+      Allocate(rig, plugin, req, exclusive);
     }
+  }
+  if (!vanished.empty()) {
+    std::ofstream(vanished).put('\n');
+    if (fdp.ConsumeBool()) rig.plugins[exclusive]->Poll();
   }
 }
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "server/pod_resources.h"
+#include "server/nvidia_gpus.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
 #include "topology/sysfs_fixture.h"

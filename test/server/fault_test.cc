@@ -254,13 +254,20 @@ class Child {
   std::string log_ ABSL_GUARDED_BY(mu_);
 };
 
-// What /proc shows of a process. gRPC's event-engine pool (threads named "event_engine") is
-// counted apart and not held flat: it grows by a thread under a burst of work and retires an
-// idle extra one only after about 30 s, longer than a test; it is bounded by gRPC, not by us.
+// What /proc shows of a process. gRPC's own thread pools are counted apart and not held flat:
+// the event engine's ("event_engine"), the executor that runs callback-API work
+// ("default-executo", at most twice the CPUs) and the timer threads ("grpc_global_tim"). Each
+// grows by a thread under a burst of work and retires an idle extra one on its own schedule,
+// longer than a test; they are bounded by gRPC, not by us.
+bool IsGrpcPool(const std::string& name) {
+  return name == "event_engine" || name == "default-executo" || name == "grpc_global_tim";
+}
+
 struct Counts {
   int fds = -1;
-  int threads = -1;  // every thread but the event-engine pool's
-  int pool = -1;     // the event-engine pool's
+  int threads = -1;  // every thread but gRPC's pools
+  int pool = -1;     // gRPC's pools
+  std::map<std::string, int> names;  // threads by name, for the failure message
 };
 
 Counts CountsOf(pid_t pid) {
@@ -276,14 +283,20 @@ Counts CountsOf(pid_t pid) {
     std::ifstream in(it->path() / "comm");
     std::string name;
     std::getline(in, name);
-    ++(name == "event_engine" ? pool : threads);
+    ++(IsGrpcPool(name) ? pool : threads);
+    ++c.names[name];
   }
   if (ec) return c;
-  return {fds, threads, pool};
+  c.fds = fds;
+  c.threads = threads;
+  c.pool = pool;
+  return c;
 }
 
 std::string Show(const Counts& c) {
-  return absl::StrCat(c.fds, " fds, ", c.threads, "+", c.pool, " threads");
+  std::string names;
+  for (const auto& [name, n] : c.names) absl::StrAppend(&names, names.empty() ? "" : ", ", name, " x", n);
+  return absl::StrCat(c.fds, " fds, ", c.threads, "+", c.pool, " threads (", names, ")");
 }
 
 // /proc offers no event to wait on, so the two waits below poll it every 20 ms, bounded.
@@ -714,19 +727,26 @@ class MuteSocket {
 };
 
 // The plugin wired by DefaultDeps to the pod-resources socket in `config` (already served by a
-// server that never answers; `contacted` waits for it to have been reached): every kubelet RPC
-// still answers OK within kRpcBound, repeatedly, and health polling goes on.
+// server that never answers; `contacted` waits for it to have been reached). Fail closed: the
+// pod list is not known, so every HCA is withheld (Unhealthy, Allocate refused), yet every
+// kubelet RPC answers within kRpcBound, repeatedly, and health polling goes on. Then
+// `end_silence` removes that server and a real one appears on the same path: the plugin picks it
+// up (a socket re-created after a failed dial), and the devices, with the port that went down
+// meanwhile, are offered.
 void RunWithSilentPodResources(TestNode& node, const Config& config,
-                               const std::function<bool()>& contacted) {
+                               const std::function<bool()>& contacted,
+                               const std::function<void()>& end_silence) {
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  PluginDeps deps = node.Deps();  // sysfs-only discovery (hwloc would setenv in this process)
+  PluginDeps deps = node.Deps();  // sysfs-only discovery
   deps.pod_resources = DefaultDeps(config).pod_resources;
   ASSERT_NE(deps.pod_resources, nullptr) << "DefaultDeps did not wire pod-resources";
   PluginServer plugin(config, std::move(deps));
   ASSERT_TRUE(plugin.Start().ok());
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
-  ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
+  DeviceTable withheld = kExpected;
+  for (const std::string& pci : kPcis) withheld = WithHealth(withheld, pci, "Unhealthy");
+  ASSERT_TRUE(kubelet.WaitForDevices(Is(withheld), kWait).has_value());
   ASSERT_TRUE(contacted()) << "the plugin never reached the pod-resources server";
 
   const std::string socket = config.SocketPath();
@@ -750,17 +770,31 @@ void RunWithSilentPodResources(TestNode& node, const Config& config,
         EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
       }
     }
-    EXPECT_TRUE(AllocateWorks(socket, kPcis[round % 4]));
-    EXPECT_EQ(FreshList(socket), kExpected);
+    {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+      v1beta1::AllocateRequest request;
+      request.add_container_requests()->add_devices_ids(kPcis[round % 4]);
+      v1beta1::AllocateResponse response;
+      const grpc::Status s = stub->Allocate(&context, request, &response);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+      EXPECT_TRUE(absl::StrContains(s.error_message(), "pod list is not known"))
+          << s.error_message();
+    }
+    EXPECT_EQ(FreshList(socket), withheld);
   }
 
-  // Health polls go on: a port going down and back shows.
+  // Health polls go on meanwhile: a port that goes down shows once the pods are known.
   ASSERT_TRUE(node.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+  end_silence();
+  FakePodResources pods(config.pod_resources_socket);
+  ASSERT_TRUE(pods.Start().ok());
   EXPECT_TRUE(
       kubelet.WaitForDevices(Is(WithHealth(kExpected, kPcis[1], "Unhealthy")), kWait).has_value());
   ASSERT_TRUE(node.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
   EXPECT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
   EXPECT_EQ(FreshList(socket), kExpected);
+  EXPECT_TRUE(AllocateWorks(socket, kPcis[1]));
   plugin.Stop();
 }
 
@@ -771,9 +805,14 @@ void SilentPodResourcesTest(const std::function<bool(Silent&)>& contacted) {
   TestNode node;
   Config config = node.MakeConfig(Mode::kExclusive);
   config.pod_resources_socket = node.dir().Sub("pr.sock");
-  Silent pods(config.pod_resources_socket);
-  ASSERT_TRUE(pods.ok());
-  RunWithSilentPodResources(node, config, [&] { return contacted(pods); });
+  auto pods = std::make_unique<Silent>(config.pod_resources_socket);
+  ASSERT_TRUE(pods->ok());
+  RunWithSilentPodResources(
+      node, config, [&] { return contacted(*pods); },
+      [&] {
+        pods.reset();
+        ::unlink(config.pod_resources_socket.c_str());
+      });
 }
 
 TEST(FaultPodResourcesTest, ListNeverAnswers) {

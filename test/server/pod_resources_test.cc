@@ -1,4 +1,7 @@
+#include "server/gpu_context.h"
+#include "server/nvidia_gpus.h"
 #include "server/pod_resources.h"
+#include "server/withholding.h"
 
 #include <fstream>
 

@@ -1,0 +1,68 @@
+#include "server/single_flight.h"
+
+#include <atomic>
+#include <exception>
+#include <memory>
+
+#include "topology/log.h"
+
+namespace rdp::server {
+
+SingleFlight::SingleFlight(Start start) : start_(std::move(start)) {}
+
+SingleFlight::~SingleFlight() { WaitIdle(); }
+
+void SingleFlight::Request(Then then) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (running_) {
+      next_.push_back(std::move(then));
+      return;
+    }
+    running_ = true;
+    current_.push_back(std::move(then));
+  }
+  Run();
+}
+
+void SingleFlight::Run() {
+  // finished() counts once per run, whoever calls it (the operation, or the catch below).
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  Then finished = [this, once] {
+    if (!once->exchange(true)) Finished();
+  };
+  try {
+    start_(finished);
+  } catch (const std::exception& e) {
+    rdp::Logger("server")->error("refresh failed: {}", e.what());
+    finished();
+  } catch (...) {
+    rdp::Logger("server")->error("refresh failed with an unknown exception");
+    finished();
+  }
+}
+
+void SingleFlight::Finished() {
+  std::vector<Then> answered;
+  bool again = false;
+  {
+    absl::MutexLock lock(&mu_);
+    answered.swap(current_);
+    if (!next_.empty()) {
+      current_.swap(next_);
+      again = true;
+    } else {
+      running_ = false;
+    }
+  }
+  for (Then& then : answered) then();
+  if (again) Run();
+}
+
+void SingleFlight::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](bool* running) { return !*running; }, &running_));
+}
+
+}  // namespace rdp::server
