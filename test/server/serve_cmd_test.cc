@@ -71,14 +71,24 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   const pid_t pid = Spawn({"--exclusive-label", "rdma.network.alibabacloud.com/exclusive",
                            "--node-name", "node-a", "--sysfs-root", config.discovery.sysfs_root,
                            "--dev-root", config.discovery.dev_root, "--kubelet-dir",
-                           config.kubelet_dir, "--pod-resources-socket", "",
-                           "--health-interval", "100ms", "--log-level", "warn"});
+                           config.kubelet_dir, "--health-interval", "100ms", "--log-level",
+                           "warn",
+                           // Last and written with '=', as a chart's extraArgs has it: off.
+                           "--pod-resources-socket="});
   ASSERT_GT(pid, 0);
   auto reg = kubelet.WaitForRegistration(0, absl::Seconds(20));
   ASSERT_TRUE(reg.has_value());
   EXPECT_EQ(reg->resource_name, "rdma/hca");
+  // Healthy: no pod-resources socket configured, so nothing is withheld.
   auto devices = kubelet.WaitForDevices(
-      [](const KubeletSim::Devices& d) { return d.size() == 4; }, absl::Seconds(20));
+      [](const KubeletSim::Devices& d) {
+        if (d.size() != 4) return false;
+        for (const auto& x : d) {
+          if (x.health() != "Healthy") return false;
+        }
+        return true;
+      },
+      absl::Seconds(20));
   EXPECT_TRUE(devices.has_value());
   EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir}), 0);
 
