@@ -96,6 +96,60 @@ void Mutex::Await(const Condition& cond) {
   Acquired(this, true);
 }
 
+bool Mutex::ReaderTryLock() {
+  RDP_REAL(bool (*)(Mutex*), "_ZN4absl7debian35Mutex13ReaderTryLockEv");
+  const bool locked = real(this);
+  if (locked) Acquired(this, false);
+  return locked;
+}
+
+void Mutex::ReaderLockWhen(const Condition& cond) {
+  RDP_REAL(void (*)(Mutex*, const Condition&),
+           "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
+  real(this, cond);
+  Acquired(this, false);
+}
+
+// The *WithDeadline functions return holding the mutex whether or not the condition became
+// true. The *WithTimeout ones are written in terms of them here, as abseil's own may call them
+// and would report twice (abseil's Notification::WaitForNotificationWithTimeout is one caller).
+bool Mutex::LockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
+  RDP_REAL(bool (*)(Mutex*, const Condition&, absl::Time),
+           "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  const bool met = real(this, cond, deadline);
+  Acquired(this, true);
+  return met;
+}
+
+bool Mutex::LockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
+  return LockWhenWithDeadline(cond, absl::Now() + timeout);
+}
+
+bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, absl::Time deadline) {
+  RDP_REAL(bool (*)(Mutex*, const Condition&, absl::Time),
+           "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  const bool met = real(this, cond, deadline);
+  Acquired(this, false);
+  return met;
+}
+
+bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, absl::Duration timeout) {
+  return ReaderLockWhenWithDeadline(cond, absl::Now() + timeout);
+}
+
+bool Mutex::AwaitWithDeadline(const Condition& cond, absl::Time deadline) {
+  RDP_REAL(bool (*)(Mutex*, const Condition&, absl::Time),
+           "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  Released(this, true);
+  const bool met = real(this, cond, deadline);
+  Acquired(this, true);
+  return met;
+}
+
+bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
+  return AwaitWithDeadline(cond, absl::Now() + timeout);
+}
+
 void CondVar::Wait(Mutex* mu) {
   RDP_REAL(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
   Released(mu, true);
