@@ -484,7 +484,17 @@ absl::StatusOr<std::vector<std::string>> Plugin::Prefer(
       request.gpus = std::move(sel.context);
     }
   }
-  return alloc->Prefer(request);
+  absl::StatusOr<std::vector<std::string>> answer = alloc->Prefer(request);
+  if (!answer.ok()) return answer;
+  // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
+  std::map<std::string, std::string> spelled;
+  for (const std::string& id : available) {
+    if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
+  }
+  for (std::string& id : *answer) {
+    if (auto it = spelled.find(id); it != spelled.end()) id = it->second;
+  }
+  return answer;
 }
 
 }  // namespace rdp::server

@@ -101,8 +101,8 @@ class Plugin {
   absl::StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& ids) const;
 
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
-  // the pod list as last refreshed (the caller refreshes first: RefreshPods). InvalidArgument
-  // for invalid requests.
+  // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
+  // of `available`, spelled as given. InvalidArgument for invalid requests.
   absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string>& available,
                                                   const std::vector<std::string>& must_include,
                                                   int size) const;

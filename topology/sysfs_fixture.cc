@@ -33,9 +33,20 @@ absl::Status Symlink(const fs::path& target, const fs::path& link) {
   std::error_code ec;
   fs::create_directories(link.parent_path(), ec);
   fs::remove(link, ec);
-  fs::create_symlink(fs::relative(target, link.parent_path()), link, ec);
+  const fs::path relative = fs::relative(target, link.parent_path(), ec);
+  if (!ec) fs::create_symlink(relative, link, ec);
   return ec ? absl::InternalError("symlink " + link.string() + ": " + ec.message())
             : absl::OkStatus();
+}
+
+// A name that stays one entry of the directory it is put in: not empty, no '/', not "." or
+// "..". Anything else could lay the node out beside (or above) its root.
+absl::Status OneEntry(const std::string& what, const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(what + " '" + name + "' is not a file name");
+  }
+  return absl::OkStatus();
 }
 
 int PortStateNumber(const std::string& s) {
@@ -76,6 +87,11 @@ SysfsFixture::Laid* SysfsFixture::Find(const std::string& name) {
 }
 
 absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
+  RDP_RETURN_IF_ERROR(OneEntry("HCA name", hca.name));
+  RDP_RETURN_IF_ERROR(OneEntry("PCIe root", hca.pcie_root));
+  RDP_RETURN_IF_ERROR(OneEntry("PCI address", hca.pci));
+  for (const std::string& b : hca.bridges) RDP_RETURN_IF_ERROR(OneEntry("bridge", b));
+  for (const std::string& n : hca.netdevs) RDP_RETURN_IF_ERROR(OneEntry("netdev", n));
   if (Find(hca.name)) return absl::AlreadyExistsError("HCA " + hca.name + " already laid out");
   const fs::path sys = fs::path(root_) / "sys";
   fs::path dev_dir = sys / "devices" / hca.pcie_root;

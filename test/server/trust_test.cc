@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
@@ -280,6 +281,21 @@ TEST_F(TrustTest, OneHcaInTwoSpellingsIsADuplicate) {
   // One spelling alone is that HCA.
   ASSERT_TRUE(Allocate({"0000:1A:00.0"}, &response).ok());
   EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_PCI"), "0000:1a:00.0");
+  // GetPreferredAllocation answers with the IDs it was offered, as they were spelled (found by
+  // fuzz_rpc: the allocator's own spelling is not in `available`, and the kubelet matches
+  // verbatim).
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::PreferredAllocationResponse preferred;
+  ASSERT_TRUE(stub_
+                  ->GetPreferredAllocation(
+                      &context, PreferredRequest({"0000:1A:00.0", "3A:00.0"}, {"3A:00.0"}, 2),
+                      &preferred)
+                  .ok());
+  std::vector<std::string> got(preferred.container_responses(0).deviceids().begin(),
+                               preferred.container_responses(0).deviceids().end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"0000:1A:00.0", "3A:00.0"}));
 }
 
 // An HCA gone for good is forgotten after config.forget_after_polls polls when no container
