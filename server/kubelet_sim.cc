@@ -50,12 +50,17 @@ KubeletSim::~KubeletSim() {
 absl::Status KubeletSim::Start() {
   const std::string path = (std::filesystem::path(dir_) / "kubelet.sock").string();
   service_ = std::make_unique<RegistrationService>(this);
+  {
+    // Before the socket appears: a plugin may register the moment it does, and that
+    // registration belongs to this run.
+    absl::MutexLock lock(&mu_);
+    ++generation_;
+  }
   auto server = StartUnixServer(path, {service_.get()});
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   absl::MutexLock lock(&mu_);
   serving_ = true;
-  ++generation_;
   return absl::OkStatus();
 }
 
