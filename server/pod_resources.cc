@@ -5,6 +5,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/podresources.grpc.pb.h"
+#include "server/happens_before.h"
 
 namespace rdp::server {
 namespace {
@@ -27,8 +28,10 @@ class GrpcPodResources : public PodResourcesSource {
     // Waits for a connection within the deadline: a socket that appeared a moment ago is
     // reached by this call rather than failed by the channel's last connect attempt.
     call->context.set_wait_for_ready(true);
+    HappensBefore(call);
     Stub()->async()->List(
         &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
+          HappensAfter(call);
           std::unique_ptr<Call> owned(call);
           if (!status.ok()) {
             owned->done(absl::UnavailableError(

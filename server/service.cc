@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/happens_before.h"
 #include "topology/log.h"
 
 namespace rdp::server {
@@ -50,8 +51,14 @@ absl::Status PreferAll(const Plugin& plugin, const v1beta1::PreferredAllocationR
 // A ListAndWatch refused at once (the service is stopping, or too many streams).
 class RefusedStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
  public:
-  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
+  explicit RefusedStream(const grpc::Status& status) {
+    HappensBefore(this);
+    Finish(status);
+  }
+  void OnDone() override {
+    HappensAfter(this);
+    delete this;
+  }
 };
 
 }  // namespace
@@ -65,6 +72,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
 
   void Begin(std::shared_ptr<DeviceStream> self) {
     self_ = std::move(self);
+    HappensBefore(this);  // gRPC may run a reaction before Changed() starts an operation
     Changed();
   }
 
@@ -79,6 +87,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
       sent_ = list.version;
       writing_ = true;
     }
+    HappensBefore(this);
     StartWrite(&response_);
   }
 
@@ -92,10 +101,12 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
       if (writing_) return;  // OnWriteDone finishes
       finished_ = true;
     }
+    HappensBefore(this);
     Finish(status);
   }
 
   void OnWriteDone(bool ok) override {
+    HappensAfter(this);
     bool finish = false;
     grpc::Status status;
     {
@@ -111,15 +122,22 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
       }
     }
     if (finish) {
+      HappensBefore(this);
       Finish(status);
       return;
     }
     Changed();
   }
 
-  void OnCancel() override { End(grpc::Status::CANCELLED); }
+  void OnCancel() override {
+    HappensAfter(this);
+    End(grpc::Status::CANCELLED);
+  }
 
-  void OnDone() override { self_.reset(); }  // last: may delete this
+  void OnDone() override {
+    HappensAfter(this);
+    self_.reset();  // last: may delete this
+  }
 
  private:
   const Plugin* const plugin_;
