@@ -14,6 +14,6 @@ if(TARGET rdp_server)
     # exit code). Nothing about timing is checked.
     add_test(NAME BenchLoadSmoke
       COMMAND bench_load --clients 8 --duration 2s --floor-duration 1s --warmup 500ms)
-    set_tests_properties(BenchLoadSmoke PROPERTIES TIMEOUT 120)
+    set_tests_properties(BenchLoadSmoke PROPERTIES TIMEOUT 120 LABELS slow)
   endif()
 endif()
