@@ -14,8 +14,8 @@
 
 #include "benchmark/benchmark.h"
 #include "topology/discovery.h"
-#include "topology/log.h"
-#include "topology/sysfs_fixture.h"
+#include "base/log.h"
+#include "sim/sysfs_fixture.h"
 
 namespace {
 
@@ -85,7 +85,7 @@ void BM_DiscoverSysfsAndXml(benchmark::State& state) {
   o.topology_xml = xml;
   {
     auto t = rdp::topology::Discover(o);
-    rdp::topology::SysfsFixture node(root);
+    rdp::sim::SysfsFixture node(root);
     if (!t.ok() || !node.AddTopology(**t).ok()) state.SkipWithError("fixture failed");
   }
   o.sysfs_root = root;

@@ -56,14 +56,21 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
-#include "server/demo.h"
-#include "server/kubelet_sim.h"
+#include "base/log.h"
+#include "server/pod_resources.h"
+#include "sim/demo.h"
+#include "sim/fake_pod_resources.h"
+#include "sim/kubelet_sim.h"
+#include "sim/sysfs_fixture.h"
 #include "topology/discovery.h"
-#include "topology/log.h"
-#include "topology/sysfs_fixture.h"
 
 namespace rdp::server {
 namespace {
+
+using sim::BundledNodeXml;
+using sim::FakePodResources;
+using sim::KubeletSim;
+using sim::PreferredRequest;
 
 using Clock = std::chrono::steady_clock;
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);
@@ -223,7 +230,7 @@ absl::StatusOr<Node> LayOutNode(const std::string& dir, const std::string& xml) 
   if (!topo.ok()) return topo.status();
   node.topology = *topo;
   node.root = dir + "/node";
-  topology::SysfsFixture fixture(node.root);
+  sim::SysfsFixture fixture(node.root);
   if (absl::Status s = fixture.AddTopology(**topo); !s.ok()) return s;
   return node;
 }

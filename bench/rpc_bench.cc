@@ -17,11 +17,11 @@
 
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
-#include "server/kubelet_sim.h"
+#include "sim/kubelet_sim.h"
 #include "server/plugin_server.h"
 #include "topology/discovery.h"
-#include "topology/log.h"
-#include "topology/sysfs_fixture.h"
+#include "base/log.h"
+#include "sim/sysfs_fixture.h"
 
 namespace rdp::server {
 namespace {
@@ -70,9 +70,9 @@ Rig* GetRig(Mode mode, int hcas) {
   std::string tmpl = "/tmp/rdpb-XXXXXX";
   rig->dir = ::mkdtemp(tmpl.data());
   const std::string root = rig->dir + "/node";
-  topology::SysfsFixture fixture(root);
+  sim::SysfsFixture fixture(root);
   for (int i = 0; i < hcas; ++i) {
-    topology::FixtureHca h;
+    sim::FixtureHca h;
     h.name = absl::StrFormat("mlx5_%d", i);
     h.pci = absl::StrFormat("0000:%02x:00.0", 0x10 + i * 4);
     h.numa = i < hcas / 2 ? 0 : 1;

@@ -5,14 +5,14 @@
 #include <string>
 
 #include "cmd/discovery_flags.h"
-#include "server/demo.h"
-#include "topology/log.h"
+#include "sim/demo.h"
+#include "base/log.h"
 
 namespace rdp::cmd {
 
 void AddDemoCommand(CLI::App& app) {
   struct Flags {
-    server::DemoOptions options;
+    sim::DemoOptions options;
     std::string log_level = "info";
   };
   auto f = std::make_shared<Flags>();
@@ -31,7 +31,7 @@ void AddDemoCommand(CLI::App& app) {
       std::cerr << "rdma-device-plugin demo: unknown --log-level '" << f->log_level << "'\n";
       Exit(kExitUsage);
     }
-    if (int code = server::RunDemo(f->options, std::cout); code != 0) Exit(code);
+    if (int code = sim::RunDemo(f->options, std::cout); code != 0) Exit(code);
   });
 }
 

@@ -1,6 +1,6 @@
 #include "cmd/discovery_flags.h"
 
-#include "topology/log.h"
+#include "base/log.h"
 
 namespace rdp::cmd {
 

@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "cmd/discovery_flags.h"
-#include "topology/log.h"
-#include "topology/sysfs_fixture.h"
+#include "base/log.h"
+#include "sim/sysfs_fixture.h"
 
 namespace rdp::cmd {
 
@@ -21,7 +21,7 @@ void AddFixtureCommand(CLI::App& app) {
   sub->add_option("--out", flags->out, "Directory to write sys/ and dev/ under")->required();
   sub->callback([flags] {
     topology::TopologyPtr topo = flags->discovery.DiscoverOrExit();
-    topology::SysfsFixture fixture(flags->out);
+    sim::SysfsFixture fixture(flags->out);
     if (absl::Status st = fixture.AddTopology(*topo); !st.ok()) {
       Logger("cmd")->error("cannot write fixture under {}: {}", flags->out, std::string(st.message()));
       Exit(1);

@@ -16,7 +16,7 @@
 #include "cmd/discovery_flags.h"
 #include "server/config.h"
 #include "server/plugin_server.h"
-#include "topology/log.h"
+#include "base/log.h"
 
 namespace rdp::cmd {
 namespace {

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "cmd/discovery_flags.h"
-#include "topology/log.h"
+#include "base/log.h"
 #include "topology/report.h"
 
 namespace rdp::cmd {

@@ -16,6 +16,12 @@ absl::StatusOr<Mode> ParseMode(const std::string& text) {
 
 const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
 
+NodeRoots Config::Roots() const {
+  NodeRoots roots = discovery.Roots();
+  roots.proc = proc_root.empty() ? "/" : proc_root;
+  return roots;
+}
+
 std::string Config::SocketPath() const {
   return (std::filesystem::path(kubelet_dir) / socket_name).string();
 }

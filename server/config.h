@@ -51,6 +51,8 @@ struct Config {
   // longer listed.
   int forget_after_polls = 12;
 
+  // The node's trees: --sysfs-root (or "/"), --dev-root, --proc-root.
+  NodeRoots Roots() const;
   std::string SocketPath() const;         // <kubelet_dir>/<socket_name>
   std::string KubeletSocketPath() const;  // <kubelet_dir>/kubelet.sock
 };

@@ -6,11 +6,15 @@
 #include <map>
 #include <string>
 
+#include "base/env.h"
+
 namespace rdp::server {
 
-// GPU UUID -> PCI address from <proc_root>/proc/driver/nvidia/gpus/<pci>/information
-// ("GPU UUID: GPU-..."). Empty when the directory is absent; an unreadable entry is skipped.
-// Never throws; every read is bounded and never blocks on something that is not a regular file.
+// GPU UUID -> PCI address from /proc/driver/nvidia/gpus/<pci>/information ("GPU UUID: GPU-..."),
+// read through `env`. Empty when the directory is absent; an unreadable entry is skipped. Every
+// read is bounded and never blocks on something that is not a regular file; never throws.
+std::map<std::string, std::string> ReadNvidiaGpuIds(Env& env);
+// The same on the filesystem, proc/ under proc_root.
 std::map<std::string, std::string> ReadNvidiaGpuIds(const std::string& proc_root);
 
 }  // namespace rdp::server

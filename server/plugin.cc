@@ -1,9 +1,6 @@
 #include "server/plugin.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +10,7 @@
 #include "server/nvidia_gpus.h"
 #include "server/withholding.h"
 #include "topology/discovery.h"
-#include "topology/log.h"
+#include "base/log.h"
 
 namespace rdp::server {
 namespace {
@@ -37,16 +34,11 @@ absl::Status Invalid(const std::string& what, const std::string& id) {
   return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
 }
 
-bool NodeExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 // The HCA with its device nodes checked now: the scan that saw them may be a poll old, and a
 // DeviceSpec naming a missing node makes the container runtime refuse the container.
-topology::Hca WithDeviceNodesNow(const topology::Hca& hca) {
+topology::Hca WithDeviceNodesNow(Env& env, const topology::Hca& hca) {
   topology::Hca now = hca;
-  for (auto& [path, present] : now.char_devices) present = NodeExists(path);
+  for (auto& [path, present] : now.char_devices) present = env.Exists(path);
   return now;
 }
 
@@ -54,18 +46,23 @@ std::string Describe(const topology::Hca& hca) {
   return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
 }
 
+PluginDeps WithEnv(PluginDeps deps, const Config& config) {
+  if (!deps.env) deps.env = NewNodeEnv(config.Roots());
+  return deps;
+}
+
 }  // namespace
 
 PluginDeps DefaultDeps(const Config& config) {
   PluginDeps deps;
   const topology::DiscoveryOptions options = config.discovery;
-  auto discoverer = std::make_shared<topology::Discoverer>(options);
+  std::shared_ptr<Env> env = NewNodeEnv(config.Roots());
+  deps.env = env;
+  auto discoverer = std::make_shared<topology::Discoverer>(options, env);
   deps.discover = [discoverer] { return discoverer->Discover(); };
   // With only an XML there is no sysfs to poll: health stays what the XML says.
   if (!options.sysfs_root.empty() || options.topology_xml.empty()) {
-    const std::string sysfs = options.sysfs_root.empty() ? "/" : options.sysfs_root;
-    const std::string dev = options.dev_root;
-    deps.scan = [sysfs, dev] { return topology::ReadSysfsHcas(sysfs, dev); };
+    deps.scan = [env] { return topology::ReadSysfsHcas(*env); };
   }
   if (!config.pod_resources_socket.empty()) {
     deps.pod_resources = NewGrpcPodResources(config.pod_resources_socket);
@@ -77,7 +74,7 @@ PluginDeps DefaultDeps(const Config& config) {
 
 Plugin::Plugin(Config config, PluginDeps deps)
     : config_(std::move(config)),
-      deps_(std::move(deps)),
+      deps_(WithEnv(std::move(deps), config_)),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 Plugin::~Plugin() { pod_refresh_.WaitIdle(); }
@@ -94,7 +91,7 @@ absl::Status Plugin::Init() {
   }
   absl::StatusOr<topology::TopologyPtr> snapshot = deps_.discover();
   if (!snapshot.ok()) return snapshot.status();
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(config_.proc_root);
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
   {
     absl::MutexLock lock(&mu_);
     SwapSnapshot(*snapshot);
@@ -145,7 +142,7 @@ bool Plugin::Poll() {
                                                          current->gpus());
     }
   }
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(config_.proc_root);
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
 
   bool changed = false;
   {
@@ -418,7 +415,7 @@ absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::stri
         return absl::FailedPreconditionError(
             absl::StrCat("HCA ", Describe(hca), " is withheld: ", w->second));
       }
-      topology::Hca now = WithDeviceNodesNow(hca);
+      topology::Hca now = WithDeviceNodesNow(*deps_.env, hca);
       const Verdict verdict = Assess(now);
       if (!verdict.usable) {
         if (HcaUsable(hca)) RequestRescan();
@@ -434,7 +431,7 @@ absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::stri
         refused.push_back(absl::StrCat(hca.name, " is withheld: ", w->second));
         continue;
       }
-      topology::Hca now = WithDeviceNodesNow(hca);
+      topology::Hca now = WithDeviceNodesNow(*deps_.env, hca);
       const Verdict verdict = Assess(now);
       if (!verdict.usable) {
         stale = stale || HcaUsable(hca);
@@ -453,10 +450,7 @@ absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::stri
   }
   std::vector<const topology::Hca*> hcas;
   for (const topology::Hca& h : chosen) hcas.push_back(&h);
-  const bool rdma_cm =
-      NodeExists((std::filesystem::path(config_.discovery.dev_root) / "dev/infiniband/rdma_cm")
-                     .string());
-  return BuildAllocation(hcas, rdma_cm);
+  return BuildAllocation(hcas, deps_.env->Exists("/dev/infiniband/rdma_cm"));
 }
 
 absl::StatusOr<std::vector<std::string>> Plugin::Prefer(

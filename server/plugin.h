@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "allocator/allocator.h"
+#include "base/env.h"
 #include "server/config.h"
 #include "server/devices.h"
 #include "server/pod_resources.h"
@@ -37,6 +38,9 @@ namespace rdp::server {
 
 // Where the plugin's knowledge of the node comes from. Tests replace any of these.
 struct PluginDeps {
+  // Every read of the node outside discovery (device nodes at Allocate, /proc/driver/nvidia);
+  // null: the filesystem under the config's roots.
+  std::shared_ptr<Env> env;
   // Full discovery (sysfs + hwloc); called at Init and when a scan shows the HCAs changed.
   std::function<absl::StatusOr<topology::TopologyPtr>()> discover;
   // A cheap scan of the HCAs (sysfs only) for the periodic health poll. Unset: use discover.
@@ -48,7 +52,8 @@ struct PluginDeps {
   std::function<int(struct pollfd*, nfds_t, int)> poll = ::poll;
 };
 
-// Discovery from config (one topology::Discoverer: an XML is read once) and a gRPC pod-resources
+// The filesystem under the config's roots (one Env for discovery, the health scan and the rest),
+// discovery from config (one topology::Discoverer: an XML is read once) and a gRPC pod-resources
 // client when config.pod_resources_socket is set (it dials lazily: the socket may appear later).
 PluginDeps DefaultDeps(const Config& config);
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
 #include "server/unix_server.h"
-#include "topology/log.h"
+#include "base/log.h"
 
 namespace rdp::server {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/happens_before.h"
-#include "topology/log.h"
+#include "base/log.h"
 
 namespace rdp::server {
 namespace {

@@ -4,7 +4,7 @@
 #include <exception>
 #include <memory>
 
-#include "topology/log.h"
+#include "base/log.h"
 
 namespace rdp::server {
 

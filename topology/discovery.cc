@@ -6,9 +6,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "topology/hwloc_tree.h"
-#include "topology/log.h"
-#include "topology/sysfs_util.h"
+#include "topology/internal/hwloc_tree.h"
+#include "base/log.h"
+#include "topology/internal/sysfs_util.h"
 
 namespace rdp::topology {
 namespace {
@@ -60,7 +60,15 @@ absl::Status PrepareHwloc(const DiscoveryOptions& options) {
   return UseHwlocRoot(options.topology_xml.empty() ? options.sysfs_root : "");
 }
 
-Discoverer::Discoverer(DiscoveryOptions options) : options_(std::move(options)) {}
+NodeRoots DiscoveryOptions::Roots() const {
+  NodeRoots roots;
+  roots.sysfs = sysfs_root.empty() ? "/" : sysfs_root;
+  roots.dev = dev_root.empty() ? "/" : dev_root;
+  return roots;
+}
+
+Discoverer::Discoverer(DiscoveryOptions options, std::shared_ptr<Env> env)
+    : options_(std::move(options)), env_(env ? std::move(env) : NewNodeEnv(options_.Roots())) {}
 Discoverer::~Discoverer() = default;
 
 absl::StatusOr<std::shared_ptr<const HwlocTree>> Discoverer::Tree() {
@@ -86,11 +94,10 @@ absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
 absl::StatusOr<TopologyPtr> Discoverer::Discover() {
   const DiscoveryOptions& options = options_;
   const bool hcas_from_xml = !options.topology_xml.empty() && options.sysfs_root.empty();
-  const std::string sysfs_root = options.sysfs_root.empty() ? "/" : options.sysfs_root;
 
   std::vector<Hca> hcas;
   if (!hcas_from_xml) {
-    auto read = ReadSysfsHcas(sysfs_root, options.dev_root);
+    auto read = ReadSysfsHcas(*env_);
     if (!read.ok()) return read.status();
     hcas = std::move(*read);
   }

@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/env.h"
 #include "topology/topology.h"
 
 namespace rdp::topology {
@@ -21,6 +22,9 @@ struct DiscoveryOptions {
   std::string sysfs_root;
   // Root under which /dev lives ("/" by default).
   std::string dev_root = "/";
+
+  // The Env on the filesystem under these roots.
+  NodeRoots Roots() const;
   // hwloc XML export to take the PCI tree from. Empty: hwloc discovers the machine, under
   // HWLOC_FSROOT=<sysfs_root> when sysfs_root is set and is not "/".
   std::string topology_xml;
@@ -48,7 +52,9 @@ struct HwlocTree;
 // process, and loading it is the expensive and hazardous part (hwloc_tree.cc). Thread-safe.
 class Discoverer {
  public:
-  explicit Discoverer(DiscoveryOptions options);
+  // Reads sysfs and /dev through `env` (default: the filesystem under options' roots); hwloc
+  // reads what PrepareHwloc pointed it at.
+  explicit Discoverer(DiscoveryOptions options, std::shared_ptr<Env> env = nullptr);
   ~Discoverer();
   Discoverer(const Discoverer&) = delete;
   Discoverer& operator=(const Discoverer&) = delete;
@@ -66,6 +72,7 @@ class Discoverer {
   absl::StatusOr<std::shared_ptr<const HwlocTree>> Tree();
 
   const DiscoveryOptions options_;
+  const std::shared_ptr<Env> env_;
   absl::Mutex mu_;
   std::shared_ptr<const HwlocTree> xml_tree_ ABSL_GUARDED_BY(mu_);  // once loaded
 };
@@ -73,10 +80,13 @@ class Discoverer {
 // One discovery: Discoverer(options).Discover().
 absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options);
 
-// HCAs from sysfs alone (no hwloc): /sys/class/infiniband under sysfs_root, char devices under
-// dev_root. Placement comes from the resolved sysfs path (pcie_root; bridges unknown) and
-// numa_node. NotFound naming the path when sysfs_root/sys does not exist; an empty list when the
-// node has no RDMA devices. Broken devices are skipped with a warning.
+// HCAs from sysfs alone (no hwloc), read through `env`: /sys/class/infiniband and friends, and
+// their device nodes under /dev/infiniband (Hca::char_devices holds those node paths).
+// Placement comes from the resolved sysfs path (pcie_root; bridges unknown) and numa_node.
+// NotFound naming the path when /sys is not there; an empty list when the node has no RDMA
+// devices. Broken devices are skipped with a warning. Never throws.
+absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(Env& env);
+// The same on the filesystem: sys/ under sysfs_root, dev/ under dev_root.
 absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
                                                 const std::string& dev_root);
 

@@ -15,7 +15,7 @@
 #include "allocator/allocator.h"
 #include "proto/podresources.pb.h"
 #include "server/config.h"
-#include "server/demo.h"
+#include "sim/demo.h"
 #include "server/gpu_context.h"
 #include "server/pod_resources.h"
 #include "server/withholding.h"
@@ -35,7 +35,7 @@ struct Node {
 const Node& BundledNode() {
   static const Node* const node = [] {
     const std::string xml = ProcessScratch().path() + "/node.xml";
-    std::ofstream(xml) << server::BundledNodeXml();
+    std::ofstream(xml) << sim::BundledNodeXml();
     topology::DiscoveryOptions options;
     options.topology_xml = xml;
     auto t = topology::Discover(options);

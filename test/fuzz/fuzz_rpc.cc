@@ -21,13 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/demo.h"
+#include "sim/demo.h"
 #include "server/devices.h"
 #include "server/plugin.h"
 #include "server/service.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
 namespace rdp::fuzz {
 namespace {
@@ -54,13 +54,13 @@ Rig& TheRig() {
     QuietLogs();
     auto* r = new Rig();
     const std::string xml = r->scratch.path() + "/node.xml";
-    std::ofstream(xml) << server::BundledNodeXml();
+    std::ofstream(xml) << sim::BundledNodeXml();
     topology::DiscoveryOptions from_xml;
     from_xml.topology_xml = xml;
     auto node = topology::Discover(from_xml);
     FUZZ_CHECK(node.ok(), node.status().ToString());
     const std::string root = r->scratch.path() + "/node";
-    topology::SysfsFixture fixture(root);
+    sim::SysfsFixture fixture(root);
     FUZZ_CHECK(fixture.AddTopology(**node).ok(), "fixture");
     for (const auto& h : (*node)->hcas()) r->hcas.push_back(h.place.pci);
     r->dev_root = root;

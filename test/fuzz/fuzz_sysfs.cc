@@ -20,7 +20,7 @@
 #include "server/nvidia_gpus.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
 namespace fs = std::filesystem;
 
@@ -36,10 +36,10 @@ std::string Pci(FuzzedDataProvider& fdp) {
 }
 
 void LayOutNode(FuzzedDataProvider& fdp, const std::string& root) {
-  topology::SysfsFixture fixture(root);
+  sim::SysfsFixture fixture(root);
   const int hcas = fdp.ConsumeIntegralInRange(0, 4);
   for (int i = 0; i < hcas; ++i) {
-    topology::FixtureHca h;
+    sim::FixtureHca h;
     h.name = fdp.ConsumeBool() ? absl::StrFormat("mlx5_%d", i) : fdp.ConsumeRandomLengthString(12);
     h.pci = Pci(fdp);
     h.numa = fdp.ConsumeIntegralInRange(-2, 3);
@@ -47,7 +47,7 @@ void LayOutNode(FuzzedDataProvider& fdp, const std::string& root) {
     for (int b = fdp.ConsumeIntegralInRange(0, 2); b > 0; --b) h.bridges.push_back(Pci(fdp));
     h.ports.clear();
     for (int p = fdp.ConsumeIntegralInRange(0, 2); p > 0; --p) {
-      topology::FixturePort port;
+      sim::FixturePort port;
       port.number = fdp.ConsumeIntegralInRange(-1, 3);
       port.state = fdp.PickValueInArray(kPortStates);
       h.ports.push_back(port);

@@ -11,7 +11,7 @@
 #include <string>
 #include <system_error>
 
-#include "topology/log.h"
+#include "base/log.h"
 
 // Aborts with the failed invariant; libFuzzer and the replay runner report it as a crash.
 #define FUZZ_CHECK(cond, what)                                                              \

@@ -39,11 +39,12 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "proto/podresources.grpc.pb.h"
-#include "server/kubelet_sim.h"
+#include "sim/kubelet_sim.h"
 #include "server/plugin_server.h"
 #include "server/unix_server.h"
 #include "test/server/test_node.h"
-#include "topology/sysfs_util.h"
+#include "test/support/child.h"
+#include "test/support/fault_env.h"
 
 extern char** environ;
 
@@ -156,102 +157,13 @@ std::vector<std::string> ServeArgs(const Config& c) {
           "--log-level", "info"};
 }
 
-// The binary running with `args`. Its stderr (the log) is collected by a thread, so that the
-// child never blocks on a full pipe and a test can wait for a log line; its exit is awaited
-// through a pidfd. The destructor kills a child still running and, when the test has failed,
-// prints the child's log.
-class Child {
+// The binary running `args` (test/support/child.h).
+class Child : public rdp::testing::Child {
  public:
-  explicit Child(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(RDP_BINARY));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-    if (posix_spawn(&pid_, RDP_BINARY, &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    if (pid_ <= 0) {
-      ::close(fds[0]);
-      pid_ = -1;
-      return;
-    }
-    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    reader_ = std::thread([this, fd = fds[0]] { Collect(fd); });
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable()) reader_.join();
-    if (pidfd_ >= 0) ::close(pidfd_);
-    if (::testing::Test::HasFailure()) {
-      absl::MutexLock lock(&mu_);
-      std::fprintf(stderr, "---- log of %s ----\n%s---- end of log ----\n", RDP_BINARY,
-                   log_.substr(log_.size() > 16384 ? log_.size() - 16384 : 0).c_str());
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  bool running() const { return pid_ > 0 && pidfd_ >= 0; }
-  pid_t pid() const { return pid_; }
-  void Signal(int sig) const {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-
-  // The exit code, or -1 when the child did not exit within `timeout` (it is killed then) or
-  // died of a signal.
-  int Wait(absl::Duration timeout) {
-    if (!running()) return -1;
-    struct pollfd p = {pidfd_, POLLIN, 0};
-    int ready;
-    do {
-      ready = ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-    } while (ready < 0 && errno == EINTR);
-    if (ready <= 0) ::kill(pid_, SIGKILL);
-    int status = 0;
-    const bool reaped = ::waitpid(pid_, &status, 0) == pid_;
-    pid_ = -1;
-    if (ready <= 0 || !reaped || !WIFEXITED(status)) return -1;
-    return WEXITSTATUS(status);
-  }
-
-  // Waits until the log contains `text`.
+  explicit Child(const std::vector<std::string>& args) : rdp::testing::Child(RDP_BINARY, args) {}
   bool WaitForLog(const std::string& text, absl::Duration timeout) const {
-    const absl::Time deadline = absl::Now() + timeout;
-    absl::MutexLock lock(&mu_);
-    while (!absl::StrContains(log_, text)) {
-      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-    }
-    return absl::StrContains(log_, text);
+    return WaitForOutput(text, timeout);
   }
-
- private:
-  void Collect(int fd) {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      absl::MutexLock lock(&mu_);
-      log_.append(buf, static_cast<size_t>(n));
-      cv_.SignalAll();
-    }
-    ::close(fd);
-  }
-
-  pid_t pid_ = -1;
-  int pidfd_ = -1;
-  std::thread reader_;
-  mutable absl::Mutex mu_;
-  mutable absl::CondVar cv_;
-  std::string log_ ABSL_GUARDED_BY(mu_);
 };
 
 // What /proc shows of a process. gRPC's own thread pools are counted apart and not held flat:
@@ -469,20 +381,22 @@ TEST(FaultBinaryTest, KubeletDirWipedHundredTimes) {
 // ---------------------------------------------------------------------------------------------
 // 3. sysfs files vanishing in the middle of a health scan.
 
-// A one-shot fault: the first read (ReadFirstLine / ListDir) of a path ending in `trigger`
-// after Arm() runs `vanish` with that path, on the scanning thread, before the read. Clears the
-// hook when disarmed or destroyed; whatever `vanish` captures must outlive this.
+// A one-shot fault: the first read through env() of a path ending in `trigger` after Arm() runs
+// `vanish` with that path's host path, on the scanning thread, before the read.
 class OneShotFault {
  public:
-  OneShotFault(std::string trigger, std::function<void(const fs::path&)> vanish)
-      : trigger_(std::move(trigger)), vanish_(std::move(vanish)) {}
-  ~OneShotFault() { Disarm(); }
+  OneShotFault(const TestNode& node, std::string trigger,
+               std::function<void(const std::string&)> vanish)
+      : env_(std::make_shared<rdp::testing::FaultEnv>(node.NodeEnv())),
+        trigger_(std::move(trigger)),
+        vanish_(std::move(vanish)) {}
 
+  std::shared_ptr<rdp::testing::FaultEnv> env() const { return env_; }
   void Arm() {
-    topology::SetSysfsReadHookForTesting([this](const fs::path& p) { OnRead(p); });
+    env_->SetHook([this](const std::string& p) { OnRead(p); });
   }
   // Once this returns the hook is not running and will not run again.
-  void Disarm() { topology::SetSysfsReadHookForTesting(nullptr); }
+  void Disarm() { env_->SetHook(nullptr); }
 
   bool WaitFired(absl::Duration timeout) const {
     const absl::Time deadline = absl::Now() + timeout;
@@ -495,19 +409,20 @@ class OneShotFault {
 
  private:
   // Hook calls are serialised, so only the flag needs the lock (the test thread reads it).
-  void OnRead(const fs::path& path) {
+  void OnRead(const std::string& path) {
     {
       absl::MutexLock lock(&mu_);
-      if (fired_ || !absl::EndsWith(path.string(), trigger_)) return;
+      if (fired_ || !absl::EndsWith(path, trigger_)) return;
     }
-    vanish_(path);
+    vanish_(env_->HostPath(path));
     absl::MutexLock lock(&mu_);
     fired_ = true;
     cv_.SignalAll();
   }
 
+  const std::shared_ptr<rdp::testing::FaultEnv> env_;
   const std::string trigger_;
-  const std::function<void(const fs::path&)> vanish_;
+  const std::function<void(const std::string&)> vanish_;
   mutable absl::Mutex mu_;
   mutable absl::CondVar cv_;
   bool fired_ ABSL_GUARDED_BY(mu_) = false;
@@ -522,7 +437,7 @@ void RunVanishing(TestNode& node, OneShotFault& fault, const std::string& victim
   const Config config = node.MakeConfig(Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  PluginServer plugin(config, node.Deps());
+  PluginServer plugin(config, node.Deps(nullptr, fault.env()));
   ASSERT_TRUE(plugin.Start().ok());
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
   ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
@@ -567,9 +482,9 @@ std::string ClassPath(const TestNode& node, const std::string& rest) {
 TEST(FaultSysfsTest, PortStateVanishesAsItIsRead) {
   TestNode node;
   const std::string state = ClassPath(node, "mlx5_1/ports/1/state");
-  OneShotFault fault("/class/infiniband/mlx5_1/ports/1/state", [](const fs::path& p) {
+  OneShotFault fault(node, "/class/infiniband/mlx5_1/ports/1/state", [](const std::string& p) {
     std::error_code ec;
-    fs::rename(p, p.string() + ".vanished", ec);
+    fs::rename(p, p + ".vanished", ec);
     EXPECT_FALSE(ec) << ec.message();
   });
   RunVanishing(node, fault, kPcis[1], [&state]() -> absl::Status {
@@ -580,15 +495,15 @@ TEST(FaultSysfsTest, PortStateVanishesAsItIsRead) {
 }
 
 // A hot-unplug of HCA `name`, as a fault action.
-std::function<void(const fs::path&)> Unplug(TestNode& node, const std::string& name) {
-  return [&node, name](const fs::path&) { EXPECT_TRUE(node.fixture().RemoveHca(name).ok()); };
+std::function<void(const std::string&)> Unplug(TestNode& node, const std::string& name) {
+  return [&node, name](const std::string&) { EXPECT_TRUE(node.fixture().RemoveHca(name).ok()); };
 }
 
 // The HCA is unplugged while the scan is reading it (its device directory goes just before its
 // numa_node is read).
 TEST(FaultSysfsTest, HcaUnpluggedWhileBeingScanned) {
   TestNode node;
-  OneShotFault fault("/0000:9a:00.0/numa_node", Unplug(node, "mlx5_2"));
+  OneShotFault fault(node, "/0000:9a:00.0/numa_node", Unplug(node, "mlx5_2"));
   RunVanishing(node, fault, kPcis[2],
                [&node] { return node.fixture().AddHca(testing::FourCards()[2]); });
 }
@@ -596,7 +511,7 @@ TEST(FaultSysfsTest, HcaUnpluggedWhileBeingScanned) {
 // The HCA is unplugged after the scan listed it but before the scan reached it.
 TEST(FaultSysfsTest, HcaUnpluggedAfterBeingListed) {
   TestNode node;
-  OneShotFault fault("/0000:1a:00.0/numa_node", Unplug(node, "mlx5_2"));
+  OneShotFault fault(node, "/0000:1a:00.0/numa_node", Unplug(node, "mlx5_2"));
   RunVanishing(node, fault, kPcis[2],
                [&node] { return node.fixture().AddHca(testing::FourCards()[2]); });
 }

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "server/kubelet_sim.h"
+#include "sim/kubelet_sim.h"
 #include "server/probe.h"
 #include "test/server/test_node.h"
 

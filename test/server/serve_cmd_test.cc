@@ -1,58 +1,25 @@
 // The built binary end to end: `serve` (the default subcommand) against a fake node and the
-// kubelet simulator, stopped by SIGTERM; bad flags; `probe`. Child processes are awaited through
-// a pidfd with a bounded timeout.
+// kubelet simulator, stopped by SIGTERM; bad flags; `probe`. Child processes: test/support/child.h.
 
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/kubelet_sim.h"
+#include "sim/kubelet_sim.h"
 #include "test/server/test_node.h"
-
-extern char** environ;
+#include "test/support/child.h"
 
 namespace rdp::server {
 namespace {
 
-constexpr int kTimeoutMs = 20000;
+constexpr absl::Duration kTimeout = absl::Seconds(20);
 
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(RDP_BINARY));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, RDP_BINARY, nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
+int RunBinary(const std::vector<std::string>& args) {
+  return rdp::testing::RunToEnd(RDP_BINARY, args, kTimeout);
 }
-
-// The child's exit code, or -1 when it did not exit within the timeout (then it is killed).
-int Wait(pid_t pid, int timeout_ms = kTimeoutMs) {
-  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    struct pollfd p = {fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, timeout_ms);
-    ::close(fd);
-    if (ready <= 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      return -1;
-    }
-  }
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
-int RunBinary(const std::vector<std::string>& args) { return Wait(Spawn(args)); }
 
 TEST(ServeCmdTest, BadValuesExitTwo) {
   EXPECT_EQ(RunBinary({"--mode", "both"}), 2);
@@ -68,14 +35,14 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   const Config config = node.MakeConfig(Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  const pid_t pid = Spawn({"--exclusive-label", "rdma.network.alibabacloud.com/exclusive",
+  rdp::testing::Child plugin(RDP_BINARY, {"--exclusive-label", "rdma.network.alibabacloud.com/exclusive",
                            "--node-name", "node-a", "--sysfs-root", config.discovery.sysfs_root,
                            "--dev-root", config.discovery.dev_root, "--kubelet-dir",
                            config.kubelet_dir, "--health-interval", "100ms", "--log-level",
                            "warn",
                            // Last and written with '=', as a chart's extraArgs has it: off.
                            "--pod-resources-socket="});
-  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(plugin.running());
   auto reg = kubelet.WaitForRegistration(0, absl::Seconds(20));
   ASSERT_TRUE(reg.has_value());
   EXPECT_EQ(reg->resource_name, "rdma/hca");
@@ -92,8 +59,8 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   EXPECT_TRUE(devices.has_value());
   EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir}), 0);
 
-  ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  EXPECT_EQ(Wait(pid), 0);
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(kTimeout), 0);
   struct stat st;
   EXPECT_NE(::stat(config.SocketPath().c_str(), &st), 0) << "socket left behind";
   EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir, "--timeout", "200ms"}), 1);

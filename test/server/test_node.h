@@ -15,32 +15,25 @@
 #include "server/config.h"
 #include "server/plugin.h"
 #include "topology/discovery.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/fake_pod_resources.h"
+#include "sim/kubelet_sim.h"
+#include "sim/sysfs_fixture.h"
+#include "test/support/temp_dir.h"
 
-namespace rdp::server::testing {
+namespace rdp::server {
 
-// A fresh directory under /tmp (short: unix socket paths are limited to 107 bytes), removed at
-// the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/rdps-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+// The test doubles (sim/) by their short names in the server tests.
+using sim::FakePodResources;
+using sim::KubeletSim;
+using sim::PreferredRequest;
 
- private:
-  std::string path_;
-};
+namespace testing {
 
-inline topology::FixtureHca FixtureCard(const std::string& name, const std::string& pci, int numa,
+using rdp::testing::TempDir;
+
+inline sim::FixtureHca FixtureCard(const std::string& name, const std::string& pci, int numa,
                                         const std::string& root) {
-  topology::FixtureHca h;
+  sim::FixtureHca h;
   h.name = name;
   h.pci = pci;
   h.numa = numa;
@@ -49,7 +42,7 @@ inline topology::FixtureHca FixtureCard(const std::string& name, const std::stri
 }
 
 // Four HCAs: mlx5_0/1 on NUMA 0, mlx5_2/3 on NUMA 1; rdma_cm present.
-inline std::vector<topology::FixtureHca> FourCards() {
+inline std::vector<sim::FixtureHca> FourCards() {
   return {FixtureCard("mlx5_0", "0000:1a:00.0", 0, "pci0000:15"),
           FixtureCard("mlx5_1", "0000:3a:00.0", 0, "pci0000:37"),
           FixtureCard("mlx5_2", "0000:9a:00.0", 1, "pci0000:97"),
@@ -59,12 +52,12 @@ inline std::vector<topology::FixtureHca> FourCards() {
 // A node in a temp dir: fake sysfs + /dev under <dir>/node, kubelet dir <dir>/dp.
 class TestNode {
  public:
-  explicit TestNode(const std::vector<topology::FixtureHca>& cards = FourCards())
+  explicit TestNode(const std::vector<sim::FixtureHca>& cards = FourCards())
       : fixture_(dir_.Sub("node")) {
     for (const auto& c : cards) EXPECT_TRUE(fixture_.AddHca(c).ok()) << c.name;
     EXPECT_TRUE(fixture_.AddRdmaCm().ok());
   }
-  topology::SysfsFixture& fixture() { return fixture_; }
+  sim::SysfsFixture& fixture() { return fixture_; }
   const TempDir& dir() const { return dir_; }
 
   Config MakeConfig(Mode mode) const {
@@ -81,13 +74,22 @@ class TestNode {
     return c;
   }
 
-  // Discovery from sysfs alone (no hwloc): HCAs with their NUMA nodes, no GPUs.
-  PluginDeps Deps(std::unique_ptr<PodResourcesSource> pods = nullptr) const {
-    PluginDeps deps;
+  // The node's trees (sys, dev, proc) under <dir>/node.
+  std::shared_ptr<Env> NodeEnv() const {
     const std::string root = dir_.Sub("node");
-    deps.scan = [root] { return topology::ReadSysfsHcas(root, root); };
-    deps.discover = [root]() -> absl::StatusOr<topology::TopologyPtr> {
-      auto hcas = topology::ReadSysfsHcas(root, root);
+    return NewNodeEnv({root, root, root});
+  }
+
+  // Discovery from sysfs alone (no hwloc), read through `env` (default: NodeEnv()): HCAs with
+  // their NUMA nodes, no GPUs.
+  PluginDeps Deps(std::unique_ptr<PodResourcesSource> pods = nullptr,
+                  std::shared_ptr<Env> env = nullptr) const {
+    PluginDeps deps;
+    if (!env) env = NodeEnv();
+    deps.env = env;
+    deps.scan = [env] { return topology::ReadSysfsHcas(*env); };
+    deps.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
+      auto hcas = topology::ReadSysfsHcas(*env);
       if (!hcas.ok()) return hcas.status();
       return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
                                                         std::vector<topology::Gpu>{});
@@ -98,7 +100,8 @@ class TestNode {
 
  private:
   TempDir dir_;
-  topology::SysfsFixture fixture_;
+  sim::SysfsFixture fixture_;
 };
 
-}  // namespace rdp::server::testing
+}  // namespace testing
+}  // namespace rdp::server

@@ -24,7 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "server/kubelet_sim.h"
+#include "sim/kubelet_sim.h"
 #include "server/plugin_server.h"
 #include "server/unix_server.h"
 #include "test/server/test_node.h"
@@ -172,7 +172,7 @@ TEST_F(TrustTest, SharedAllocateRefusedWhenNoHcaIsUsable) {
 
 // A node with no HCA at all (CPU-only) advertises no rdma/hca, not 1000 Unhealthy units.
 TEST_F(TrustTest, CpuOnlyNodeAdvertisesNothing) {
-  TestNode empty(std::vector<topology::FixtureHca>{});
+  TestNode empty(std::vector<sim::FixtureHca>{});
   std::filesystem::create_directories(empty.dir().Sub("node/sys/class"));
   Config config = empty.MakeConfig(Mode::kShared);
   kubelet_ = std::make_unique<KubeletSim>(config.kubelet_dir);

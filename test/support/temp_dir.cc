@@ -2,15 +2,13 @@
 
 #include <stdlib.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
 namespace rdp::testing {
 
 TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string templ = std::string(base && *base ? base : "/tmp") + "/rdp-test-XXXXXX";
+  std::string templ = "/tmp/rdpt-XXXXXX";
   if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp " + templ + " failed");
   path_ = templ;
 }

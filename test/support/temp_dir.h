@@ -1,6 +1,7 @@
 #pragma once
 
-// A directory under $TMPDIR (or /tmp) that lives as long as the object; removed with its contents.
+// A fresh directory under /tmp that lives as long as the object; removed with its contents. Short
+// on purpose: unix socket paths (a plugin's socket in it) are limited to 107 bytes.
 
 #include <string>
 
@@ -14,6 +15,7 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
 
  private:
   std::string path_;

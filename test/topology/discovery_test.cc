@@ -9,10 +9,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
 namespace rdp::topology {
 namespace {
+using sim::FixtureHca;
+using sim::FixturePort;
+using sim::SysfsFixture;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::TestData;

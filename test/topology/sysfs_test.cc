@@ -7,10 +7,13 @@
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"
 #include "topology/discovery.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
 namespace rdp::topology {
 namespace {
+using sim::FixtureHca;
+using sim::FixturePort;
+using sim::SysfsFixture;
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

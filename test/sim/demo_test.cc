@@ -1,10 +1,10 @@
-#include "server/demo.h"
+#include "sim/demo.h"
 
 #include <sstream>
 
 #include "gtest/gtest.h"
 
-namespace rdp::server {
+namespace rdp::sim {
 namespace {
 
 TEST(DemoTest, RunsAgainstTheBundledNode) {
@@ -22,4 +22,4 @@ TEST(DemoTest, RunsAgainstTheBundledNode) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::sim

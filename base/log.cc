@@ -1,4 +1,4 @@
-#include "topology/log.h"
+#include "base/log.h"
 
 #include <mutex>
 

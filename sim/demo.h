@@ -7,7 +7,7 @@
 #include <ostream>
 #include <string>
 
-namespace rdp::server {
+namespace rdp::sim {
 
 struct DemoOptions {
   std::string topology_xml;  // empty: the bundled dgx-h100-like node
@@ -20,4 +20,4 @@ const std::string& BundledNodeXml();
 // Runs the demo, printing to `out`. Returns the process exit code: 0 when every step worked.
 int RunDemo(const DemoOptions& options, std::ostream& out);
 
-}  // namespace rdp::server
+}  // namespace rdp::sim

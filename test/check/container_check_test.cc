@@ -1,4 +1,4 @@
-#include "cmd/check_cmd.h"
+#include "check/container_check.h"
 
 #include <stdlib.h>
 
@@ -12,9 +12,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
-namespace rdp::cmd {
+namespace rdp::check {
 namespace {
 
 namespace fs = std::filesystem;
@@ -154,12 +154,12 @@ class CheckOnFixtureTest : public ::testing::Test {
     std::string tmpl = (fs::temp_directory_path() / "check_test.XXXXXX").string();
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     root_ = tmpl;
-    fixture_ = std::make_unique<topology::SysfsFixture>(root_);
+    fixture_ = std::make_unique<sim::SysfsFixture>(root_);
     // A DGX-like node: 4 HCAs on two PCIe roots, two NUMA nodes.
     const char* pcis[] = {"0000:1a:00.0", "0000:3c:00.0", "0000:9a:00.0", "0000:bc:00.0"};
     const char* roots[] = {"pci0000:15", "pci0000:37", "pci0000:98", "pci0000:b9"};
     for (int i = 0; i < 4; ++i) {
-      topology::FixtureHca hca;
+      sim::FixtureHca hca;
       hca.name = "mlx5_" + std::to_string(i);
       hca.pci = pcis[i];
       hca.numa = i / 2;
@@ -182,7 +182,7 @@ class CheckOnFixtureTest : public ::testing::Test {
   }
 
   std::string root_;
-  std::unique_ptr<topology::SysfsFixture> fixture_;
+  std::unique_ptr<sim::SysfsFixture> fixture_;
   CheckOptions options_;
   std::ostringstream out_;
   std::ostringstream err_;
@@ -247,52 +247,5 @@ TEST(CheckEmptyNodeTest, NoHcasAndNoAllocationIsOk) {
   fs::remove_all(tmpl);
 }
 
-// ---- the CLI wiring -------------------------------------------------------------------------
-
-class CheckCommandTest : public CheckOnFixtureTest {
- protected:
-  // Parses like main does (CLI11 takes the arguments reversed) and returns the exit code the
-  // subcommand ended with.
-  int Parse(std::vector<std::string> args) {
-    CLI::App app{"test", "rdma-device-plugin"};
-    AddCheckCommand(app);
-    std::reverse(args.begin(), args.end());
-    try {
-      app.parse(args);
-    } catch (const CLI::RuntimeError& e) {
-      return e.get_exit_code();
-    }
-    return 0;
-  }
-};
-
-TEST_F(CheckCommandTest, ReadsTheAllocationFromTheEnvironment) {
-  ::setenv("RDMA_HCA_NAMES", "mlx5_0", 1);
-  ::unsetenv("NCCL_IB_HCA");
-  ::testing::internal::CaptureStdout();
-  const int code = Parse({"check", "--sysfs-root", root_, "--dev-root", root_, "--json"});
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  ::unsetenv("RDMA_HCA_NAMES");
-  EXPECT_EQ(code, 1);
-  EXPECT_EQ(nlohmann::json::parse(out)["allocated"], nlohmann::json::array({"mlx5_0"}));
-}
-
-TEST_F(CheckCommandTest, RootsComeFromTheEnvironmentToo) {
-  ::setenv("RDP_SYSFS_ROOT", root_.c_str(), 1);
-  ::setenv("RDP_DEV_ROOT", root_.c_str(), 1);
-  ::setenv("RDMA_HCA_NAMES", "mlx5_0,mlx5_1,mlx5_2,mlx5_3", 1);
-  ::testing::internal::CaptureStdout();
-  const int code = Parse({"check"});
-  ::testing::internal::GetCapturedStdout();
-  for (const char* name : {"RDP_SYSFS_ROOT", "RDP_DEV_ROOT", "RDMA_HCA_NAMES"}) ::unsetenv(name);
-  EXPECT_EQ(code, 0);
-}
-
-TEST_F(CheckCommandTest, BadFlagsAreParseErrors) {
-  // main turns every CLI::ParseError into exit 2.
-  EXPECT_THROW(Parse({"check", "--no-such-flag"}), CLI::ParseError);
-  EXPECT_EQ(Parse({"check", "--sysfs-root", root_, "--log-level", "loud"}), 2);
-}
-
 }  // namespace
-}  // namespace rdp::cmd
+}  // namespace rdp::check

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "topology/topology.h"
 
-namespace rdp::topology {
+namespace rdp::sim {
 
 struct FixturePort {
   int number = 1;
@@ -65,7 +65,7 @@ class SysfsFixture {
 
   // Lays out every HCA of a snapshot (placement, ports, netdevs) plus rdma_cm; used to turn an
   // hwloc XML fixture into a full node.
-  absl::Status AddTopology(const Topology& topology);
+  absl::Status AddTopology(const topology::Topology& topology);
 
  private:
   struct Laid {
@@ -82,4 +82,4 @@ class SysfsFixture {
   int next_mad_ = 0;
 };
 
-}  // namespace rdp::topology
+}  // namespace rdp::sim

@@ -18,11 +18,9 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "proto/podresources.grpc.pb.h"
-#include "server/pod_resources.h"
 #include "server/unix_server.h"
 
-namespace rdp::server {
+namespace rdp::sim {
 
 // A one-container GetPreferredAllocation request, as the kubelet builds it.
 v1beta1::PreferredAllocationRequest PreferredRequest(const std::vector<std::string>& available,
@@ -98,22 +96,4 @@ class KubeletSim {
   int generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// v1.PodResourcesLister on a unix socket, answering List with what Set() was given.
-class FakePodResources {
- public:
-  explicit FakePodResources(std::string socket_path);
-  ~FakePodResources();
-  absl::Status Start();
-  void Stop();
-  // Containers keyed "<namespace>/<pod>/<container>" with their devices.
-  void Set(const PodList& pods);
-  int list_calls() const;
-
- private:
-  class Service;
-  const std::string path_;
-  std::unique_ptr<Service> service_;
-  std::unique_ptr<grpc::Server> server_;
-};
-
-}  // namespace rdp::server
+}  // namespace rdp::sim

@@ -1,4 +1,4 @@
-#include "topology/hwloc_tree.h"
+#include "topology/internal/hwloc_tree.h"
 
 #include <fcntl.h>
 #include <hwloc.h>

@@ -1,4 +1,4 @@
-#include "server/demo.h"
+#include "sim/demo.h"
 
 #include <stdlib.h>
 
@@ -7,13 +7,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/kubelet_sim.h"
+#include "sim/fake_pod_resources.h"
+#include "sim/kubelet_sim.h"
 #include "server/plugin_server.h"
 #include "topology/discovery.h"
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
-namespace rdp::server {
+namespace rdp::sim {
 namespace {
+
+using server::Config;
+using server::Mode;
+using server::ModeName;
 
 namespace fs = std::filesystem;
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -30,7 +35,7 @@ absl::StatusOr<std::string> LayOutNode(const DemoOptions& options, const std::st
   from_xml.topology_xml = xml;
   absl::StatusOr<topology::TopologyPtr> node = topology::Discover(from_xml);
   if (!node.ok()) return node.status();
-  topology::SysfsFixture fixture((fs::path(dir) / "node").string());
+  SysfsFixture fixture((fs::path(dir) / "node").string());
   if (absl::Status s = fixture.AddTopology(**node); !s.ok()) return s;
   out << "node fixture: " << (options.topology_xml.empty() ? "bundled dgx-h100-like" : xml)
       << ", " << (*node)->hcas().size() << " HCAs, " << (*node)->gpus().size()
@@ -114,7 +119,7 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml,
   if (absl::Status s = kubelet.Start(); !s.ok()) return s;
   FakePodResources pods(config.pod_resources_socket);
   if (absl::Status s = pods.Start(); !s.ok()) return s;
-  PluginServer plugin(config, DefaultDeps(config));
+  server::PluginServer plugin(config, server::DefaultDeps(config));
   if (absl::Status s = plugin.Start(); !s.ok()) return s;
 
   auto reg = kubelet.WaitForRegistration(0, kWait);
@@ -186,4 +191,4 @@ int RunDemo(const DemoOptions& options, std::ostream& out) {
   return 0;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::sim

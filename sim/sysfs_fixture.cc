@@ -1,4 +1,4 @@
-#include "topology/sysfs_fixture.h"
+#include "sim/sysfs_fixture.h"
 
 #include <filesystem>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "fmt/format.h"
 
-namespace rdp::topology {
+namespace rdp::sim {
 namespace fs = std::filesystem;
 namespace {
 
@@ -194,17 +194,17 @@ absl::Status SysfsFixture::RemoveHca(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::Status SysfsFixture::AddTopology(const Topology& topology) {
-  for (const Hca& h : topology.hcas()) {
+absl::Status SysfsFixture::AddTopology(const topology::Topology& topology) {
+  for (const topology::Hca& h : topology.hcas()) {
     FixtureHca f;
     f.name = h.name;
     f.pci = h.place.pci;
     f.numa = h.place.numa.value_or(-1);
     f.pcie_root = h.place.pcie_root.empty() ? "pci" + h.place.pci.substr(0, 7) : h.place.pcie_root;
-    for (const Bridge& b : h.place.bridges) f.bridges.push_back(b.pci);
+    for (const topology::Bridge& b : h.place.bridges) f.bridges.push_back(b.pci);
     f.netdevs = h.netdevs;
     f.ports.clear();
-    for (const Port& p : h.ports) {
+    for (const topology::Port& p : h.ports) {
       FixturePort fp;
       fp.number = p.number;
       fp.state = p.state.empty() ? "ACTIVE" : p.state;
@@ -222,4 +222,4 @@ absl::Status SysfsFixture::AddTopology(const Topology& topology) {
   return AddRdmaCm();
 }
 
-}  // namespace rdp::topology
+}  // namespace rdp::sim
