@@ -3,6 +3,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/podresources.grpc.pb.h"
 #include "server/happens_before.h"
@@ -15,22 +16,35 @@ class GrpcPodResources : public PodResourcesSource {
   explicit GrpcPodResources(std::string socket_path) : path_(std::move(socket_path)) {}
 
   void List(absl::Duration timeout, Done done) override {
-    // One call: what the callback needs, alive until it runs.
+    // One call: what the callback needs, alive until it runs. The call carries bytes, parsed
+    // in the callback: the response message is then created and filled by the thread that reads
+    // it, never by gRPC's (a typed call would parse into a message this thread constructed, an
+    // order ThreadSanitizer cannot see through libgrpc's queues).
     struct Call {
       grpc::ClientContext context;
-      v1::ListPodResourcesRequest request;
-      v1::ListPodResourcesResponse response;
+      grpc::ByteBuffer request;
+      grpc::ByteBuffer response;
       Done done;
     };
     auto* call = new Call;
     call->done = std::move(done);
+    bool own_buffer = false;
+    if (grpc::Status s = grpc::SerializationTraits<v1::ListPodResourcesRequest>::Serialize(
+            v1::ListPodResourcesRequest(), &call->request, &own_buffer);
+        !s.ok()) {
+      std::unique_ptr<Call> owned(call);
+      owned->done(absl::InternalError(absl::StrCat("pod-resources List request: ",
+                                                   s.error_message())));
+      return;
+    }
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     // Waits for a connection within the deadline: a socket that appeared a moment ago is
     // reached by this call rather than failed by the channel's last connect attempt.
     call->context.set_wait_for_ready(true);
     HappensBefore(call);
-    Stub()->async()->List(
-        &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
+    Stub()->UnaryCall(
+        &call->context, ListMethod(), grpc::StubOptions(), &call->request, &call->response,
+        [this, call](grpc::Status status) {
           HappensAfter(call);
           std::unique_ptr<Call> owned(call);
           if (!status.ok()) {
@@ -38,16 +52,32 @@ class GrpcPodResources : public PodResourcesSource {
                 absl::StrCat("pod-resources List on ", path_, ": ", status.error_message())));
             return;
           }
-          owned->done(ToPodList(owned->response));
+          v1::ListPodResourcesResponse response;
+          if (grpc::Status s =
+                  grpc::SerializationTraits<v1::ListPodResourcesResponse>::Deserialize(
+                      &owned->response, &response);
+              !s.ok()) {
+            owned->done(absl::UnavailableError(absl::StrCat(
+                "pod-resources List on ", path_, ": unreadable answer: ", s.error_message())));
+            return;
+          }
+          owned->done(ToPodList(response));
         });
   }
 
  private:
+  // The method's path on the wire, from the generated service's name.
+  static const std::string& ListMethod() {
+    static const std::string* const method =
+        new std::string(absl::StrCat("/", v1::PodResourcesLister::service_full_name(), "/List"));
+    return *method;
+  }
+
   // One channel for the life of the client (a channel must not be destroyed from its own
   // callbacks), dialled at the first List. While the socket is absent it retries connecting
   // every second at most, instead of gRPC's default backoff that grows to two minutes, so that
   // a socket that appears (or a kubelet that restarts) is reached at once.
-  v1::PodResourcesLister::Stub* Stub() {
+  grpc::GenericStub* Stub() {
     absl::MutexLock lock(&mu_);
     if (!stub_) {
       grpc::ChannelArguments args;
@@ -55,7 +85,7 @@ class GrpcPodResources : public PodResourcesSource {
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-      stub_ = v1::PodResourcesLister::NewStub(grpc::CreateCustomChannel(
+      stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
           "unix://" + path_, grpc::InsecureChannelCredentials(), args));
     }
     return stub_.get();
@@ -63,7 +93,7 @@ class GrpcPodResources : public PodResourcesSource {
 
   const std::string path_;
   absl::Mutex mu_;
-  std::unique_ptr<v1::PodResourcesLister::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::GenericStub> stub_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
