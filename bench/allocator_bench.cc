@@ -8,11 +8,16 @@
 
 #include "allocator/allocator.h"
 #include "bench/allocator_peer.h"
-#include "bench/allocator_topologies.h"
+#include "test/support/node_builder.h"
 #include "benchmark/benchmark.h"
 
 namespace rdp::bench {
 namespace {
+
+using testing::DistinctHcas;
+using testing::GpuIds;
+using testing::HcaIds;
+using testing::ScaledDgx;
 
 // Above this the peer's partition enumeration would run for minutes to centuries.
 constexpr double kPeerMaxPartitions = 1e7;

@@ -25,7 +25,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +61,7 @@
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
 #include "sim/sysfs_fixture.h"
+#include "test/support/child.h"
 #include "topology/discovery.h"
 
 namespace rdp::server {
@@ -90,92 +90,6 @@ struct Flags {
 };
 
 // ---- the plugin process ----------------------------------------------------------------------
-
-absl::Status ErrnoError(int err, const std::string& what) {
-  return absl::Status(absl::ErrnoToStatusCode(err), what + ": " + std::strerror(err));
-}
-
-class PluginProcess {
- public:
-  // Starts `binary args...`. The child is SIGKILLed when this process dies first, so an
-  // interrupted run leaves no plugin behind.
-  static absl::StatusOr<std::unique_ptr<PluginProcess>> Start(const std::string& binary,
-                                                              const std::vector<std::string>& args);
-  ~PluginProcess();  // SIGKILL and reap when still running
-  PluginProcess(const PluginProcess&) = delete;
-  PluginProcess& operator=(const PluginProcess&) = delete;
-
-  pid_t pid() const { return pid_; }
-  // False once the process has exited (observed through its pidfd, without reaping it).
-  bool Running() const;
-  // SIGTERM, then waits up to `timeout`: the exit code; an error when it died of a signal or did
-  // not exit in time (then it is SIGKILLed).
-  absl::StatusOr<int> Terminate(absl::Duration timeout);
-
- private:
-  PluginProcess(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
-  bool WaitReadable(int timeout_ms) const;
-
-  const pid_t pid_;
-  const int pidfd_;
-  bool reaped_ = false;
-};
-
-absl::StatusOr<std::unique_ptr<PluginProcess>> PluginProcess::Start(
-    const std::string& binary, const std::vector<std::string>& args) {
-  if (::access(binary.c_str(), X_OK) != 0) return ErrnoError(errno, binary);
-  std::vector<char*> argv;  // built before fork: the child only calls async-signal-safe functions
-  argv.push_back(const_cast<char*>(binary.c_str()));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return ErrnoError(errno, "fork");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    ::execv(binary.c_str(), argv.data());
-    ::_exit(127);
-  }
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) {
-    const int err = errno;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    return ErrnoError(err, "pidfd_open (Linux 5.3 or newer needed)");
-  }
-  return std::unique_ptr<PluginProcess>(new PluginProcess(pid, pidfd));
-}
-
-PluginProcess::~PluginProcess() {
-  if (!reaped_) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  ::close(pidfd_);
-}
-
-bool PluginProcess::WaitReadable(int timeout_ms) const {
-  struct pollfd p = {pidfd_, POLLIN, 0};
-  return ::poll(&p, 1, timeout_ms) > 0;
-}
-
-bool PluginProcess::Running() const { return !reaped_ && !WaitReadable(0); }
-
-absl::StatusOr<int> PluginProcess::Terminate(absl::Duration timeout) {
-  if (reaped_) return absl::FailedPreconditionError("already reaped");
-  ::kill(pid_, SIGTERM);
-  const bool exited = WaitReadable(static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-  if (!exited) ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  reaped_ = true;
-  if (!exited) return absl::DeadlineExceededError("no exit after SIGTERM; killed");
-  if (WIFSIGNALED(status)) {
-    return absl::AbortedError(absl::StrFormat("died of signal %d", WTERMSIG(status)));
-  }
-  return WEXITSTATUS(status);
-}
 
 // What /proc says about a process: memory, threads, CPU time.
 struct ProcSample {
@@ -655,31 +569,34 @@ int RunLoad(const Flags& flags, const Durations& d, const std::string& dir) {
     }
     pods.Set(GpuPod(*run.node.topology));
   }
-  auto plugin = PluginProcess::Start(flags.binary, PluginArgs(run.node, dir, flags.pod_resources));
-  if (!plugin.ok()) {
-    std::cerr << "bench_load: cannot start " << flags.binary << ": " << plugin.status() << "\n";
+  // The plugin dies with this process, so an interrupted run leaves no plugin behind.
+  testing::Child plugin(flags.binary, PluginArgs(run.node, dir, flags.pod_resources));
+  if (!plugin.running()) {
+    std::cerr << "bench_load: cannot start " << flags.binary << "\n";
     return 1;
   }
-  run.pid = (*plugin)->pid();
+  run.pid = plugin.pid();
   const size_t hcas = run.node.topology->hcas().size();
   std::string endpoint;
   const std::vector<std::string> ids = WaitUntilListed(kubelet, hcas, &endpoint);
   if (ids.empty()) {
     std::cerr << "bench_load: the plugin did not register and list " << hcas
               << " healthy HCAs within " << kStartTimeout
-              << ((*plugin)->Running() ? "" : "; it exited") << "\n";
+              << (plugin.Exited() ? "; it exited:\n" + plugin.output() : "") << "\n";
     return 1;
   }
   run.ids = ids.size();
   RunPhases(d, ids, kubelet.dir() + "/" + endpoint, run);
-  run.alive = (*plugin)->Running();
+  run.alive = !plugin.Exited();
   if (flags.pod_resources) run.pod_resources_lists = pods.list_calls();
 
-  absl::StatusOr<int> code = (*plugin)->Terminate(kStopTimeout);
-  run.stop = code.ok() ? absl::StrFormat("exit %d", *code) : code.status().ToString();
+  plugin.Signal(SIGTERM);
+  const int code = plugin.Wait(kStopTimeout);
+  run.stop = code >= 0 ? absl::StrFormat("exit %d", code)
+                       : "no clean exit after SIGTERM (killed, or died of a signal)";
   PrintReport(run);
   if (!flags.json.empty()) std::ofstream(flags.json) << ToJson(run).dump(2) << "\n";
-  const bool clean = code.ok() && *code == 0;
+  const bool clean = code == 0;
   return run.Errors() == 0 && run.alive && clean ? 0 : 1;
 }
 

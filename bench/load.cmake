@@ -3,7 +3,7 @@
 # Included by bench/CMakeLists.txt. See docs/reliability.md (Load) for the command and figures.
 if(TARGET rdp_server)
   add_executable(bench_load ${CMAKE_CURRENT_LIST_DIR}/load.cc)
-  target_link_libraries(bench_load PRIVATE rdp_sim absl::str_format CLI11::CLI11
+  target_link_libraries(bench_load PRIVATE rdp_sim rdp_test_support absl::str_format CLI11::CLI11
     nlohmann_json::nlohmann_json)
   # The plugin it spawns: the binary of this build unless --binary says otherwise.
   add_dependencies(bench_load rdma-device-plugin)

@@ -30,11 +30,20 @@
 
 #include "CLI/CLI.hpp"
 #include "allocator/allocator.h"
-#include "bench/allocator_topologies.h"
+#include "test/support/node_builder.h"
 #include "topology/discovery.h"
 
 namespace rdp::bench {
 namespace {
+
+using testing::DgxH100Like;
+using testing::DistinctHcas;
+using testing::FewerHcasThanGpus;
+using testing::FourNuma;
+using testing::GpuIds;
+using testing::HcaIds;
+using testing::ScaledDgx;
+using testing::TwoLevelSwitches;
 
 using Mask = unsigned;  // NUMA nodes by position in Topology::numa_nodes()
 

@@ -99,6 +99,12 @@ Child::~Child() {
   }
 }
 
+bool Child::Exited() const {
+  if (pid_ <= 0) return true;
+  struct pollfd p = {pidfd_, POLLIN, 0};
+  return pidfd_ >= 0 && ::poll(&p, 1, 0) > 0;
+}
+
 void Child::Signal(int sig) const {
   if (pid_ > 0) ::kill(pid_, sig);
 }

@@ -40,6 +40,8 @@ class Child {
   Child& operator=(const Child&) = delete;
 
   bool running() const { return pid_ > 0; }
+  // Whether the child has exited (it is not reaped: Wait() still gives its exit code).
+  bool Exited() const;
   pid_t pid() const { return pid_; }
   void Signal(int sig) const;
 
