@@ -39,8 +39,8 @@ struct Request {
 // problem.
 absl::Status ValidateRequest(const Request& request);
 
-// The value of one exclusive-mode answer under the objective of issue 4, term by term. Terms are
-// compared in declaration order (operator<); "_cost" terms are better when lower, all others
+// The value of one exclusive-mode answer under the objective (docs/allocator.md), term by term.
+// Terms are compared in declaration order (operator<); "_cost" terms are better when lower, all others
 // when higher. The final tie-break (lowest PCI addresses) is not a term: it is applied by
 // comparing the answers themselves.
 struct Score {

@@ -14,7 +14,8 @@
 
 namespace rdp::allocator {
 
-// Path-class weights of issue 4: the cliff after PXB is where GPUDirect RDMA stops.
+// Path-class weights (docs/allocator.md, Objective): the cliff after PXB is where GPUDirect
+// RDMA stops.
 inline constexpr int kPathWeight[] = {8, 6, 2, 1, 0};  // PIX, PXB, PHB, NODE, SYS
 
 using WeightMatrix = Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -102,7 +103,7 @@ class Scorer {
 // The placeholder policy (see ExclusiveAllocator::PreferPlaceholder), as sorted HCA indices.
 std::vector<int> PlaceholderPick(const Problem& problem);
 
-// The scored search of issue 4: sorted HCA indices.
+// The scored search (docs/allocator.md, Search): sorted HCA indices.
 std::vector<int> Search(const Problem& problem, const Options& options);
 
 }  // namespace rdp::allocator

@@ -17,14 +17,17 @@
 
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
-#include "sim/kubelet_sim.h"
-#include "server/plugin_server.h"
-#include "topology/discovery.h"
 #include "base/log.h"
+#include "server/plugin_server.h"
+#include "sim/kubelet_sim.h"
 #include "sim/sysfs_fixture.h"
+#include "topology/discovery.h"
 
 namespace rdp::server {
 namespace {
+
+using sim::KubeletSim;
+using sim::PreferredRequest;
 
 using Clock = std::chrono::steady_clock;
 
@@ -88,7 +91,7 @@ Rig* GetRig(Mode mode, int hcas) {
   config.discovery.sysfs_root = root;
   config.discovery.dev_root = root;
   config.health_interval = absl::Seconds(5);
-  PluginDeps deps;
+  NodeSources deps;
   deps.scan = [root] { return topology::ReadSysfsHcas(root, root); };
   deps.discover = [root]() -> absl::StatusOr<topology::TopologyPtr> {
     auto found = topology::ReadSysfsHcas(root, root);
@@ -102,7 +105,7 @@ Rig* GetRig(Mode mode, int hcas) {
   if (!rig->plugin->Start().ok()) std::abort();
   rig->kubelet->WaitForRegistration(0, absl::Seconds(10));
   rig->stub = rig->kubelet->PluginStub();
-  for (const auto& d : rig->plugin->plugin().Devices().devices) rig->ids.push_back(d.id);
+  for (const auto& d : rig->plugin->node().Devices().devices) rig->ids.push_back(d.id);
   EmptyRoundTripNs(*rig->stub, 500);  // warm the connection
   return rig.get();
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cmd/discovery_flags.h"
@@ -49,7 +50,13 @@ absl::StatusOr<server::Config> Resolve(const ServeFlags& f) {
   auto mode = server::ParseMode(f.mode);
   if (!mode.ok()) return mode.status();
   c.mode = *mode;
-  if (!c.exclusive_label.empty()) c.mode = server::Mode::kExclusive;
+  // The label key is what the chart tells the plugin about why the node is exclusive (it is
+  // logged); the mode is --mode alone. A label with shared mode is a deployment contradiction.
+  if (!c.exclusive_label.empty() && c.mode != server::Mode::kExclusive) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--exclusive-label '", c.exclusive_label, "' names the node label that chose exclusive "
+        "mode, but --mode is '", f.mode, "': give --mode exclusive with it, or drop it"));
+  }
   auto interval = ParseDurationFlag("--health-interval", f.health_interval);
   if (!interval.ok()) return interval.status();
   c.health_interval = *interval;
@@ -78,7 +85,7 @@ int Serve(const server::Config& config) {
     return 1;
   }
 
-  server::PluginServer plugin(config, server::DefaultDeps(config));
+  server::PluginServer plugin(config, server::DefaultSources(config));
   if (absl::Status s = plugin.Start(); !s.ok()) {
     Logger("server")->error("cannot start: {}", s.ToString());
     ::close(signals);
@@ -145,7 +152,8 @@ void AddServeCommand(CLI::App& app) {
   sub->add_option("--node-name", c.node_name, "This node's name (default: the host name)")
       ->envname("NODE_NAME");
   sub->add_option("--exclusive-label", c.exclusive_label,
-                  "The node label key that chose exclusive mode (implies --mode exclusive)")
+                  "The node label key that chose exclusive mode, for the log "
+                  "(needs --mode exclusive)")
       ->envname("RDP_EXCLUSIVE_LABEL");
   sub->add_option("--gpu-resources", f->gpu_resources,
                   "Comma-separated GPU resources whose devices guide placement")

@@ -36,7 +36,7 @@ struct Config {
   std::string exclusive_label;  // set by the chart when the node's label chose exclusive mode
   std::vector<std::string> gpu_resources = {"nvidia.com/gpu", "amd.com/gpu"};
   // A container first seen holding GPUs (and none of our devices) this recently is taken to be
-  // the one being admitted (allocator issue §3).
+  // the one being admitted (docs/server.md, GPU context).
   absl::Duration admission_window = absl::Seconds(10);
 
   // Seams and tuning, not flags.

@@ -1,4 +1,4 @@
-#include "server/plugin.h"
+#include "server/node_state.h"
 
 #include <algorithm>
 #include <utility>
@@ -46,15 +46,15 @@ std::string Describe(const topology::Hca& hca) {
   return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
 }
 
-PluginDeps WithEnv(PluginDeps deps, const Config& config) {
+NodeSources WithEnv(NodeSources deps, const Config& config) {
   if (!deps.env) deps.env = NewNodeEnv(config.Roots());
   return deps;
 }
 
 }  // namespace
 
-PluginDeps DefaultDeps(const Config& config) {
-  PluginDeps deps;
+NodeSources DefaultSources(const Config& config) {
+  NodeSources deps;
   const topology::DiscoveryOptions options = config.discovery;
   std::shared_ptr<Env> env = NewNodeEnv(config.Roots());
   deps.env = env;
@@ -72,14 +72,14 @@ PluginDeps DefaultDeps(const Config& config) {
   return deps;
 }
 
-Plugin::Plugin(Config config, PluginDeps deps)
+NodeState::NodeState(Config config, NodeSources deps)
     : config_(std::move(config)),
       deps_(WithEnv(std::move(deps), config_)),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
-Plugin::~Plugin() { pod_refresh_.WaitIdle(); }
+NodeState::~NodeState() { pod_refresh_.WaitIdle(); }
 
-absl::Status Plugin::Init() {
+absl::Status NodeState::Init() {
   if (!config_.exclusive_label.empty()) {
     Log()->info("node {} has exclusive label, enabling exclusive mode", config_.node_name);
   }
@@ -106,12 +106,12 @@ absl::Status Plugin::Init() {
   return absl::OkStatus();
 }
 
-void Plugin::SwapSnapshot(topology::TopologyPtr snapshot) {
+void NodeState::SwapSnapshot(topology::TopologyPtr snapshot) {
   snapshot_ = std::move(snapshot);
   allocator_ = std::make_shared<const allocator::ExclusiveAllocator>(snapshot_);
 }
 
-bool Plugin::Poll() {
+bool NodeState::Poll() {
   topology::TopologyPtr current = topology();
   std::vector<topology::Hca> scanned = current->hcas();
   bool scanned_ok = false;
@@ -206,7 +206,7 @@ bool Plugin::Poll() {
   return changed;
 }
 
-void Plugin::RefreshPods(std::function<void()> then) {
+void NodeState::RefreshPods(std::function<void()> then) {
   if (!deps_.pod_resources) {
     then();
     return;
@@ -214,7 +214,7 @@ void Plugin::RefreshPods(std::function<void()> then) {
   pod_refresh_.Request(std::move(then));
 }
 
-bool Plugin::RefreshPodsAndWait() {
+bool NodeState::RefreshPodsAndWait() {
   if (!deps_.pod_resources) return true;
   struct Outcome {
     absl::Notification done;
@@ -232,12 +232,12 @@ bool Plugin::RefreshPodsAndWait() {
          outcome->ok;
 }
 
-bool Plugin::pods_known() const {
+bool NodeState::pods_known() const {
   absl::MutexLock lock(&mu_);
   return pods_known_;
 }
 
-void Plugin::StartList(std::function<void()> finished) {
+void NodeState::StartList(std::function<void()> finished) {
   deps_.pod_resources->List(config_.pod_resources_timeout,
                             [this, finished](absl::StatusOr<PodList> pods) {
                               OnPods(std::move(pods));
@@ -245,7 +245,7 @@ void Plugin::StartList(std::function<void()> finished) {
                             });
 }
 
-void Plugin::OnPods(absl::StatusOr<PodList> pods) {
+void NodeState::OnPods(absl::StatusOr<PodList> pods) {
   last_list_ok_ = pods.ok();
   bool changed = false;
   {
@@ -273,7 +273,7 @@ void Plugin::OnPods(absl::StatusOr<PodList> pods) {
   if (changed) Notify();
 }
 
-bool Plugin::Recompute() {
+bool NodeState::Recompute() {
   // Fail closed: while the pod list is not known, nothing says that no container holds the other
   // mode's IDs, so every HCA is withheld.
   const bool pending = deps_.pod_resources && !pods_known_;
@@ -322,37 +322,37 @@ bool Plugin::Recompute() {
   return true;
 }
 
-void Plugin::Notify() {
+void NodeState::Notify() {
   absl::ReaderMutexLock lock(&listeners_mu_);
   for (const auto& [id, listener] : listeners_) listener();
 }
 
-int Plugin::AddListener(std::function<void()> listener) {
+int NodeState::AddListener(std::function<void()> listener) {
   absl::MutexLock lock(&listeners_mu_);
   const int id = next_listener_++;
   listeners_[id] = std::move(listener);
   return id;
 }
 
-void Plugin::RemoveListener(int id) {
+void NodeState::RemoveListener(int id) {
   absl::MutexLock lock(&listeners_mu_);
   listeners_.erase(id);
 }
 
-void Plugin::SetRescanRequest(std::function<void()> request) {
+void NodeState::SetRescanRequest(std::function<void()> request) {
   rescan_request_ = std::move(request);
 }
 
-void Plugin::RequestRescan() const {
+void NodeState::RequestRescan() const {
   if (rescan_request_) rescan_request_();
 }
 
-Plugin::DeviceList Plugin::Devices() const {
+NodeState::DeviceList NodeState::Devices() const {
   absl::MutexLock lock(&mu_);
   return {version_, devices_};
 }
 
-Plugin::DeviceList Plugin::WaitForChange(std::uint64_t seen, absl::Time deadline) const {
+NodeState::DeviceList NodeState::WaitForChange(std::uint64_t seen, absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
   while (version_ == seen && absl::Now() < deadline) {
     changed_.WaitWithDeadline(&mu_, deadline);
@@ -360,12 +360,12 @@ Plugin::DeviceList Plugin::WaitForChange(std::uint64_t seen, absl::Time deadline
   return {version_, devices_};
 }
 
-topology::TopologyPtr Plugin::topology() const {
+topology::TopologyPtr NodeState::topology() const {
   absl::MutexLock lock(&mu_);
   return snapshot_;
 }
 
-absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::string>& ids) const {
+absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::string>& ids) const {
   if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
   const bool exclusive = config_.mode == Mode::kExclusive;
   // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.
@@ -453,7 +453,7 @@ absl::StatusOr<ContainerAllocation> Plugin::Allocate(const std::vector<std::stri
   return BuildAllocation(hcas, deps_.env->Exists("/dev/infiniband/rdma_cm"));
 }
 
-absl::StatusOr<std::vector<std::string>> Plugin::Prefer(
+absl::StatusOr<std::vector<std::string>> NodeState::Prefer(
     const std::vector<std::string>& available, const std::vector<std::string>& must_include,
     int size) const {
   allocator::Request request{available, must_include, size, {}};

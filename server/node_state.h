@@ -1,9 +1,10 @@
 #pragma once
 
-// The plugin's state and domain logic, independent of gRPC: the current topology snapshot, the
-// health of every HCA advertised (vanished ones until forgotten), the kubelet's pod list, and
-// the device list that ListAndWatch streams. Nothing here runs by itself: PluginServer's threads
-// drive the health poll (Poll) and the pod-resources refresh (RefreshPods), the RPCs the rest.
+// NodeState: the node as the plugin knows it, independent of gRPC: the current topology
+// snapshot, the health of every HCA advertised (vanished ones until forgotten), the kubelet's pod
+// list, and the device list that ListAndWatch streams. Nothing here runs by itself: PluginServer's
+// threads drive the health poll (Poll) and the pod-resources refresh (RefreshPods), the RPCs the
+// rest.
 // Thread-safe: state is under one mutex; discovery, file reads and kubelet calls run outside it.
 //
 // Fail closed: while a pod-resources source is configured and the kubelet's pod list is not
@@ -37,7 +38,7 @@
 namespace rdp::server {
 
 // Where the plugin's knowledge of the node comes from. Tests replace any of these.
-struct PluginDeps {
+struct NodeSources {
   // Every read of the node outside discovery (device nodes at Allocate, /proc/driver/nvidia);
   // null: the filesystem under the config's roots.
   std::shared_ptr<Env> env;
@@ -55,14 +56,14 @@ struct PluginDeps {
 // The filesystem under the config's roots (one Env for discovery, the health scan and the rest),
 // discovery from config (one topology::Discoverer: an XML is read once) and a gRPC pod-resources
 // client when config.pod_resources_socket is set (it dials lazily: the socket may appear later).
-PluginDeps DefaultDeps(const Config& config);
+NodeSources DefaultSources(const Config& config);
 
-class Plugin {
+class NodeState {
  public:
-  Plugin(Config config, PluginDeps deps);
-  ~Plugin();  // waits for a pod-resources List in flight (each has a deadline)
-  Plugin(const Plugin&) = delete;
-  Plugin& operator=(const Plugin&) = delete;
+  NodeState(Config config, NodeSources deps);
+  ~NodeState();  // waits for a pod-resources List in flight (each has a deadline)
+  NodeState(const NodeState&) = delete;
+  NodeState& operator=(const NodeState&) = delete;
 
   // Discovers the node, logs the mode lines, computes the first device list. Errors when
   // discovery fails.
@@ -128,7 +129,7 @@ class Plugin {
   void RequestRescan() const;
 
   const Config config_;
-  PluginDeps deps_;
+  NodeSources deps_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
 

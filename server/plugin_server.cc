@@ -70,15 +70,15 @@ std::uint64_t PluginServer::FileId(const std::string& path) {
   return ((static_cast<std::uint64_t>(st.st_ino) * 1000003u) ^ ctime_ns) | 1u;
 }
 
-PluginServer::PluginServer(Config config, PluginDeps deps)
+PluginServer::PluginServer(Config config, NodeSources deps)
     : config_(std::move(config)),
       poll_(deps.poll),
-      plugin_(std::make_unique<Plugin>(config_, std::move(deps))) {}
+      node_(std::make_unique<NodeState>(config_, std::move(deps))) {}
 
 PluginServer::~PluginServer() { Stop(); }
 
 absl::Status PluginServer::Start() {
-  if (absl::Status s = plugin_->Init(); !s.ok()) return s;
+  if (absl::Status s = node_->Init(); !s.ok()) return s;
   stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   fatal_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   rescan_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -88,23 +88,22 @@ absl::Status PluginServer::Start() {
       pods_inotify_fd_ < 0) {
     return Errno("inotify/eventfd");
   }
-  plugin_->SetRescanRequest([fd = rescan_fd_] { Signal(fd); });
+  node_->SetRescanRequest([fd = rescan_fd_] { Signal(fd); });
   std::error_code ec;
   std::filesystem::create_directories(config_.kubelet_dir, ec);
-  watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
-  if (watch_ < 0) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
-  if (plugin_->has_pod_resources()) {
+  if (!WatchKubeletDir()) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
+  if (node_->has_pod_resources()) {
     WatchPodsDir();
     // One bounded try before serving, so that the kubelet's first list is not needlessly all
     // withheld; the pods thread retries.
-    plugin_->RefreshPodsAndWait();
+    node_->RefreshPodsAndWait();
   }
   if (absl::Status s = Serve(); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   started_ = true;
   threads_.emplace_back([this] { RunLoop("lifecycle", &PluginServer::LifecycleLoop); });
   threads_.emplace_back([this] { RunLoop("health", &PluginServer::HealthLoop); });
-  if (plugin_->has_pod_resources()) {
+  if (node_->has_pod_resources()) {
     threads_.emplace_back([this] { RunLoop("pod-resources", &PluginServer::PodsLoop); });
   }
   return absl::OkStatus();
@@ -124,7 +123,7 @@ void PluginServer::Stop() {
   if (socket_ino_ != 0 && FileId(config_.SocketPath()) == socket_ino_) {
     ::unlink(config_.SocketPath().c_str());
   }
-  plugin_->SetRescanRequest(nullptr);
+  node_->SetRescanRequest(nullptr);
   for (int* fd : {&inotify_fd_, &pods_inotify_fd_, &stop_fd_, &fatal_fd_, &rescan_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
@@ -193,7 +192,7 @@ absl::StatusOr<std::vector<bool>> PluginServer::WaitFor(const std::vector<int>& 
 absl::Status PluginServer::Serve() {
   StopServing();
   const std::string path = config_.SocketPath();
-  service_ = std::make_unique<DevicePluginService>(plugin_.get());
+  service_ = std::make_unique<DevicePluginService>(node_.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartUnixServer(path, {service_.get()});
   if (!server.ok()) {
     service_.reset();
@@ -201,6 +200,11 @@ absl::Status PluginServer::Serve() {
   }
   server_ = std::move(*server);
   socket_ino_ = FileId(path);
+  if (socket_ino_ == 0) {
+    // Removed as soon as it appeared (a kubelet wiping its directory): no socket of ours to watch.
+    StopServing();
+    return absl::UnavailableError(absl::StrCat(path, " vanished as it was created"));
+  }
   ++serves_;
   Log()->info("serving {} on {}", config_.resource_name, path);
   return absl::OkStatus();
@@ -250,14 +254,16 @@ bool PluginServer::TryRegister() {
 bool PluginServer::DrainInotify() {
   bool restart = false;
   ReadEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+    Log()->debug("inotify: {} mask={:#x}", name.empty() ? config_.kubelet_dir : name, mask);
     if (mask & IN_IGNORED) watch_ = -1;  // the directory itself went away
+    if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst
     if (name == "kubelet.sock" && (mask & (IN_CREATE | IN_MOVED_TO)) &&
         FileId(config_.KubeletSocketPath()) != kubelet_ino_) {
       restart = true;
     }
-    if (name == config_.socket_name && (mask & (IN_DELETE | IN_MOVED_FROM)) &&
-        FileId(config_.SocketPath()) != socket_ino_) {
-      restart = true;
+    if (name == config_.socket_name && (mask & (IN_DELETE | IN_MOVED_FROM))) {
+      const std::uint64_t now = FileId(config_.SocketPath());
+      if (now == 0 || now != socket_ino_) restart = true;
     }
   });
   return restart;
@@ -269,20 +275,29 @@ void PluginServer::LifecycleLoop() {
   bool registered = false;
   bool need_serve = false;  // our socket is gone and the last attempt to serve failed
   for (;;) {
-    // Registered and watching, only an event wakes this thread; while the kubelet dir is gone
-    // there is nothing to watch, so it looks for the dir again every register_backoff_max.
+    // Registered, an event wakes this thread, and so does a check every register_backoff_max:
+    // inotify alone can miss a restart (the directory replaced between a read and a new watch,
+    // a queue overflow), and while the directory is gone there is nothing to watch.
     const absl::Time wake =
-        !registered ? next_register
-                    : (watch_ < 0 ? absl::Now() + config_.register_backoff_max
-                                  : absl::InfiniteFuture());
+        !registered ? next_register : absl::Now() + config_.register_backoff_max;
     absl::StatusOr<std::vector<bool>> ready = WaitFor({inotify_fd_}, wake);
     if (absl::IsCancelled(ready.status())) return;
     if (!ready.ok()) return Fatal(ready.status());
 
     bool restart = (*ready)[0] && DrainInotify();
-    if (watch_ < 0 && std::filesystem::is_directory(config_.kubelet_dir)) {
-      watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
-      restart = restart || watch_ >= 0;
+    // The watch must be on the directory that is there now: re-watch one that came back or was
+    // replaced (that is a restart: whatever happened in it was not seen). A directory removed
+    // and made again may get the old one's inode number, so a lost watch alone says it too.
+    if ((watch_ < 0 || DirId(config_.kubelet_dir) != watched_dir_) && WatchKubeletDir()) {
+      restart = true;
+    }
+    // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
+    // with. A kubelet.sock that is gone is a kubelet on its way down: registering before the new
+    // one has cleared the directory (it removes our socket as it starts) only times out.
+    const std::uint64_t kubelet_now = FileId(config_.KubeletSocketPath());
+    if (registered && (FileId(config_.SocketPath()) != socket_ino_ ||
+                       (kubelet_now != 0 && kubelet_now != kubelet_ino_))) {
+      restart = true;
     }
     if (restart) {
       Log()->info("kubelet restart detected in {}: serving again and re-registering",
@@ -291,6 +306,10 @@ void PluginServer::LifecycleLoop() {
       registered = false;
       backoff = config_.register_backoff_min;
       next_register = absl::Now();
+    }
+    // Never register an endpoint that is not there (the kubelet dials it at once).
+    if (!registered && !need_serve && FileId(config_.SocketPath()) != socket_ino_) {
+      need_serve = true;
     }
     if (need_serve && absl::Now() >= next_register) {
       if (absl::Status s = Serve(); s.ok()) {
@@ -311,6 +330,24 @@ void PluginServer::LifecycleLoop() {
   }
 }
 
+std::uint64_t PluginServer::DirId(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  return (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino);
+}
+
+bool PluginServer::WatchKubeletDir() {
+  const std::uint64_t dir = DirId(config_.kubelet_dir);
+  if (dir == 0) return false;
+  if (watch_ >= 0) ::inotify_rm_watch(inotify_fd_, watch_);
+  watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
+  if (watch_ < 0) return false;
+  // The directory may have been replaced between the stat and the watch: then the next check
+  // sees a different id and watches again.
+  watched_dir_ = dir;
+  return true;
+}
+
 void PluginServer::HealthLoop() {
   absl::Time next_poll = absl::Now() + config_.health_interval;
   for (;;) {
@@ -320,7 +357,7 @@ void PluginServer::HealthLoop() {
     if ((*ready)[0]) Drain(rescan_fd_);
     if ((*ready)[0] || absl::Now() >= next_poll) {
       try {
-        plugin_->Poll();
+        node_->Poll();
       } catch (const std::exception& e) {  // keep serving the last good state
         Log()->error("health poll failed: {}", e.what());
       }
@@ -350,7 +387,7 @@ bool PluginServer::DrainPodsInotify() {
 
 void PluginServer::PodsLoop() {
   absl::Duration backoff = config_.pod_resources_backoff_min;
-  const bool known = plugin_->pods_known();
+  const bool known = node_->pods_known();
   absl::Time next = absl::Now() + (known ? config_.health_interval : backoff);
   for (;;) {
     absl::StatusOr<std::vector<bool>> ready = WaitFor({pods_inotify_fd_}, next);
@@ -363,7 +400,7 @@ void PluginServer::PodsLoop() {
     }
     WatchPodsDir();  // the directory may have appeared, or been re-created
     if (absl::Now() < next) continue;
-    if (plugin_->RefreshPodsAndWait()) {
+    if (node_->RefreshPodsAndWait()) {
       backoff = config_.pod_resources_backoff_min;
       next = absl::Now() + config_.health_interval;
     } else {

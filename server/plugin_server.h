@@ -29,14 +29,14 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "server/config.h"
-#include "server/plugin.h"
+#include "server/node_state.h"
 #include "server/service.h"
 
 namespace rdp::server {
 
 class PluginServer {
  public:
-  PluginServer(Config config, PluginDeps deps);
+  PluginServer(Config config, NodeSources deps);
   ~PluginServer();  // Stop()
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -53,7 +53,7 @@ class PluginServer {
   // Stop().
   absl::Status Wait(int stop_fd);
 
-  Plugin& plugin() { return *plugin_; }
+  NodeState& node() { return *node_; }
   const Config& config() const { return config_; }
   int registrations() const { return registrations_.load(); }  // successful ones so far
   int serves() const { return serves_.load(); }                // times the socket was created
@@ -78,8 +78,8 @@ class PluginServer {
   void WatchPodsDir();
 
   const Config config_;
-  const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // PluginDeps::poll
-  std::unique_ptr<Plugin> plugin_;
+  const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // NodeSources::poll
+  std::unique_ptr<NodeState> node_;
   std::atomic<int> registrations_{0};
   std::atomic<int> serves_{0};
 
@@ -88,6 +88,10 @@ class PluginServer {
   std::unique_ptr<DevicePluginService> service_;
   std::unique_ptr<grpc::Server> server_;
   static std::uint64_t FileId(const std::string& path);
+  // Identity of a directory (device and inode), 0 when there is none.
+  static std::uint64_t DirId(const std::string& path);
+  // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
+  bool WatchKubeletDir();
   std::uint64_t socket_ino_ = 0;   // FileId of the socket we bound
   std::uint64_t kubelet_ino_ = 0;  // FileId of kubelet.sock at our last registration
   bool failing_ = false;           // a registration failure was logged in this streak
@@ -97,6 +101,7 @@ class PluginServer {
   int rescan_fd_ = -1;   // eventfd: the health thread polls at once
   int inotify_fd_ = -1;  // the kubelet dir
   int watch_ = -1;
+  std::uint64_t watched_dir_ = 0;  // DirId of the directory watch_ is on
   int pods_inotify_fd_ = -1;  // the pod-resources socket's dir (pods thread)
   int pods_watch_ = -1;
   std::vector<std::thread> threads_;

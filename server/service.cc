@@ -34,12 +34,12 @@ std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::strin
   return {ids.begin(), ids.end()};
 }
 
-absl::Status PreferAll(const Plugin& plugin, const v1beta1::PreferredAllocationRequest& request,
+absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                        v1beta1::PreferredAllocationResponse* response) {
   response->Clear();
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
-        plugin.Prefer(Ids(c.available_deviceids()), Ids(c.must_include_deviceids()),
+        node.Prefer(Ids(c.available_deviceids()), Ids(c.must_include_deviceids()),
                       c.allocation_size());
     if (!ids.ok()) return ids.status();
     auto* out = response->add_container_responses();
@@ -68,7 +68,7 @@ class RefusedStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatc
 // gRPC is done with it; the service holds it weakly.
 class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
  public:
-  explicit DeviceStream(const Plugin* plugin) : plugin_(plugin) {}
+  explicit DeviceStream(const NodeState* node) : node_(node) {}
 
   void Begin(std::shared_ptr<DeviceStream> self) {
     self_ = std::move(self);
@@ -80,7 +80,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
     {
       absl::MutexLock lock(&mu_);
       if (finishing_ || writing_) return;  // OnWriteDone looks again
-      Plugin::DeviceList list = plugin_->Devices();
+      NodeState::DeviceList list = node_->Devices();
       if (list.version == sent_) return;
       response_.Clear();
       ToProto(list.devices, &response_);
@@ -140,7 +140,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   }
 
  private:
-  const Plugin* const plugin_;
+  const NodeState* const node_;
   std::shared_ptr<DeviceStream> self_;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -171,14 +171,14 @@ void FillOptions(v1beta1::DevicePluginOptions* options) {
   options->set_get_preferred_allocation_available(true);
 }
 
-grpc::Status HandleAllocate(const Plugin& plugin, const v1beta1::AllocateRequest& request,
+grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateRequest& request,
                             v1beta1::AllocateResponse* response) {
   return Guard("Allocate", [&]() -> absl::Status {
     if (request.container_requests().empty()) {
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
     for (const auto& c : request.container_requests()) {
-      absl::StatusOr<ContainerAllocation> a = plugin.Allocate(Ids(c.devices_ids()));
+      absl::StatusOr<ContainerAllocation> a = node.Allocate(Ids(c.devices_ids()));
       if (!a.ok()) return a.status();
       auto* out = response->add_container_responses();
       for (const auto& spec : a->devices) {
@@ -193,7 +193,7 @@ grpc::Status HandleAllocate(const Plugin& plugin, const v1beta1::AllocateRequest
   });
 }
 
-void HandlePreferredAllocation(Plugin& plugin, const v1beta1::PreferredAllocationRequest& request,
+void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done) {
   // done() exactly once, whichever path ends the call.
@@ -206,24 +206,24 @@ void HandlePreferredAllocation(Plugin& plugin, const v1beta1::PreferredAllocatio
     if (request.container_requests().empty()) {
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
-    if (plugin.config().mode == Mode::kShared) return PreferAll(plugin, request, response);
+    if (node.config().mode == Mode::kShared) return PreferAll(node, request, response);
     // Exclusive: the GPU context comes from a pod list at least as new as this call. One
     // refresh serves every container of the request.
     deferred = true;
-    plugin.RefreshPods([&plugin, &request, response, finish] {
-      finish(Guard(kPreferRpc, [&] { return PreferAll(plugin, request, response); }));
+    node.RefreshPods([&node, &request, response, finish] {
+      finish(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
     });
     return absl::OkStatus();
   });
   if (!deferred || !checked.ok()) finish(checked);
 }
 
-DevicePluginService::DevicePluginService(Plugin* plugin) : plugin_(plugin) {
-  listener_ = plugin_->AddListener([this] { Changed(); });
+DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
+  listener_ = node_->AddListener([this] { Changed(); });
 }
 
 DevicePluginService::~DevicePluginService() {
-  plugin_->RemoveListener(listener_);
+  node_->RemoveListener(listener_);
   Stop();
 }
 
@@ -283,7 +283,7 @@ grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::Li
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           absl::StrCat("ListAndWatch: ", kMaxStreams, " streams are open already")));
     }
-    stream = std::make_shared<DeviceStream>(plugin_);
+    stream = std::make_shared<DeviceStream>(node_);
     streams_.push_back(stream);
   }
   DeviceStream* raw = stream.get();
@@ -295,7 +295,7 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
     grpc::CallbackServerContext* context, const v1beta1::PreferredAllocationRequest* request,
     v1beta1::PreferredAllocationResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  HandlePreferredAllocation(*plugin_, *request, response,
+  HandlePreferredAllocation(*node_, *request, response,
                             [reactor](grpc::Status s) { reactor->Finish(s); });
   return reactor;
 }
@@ -304,7 +304,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                                                         const v1beta1::AllocateRequest* request,
                                                         v1beta1::AllocateResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(HandleAllocate(*plugin_, *request, response));
+  reactor->Finish(HandleAllocate(*node_, *request, response));
   return reactor;
 }
 

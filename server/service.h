@@ -3,7 +3,7 @@
 // The v1beta1.DevicePlugin service on gRPC's callback API: no RPC holds a server thread, a
 // ListAndWatch stream included (it writes when the device list changes), and what a local client
 // can take is capped (kMaxStreams concurrent streams; unary calls finish without blocking).
-// Each handler validates the request, calls Plugin and maps absl::Status to grpc::Status; no
+// Each handler validates the request, calls NodeState and maps absl::Status to grpc::Status; no
 // exception escapes a handler. One instance per served socket; Stop() ends its streams so that
 // the gRPC server can shut down.
 
@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "server/plugin.h"
+#include "server/node_state.h"
 
 namespace rdp::server {
 
@@ -26,9 +26,9 @@ grpc::Status ToGrpc(const absl::Status& status);
 // The request handling behind the unary RPCs, apart from gRPC's reactors (the fuzzers call
 // these directly). `done` runs exactly once, possibly before HandlePreferredAllocation returns;
 // `response` must stay alive until it has.
-grpc::Status HandleAllocate(const Plugin& plugin, const v1beta1::AllocateRequest& request,
+grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateRequest& request,
                             v1beta1::AllocateResponse* response);
-void HandlePreferredAllocation(Plugin& plugin, const v1beta1::PreferredAllocationRequest& request,
+void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done);
 void FillOptions(v1beta1::DevicePluginOptions* options);
@@ -44,7 +44,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // RESOURCE_EXHAUSTED.
   static constexpr int kMaxStreams = 16;
 
-  explicit DevicePluginService(Plugin* plugin);
+  explicit DevicePluginService(NodeState* node);
   ~DevicePluginService() override;  // after the server that served it has shut down
 
   // Ends every ListAndWatch stream (OK) and refuses new ones. Thread-safe.
@@ -71,7 +71,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // Runs on every change of the plugin's device list.
   void Changed();
 
-  Plugin* const plugin_;  // not owned; outlives the service
+  NodeState* const node_;  // not owned; outlives the service
   int listener_ = -1;
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -119,7 +119,7 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml,
   if (absl::Status s = kubelet.Start(); !s.ok()) return s;
   FakePodResources pods(config.pod_resources_socket);
   if (absl::Status s = pods.Start(); !s.ok()) return s;
-  server::PluginServer plugin(config, server::DefaultDeps(config));
+  server::PluginServer plugin(config, server::DefaultSources(config));
   if (absl::Status s = plugin.Start(); !s.ok()) return s;
 
   auto reg = kubelet.WaitForRegistration(0, kWait);
@@ -147,7 +147,7 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml,
   if (!pinned.ok()) return pinned.status();
   // A pod whose container already holds the GPUs under the last PCIe root, as pod-resources
   // shows it: its HCAs should sit next to those GPUs.
-  const auto gpus = plugin.plugin().topology()->gpus();
+  const auto gpus = plugin.node().topology()->gpus();
   if (gpus.size() >= 2) {
     const std::string a = gpus[gpus.size() - 2].place.pci, b = gpus.back().place.pci;
     pods.Set({{"default/train-0/main", {{"nvidia.com/gpu", {a, b}}}}});

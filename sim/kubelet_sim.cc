@@ -83,8 +83,11 @@ void KubeletSim::Stop() {
 absl::Status KubeletSim::Restart() {
   Stop();
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    if (entry.is_socket(ec)) std::filesystem::remove(entry.path(), ec);
+  // Like a kubelet starting: every socket in the directory goes (error codes throughout: a
+  // plugin removing its own socket meanwhile is not an error).
+  std::error_code rm;
+  for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_socket(rm)) std::filesystem::remove(it->path(), rm);
   }
   return Start();
 }

@@ -34,7 +34,7 @@ DEFAULT_KEY = "rdma.network.alibabacloud.com/exclusive"
 RELEASE = "rdp"
 NAMESPACE = "kube-system"
 
-# The flags `rdma-device-plugin serve` accepts (issue 3 §2; cmd/serve_cmd.cc and
+# The flags `rdma-device-plugin serve` accepts (docs/server.md; cmd/serve_cmd.cc and
 # cmd/discovery_flags.cc). A rendered flag outside this set is a typo the binary rejects at start.
 KNOWN_FLAGS = {
     "--mode", "--resource-name", "--shared-devices", "--kubelet-dir", "--socket-name",

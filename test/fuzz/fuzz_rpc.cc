@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "sim/demo.h"
 #include "server/devices.h"
-#include "server/plugin.h"
+#include "server/node_state.h"
 #include "server/service.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
@@ -43,7 +43,7 @@ struct Rig {
   Scratch scratch;
   absl::Time now = absl::FromUnixSeconds(1'800'000'000);
   InputPods* pods[2] = {nullptr, nullptr};  // owned by the plugins
-  std::unique_ptr<server::Plugin> plugins[2];  // shared, exclusive
+  std::unique_ptr<server::NodeState> plugins[2];  // shared, exclusive
   std::vector<std::string> hcas, gpus, uuids;
   topology::TopologyPtr node;
   std::string dev_root;
@@ -79,12 +79,12 @@ Rig& TheRig() {
       config.discovery.sysfs_root = root;
       config.discovery.dev_root = root;
       config.proc_root = root;
-      server::PluginDeps deps = server::DefaultDeps(config);
+      server::NodeSources deps = server::DefaultSources(config);
       auto pods = std::make_unique<InputPods>();
       r->pods[m] = pods.get();
       deps.pod_resources = std::move(pods);
       deps.now = [r] { return r->now; };
-      r->plugins[m] = std::make_unique<server::Plugin>(config, std::move(deps));
+      r->plugins[m] = std::make_unique<server::NodeState>(config, std::move(deps));
       FUZZ_CHECK(r->plugins[m]->Init().ok(), "plugin init");
       FUZZ_CHECK(r->plugins[m]->RefreshPodsAndWait(), "first pod list");
     }
@@ -172,7 +172,7 @@ void CheckNotInternal(const grpc::Status& s, const char* rpc) {
   FUZZ_CHECK(s.ok() || !s.error_message().empty(), absl::StrCat(rpc, " error without a message"));
 }
 
-void Prefer(server::Plugin& plugin, const v1beta1::PreferredAllocationRequest& req) {
+void Prefer(server::NodeState& plugin, const v1beta1::PreferredAllocationRequest& req) {
   v1beta1::PreferredAllocationResponse resp;
   grpc::Status s(grpc::StatusCode::UNKNOWN, "never finished");
   int finished = 0;
@@ -246,7 +246,7 @@ void CheckAllocation(const Rig& rig, const v1beta1::ContainerAllocateRequest& in
                               pci->second + ", want " + absl::StrJoin(want, ","));
 }
 
-void Allocate(const Rig& rig, server::Plugin& plugin, const v1beta1::AllocateRequest& req,
+void Allocate(const Rig& rig, server::NodeState& plugin, const v1beta1::AllocateRequest& req,
               bool exclusive) {
   v1beta1::AllocateResponse resp;
   const grpc::Status s = server::HandleAllocate(plugin, req, &resp);
@@ -261,7 +261,7 @@ void Allocate(const Rig& rig, server::Plugin& plugin, const v1beta1::AllocateReq
 void Raw(FuzzedDataProvider& fdp, Rig& rig) {
   const int rpc = fdp.ConsumeIntegralInRange(0, 3);
   const bool exclusive = fdp.ConsumeBool();
-  server::Plugin& plugin = *rig.plugins[exclusive];
+  server::NodeState& plugin = *rig.plugins[exclusive];
   const std::string bytes = fdp.ConsumeRemainingBytesAsString();
   if (rpc == 0 || rpc == 2) {
     v1beta1::PreferredAllocationRequest req;
@@ -296,7 +296,7 @@ void Structured(FuzzedDataProvider& fdp, Rig& rig) {
     std::filesystem::remove(vanished);
   }
   if (fdp.ConsumeIntegralInRange(0, 15) == 0) rig.plugins[exclusive]->Poll();
-  server::Plugin& plugin = *rig.plugins[exclusive];
+  server::NodeState& plugin = *rig.plugins[exclusive];
   for (int calls = fdp.ConsumeIntegralInRange(1, 4); calls > 0 && fdp.remaining_bytes() > 0;
        --calls) {
     const int containers = fdp.ConsumeIntegralInRange(0, 3);

@@ -45,9 +45,10 @@ class Scratch {
   // Removes everything inside, never following symlinks.
   void Clear() const {
     std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(path_, ec)) {
-      std::error_code ec2;
-      std::filesystem::remove_all(entry.path(), ec2);
+    std::error_code rm;
+    for (std::filesystem::directory_iterator it(path_, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::filesystem::remove_all(it->path(), rm);
     }
   }
 

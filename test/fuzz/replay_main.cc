@@ -41,8 +41,14 @@ int main(int argc, char** argv) {
     std::error_code ec;
     if (fs::is_directory(arg, ec)) {
       std::vector<fs::path> files;
-      for (const auto& e : fs::recursive_directory_iterator(arg, ec)) {
-        if (e.is_regular_file()) files.push_back(e.path());
+      std::error_code type;
+      for (fs::recursive_directory_iterator it(arg, ec), end; !ec && it != end;
+           it.increment(ec)) {
+        if (it->is_regular_file(type)) files.push_back(it->path());
+      }
+      if (ec) {
+        std::fprintf(stderr, "cannot list %s: %s\n", arg.c_str(), ec.message().c_str());
+        ok = false;
       }
       std::sort(files.begin(), files.end());
       for (const auto& f : files) ok = Replay(f) && ok, ++inputs;

@@ -181,7 +181,7 @@ func (e *Env) checkAdmitted(pod *v1.Pod, xs []Exchange) int {
 }
 
 // validAnswer checks a GetPreferredAllocation answer against its request: exact size, within
-// available, must-include kept. (How many NUMA nodes it spans is the allocator's choice: issue 4
+// available, must-include kept. (How many NUMA nodes it spans is the allocator's choice: it
 // spreads HCAs over the NUMA nodes of the container's GPUs, or of `available` - which the
 // kubelet has already narrowed to the hint when it could.)
 func (e *Env) validAnswer(g *GPARecord) error {
@@ -291,7 +291,7 @@ func naturalLess(a, b string) bool {
 	return a < b
 }
 
-// GPU-aware placement (issue 4): the kubelet allocates a container's GPUs and HCAs in map order,
+// GPU-aware placement (docs/allocator.md): the kubelet allocates a container's GPUs and HCAs in map order,
 // so sometimes the GPUs come first. Whenever they did, and an HCA under the same PCIe switch as
 // the container's GPU was available, our answer is such an HCA. Policy none, so that only the
 // plugin places: 8 pods of 1 GPU + 1 HCA each.

@@ -103,11 +103,14 @@ bool Exists(const std::string& path) {
 }
 
 // The first list of a fresh ListAndWatch stream on a fresh connection to `socket`; nullopt when
-// none came within kRpcBound.
+// none came within kRpcBound. It waits for the socket to be served (wait_for_ready): a plugin may
+// register with a restarted kubelet a moment before it sees that the same wipe took its socket,
+// and serve again right after.
 std::optional<DeviceTable> FreshList(const std::string& socket) {
   auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
+  context.set_wait_for_ready(true);
   auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
   v1beta1::ListAndWatchResponse response;
   const bool got = reader->Read(&response);
@@ -328,7 +331,9 @@ absl::Status Wipe(KubeletSim& kubelet, int how) {
   std::error_code ec;
   if (how == 1) {
     std::vector<fs::path> entries;
-    for (const auto& e : fs::directory_iterator(kubelet.dir(), ec)) entries.push_back(e.path());
+    for (fs::directory_iterator it(kubelet.dir(), ec), end; !ec && it != end; it.increment(ec)) {
+      entries.push_back(it->path());
+    }
     for (const auto& p : entries) fs::remove_all(p, ec);
   } else {
     fs::remove_all(kubelet.dir(), ec);
@@ -641,7 +646,7 @@ class MuteSocket {
   std::vector<int> accepted_ ABSL_GUARDED_BY(mu_);
 };
 
-// The plugin wired by DefaultDeps to the pod-resources socket in `config` (already served by a
+// The plugin wired by DefaultSources to the pod-resources socket in `config` (already served by a
 // server that never answers; `contacted` waits for it to have been reached). Fail closed: the
 // pod list is not known, so every HCA is withheld (Unhealthy, Allocate refused), yet every
 // kubelet RPC answers within kRpcBound, repeatedly, and health polling goes on. Then
@@ -653,9 +658,9 @@ void RunWithSilentPodResources(TestNode& node, const Config& config,
                                const std::function<void()>& end_silence) {
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  PluginDeps deps = node.Deps();  // sysfs-only discovery
-  deps.pod_resources = DefaultDeps(config).pod_resources;
-  ASSERT_NE(deps.pod_resources, nullptr) << "DefaultDeps did not wire pod-resources";
+  NodeSources deps = node.Deps();  // sysfs-only discovery
+  deps.pod_resources = DefaultSources(config).pod_resources;
+  ASSERT_NE(deps.pod_resources, nullptr) << "DefaultSources did not wire pod-resources";
   PluginServer plugin(config, std::move(deps));
   ASSERT_TRUE(plugin.Start().ok());
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
@@ -823,9 +828,12 @@ TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
 
   EXPECT_FALSE(Exists(socket)) << "socket left behind";
   std::set<std::string> left;
-  for (const auto& e : fs::directory_iterator(config.kubelet_dir)) {
-    left.insert(e.path().filename().string());
+  std::error_code ec;
+  for (fs::directory_iterator it(config.kubelet_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    left.insert(it->path().filename().string());
   }
+  EXPECT_FALSE(ec) << config.kubelet_dir << ": " << ec.message();
   EXPECT_EQ(left, std::set<std::string>{"kubelet.sock"});
   std::map<grpc::StatusCode, int> by_code;
   for (int t = 0; t < kThreads; ++t) {

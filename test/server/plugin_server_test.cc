@@ -5,6 +5,8 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -41,8 +43,10 @@ bool Exists(const std::string& path) {
 
 class PluginServerTest : public ::testing::Test {
  protected:
-  void StartAll(Mode mode, std::unique_ptr<PodResourcesSource> pods = nullptr) {
+  void StartAll(Mode mode, std::unique_ptr<PodResourcesSource> pods = nullptr,
+                const std::function<void(Config&)>& tune = nullptr) {
     config_ = node_.MakeConfig(mode);
+    if (tune) tune(config_);
     kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
     ASSERT_TRUE(kubelet_->Start().ok());
     plugin_ = std::make_unique<PluginServer>(config_, node_.Deps(std::move(pods)));
@@ -254,6 +258,28 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
   EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
 }
 
+// The kubelet's directory removed and made again, as a node's cleanup or a kubelet reinstall
+// does. The new directory often gets the old one's inode number; the lost watch must still be
+// replaced at once. The periodic check is an hour away here, so only the watch can see each
+// restart in time.
+TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
+  StartAll(Mode::kExclusive, nullptr, [](Config& c) { c.register_backoff_max = absl::Hours(1); });
+  for (int i = 1; i <= 10; ++i) {
+    kubelet_->Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(config_.kubelet_dir, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::filesystem::create_directories(config_.kubelet_dir, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_TRUE(kubelet_->Start().ok());
+    auto reg = kubelet_->WaitForCurrentRegistration(kWait);
+    ASSERT_TRUE(reg.has_value()) << "directory made again " << i << " times";
+  }
+  stub_ = kubelet_->PluginStub();
+  v1beta1::AllocateResponse response;
+  EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
+}
+
 TEST_F(PluginServerTest, OurSocketRemovedServesAgain) {
   StartAll(Mode::kShared);
   const int serves = plugin_->serves();
@@ -438,11 +464,11 @@ TEST_F(PluginServerTest, SharedWithholdsExclusivelyHeldHcas) {
   bool back = false;
   const absl::Time deadline = absl::Now() + kWait;
   while (!back && absl::Now() < deadline) {
-    const std::uint64_t version = plugin_->plugin().Devices().version;
+    const std::uint64_t version = plugin_->node().Devices().version;
     ASSERT_TRUE(Allocate({{"shared-0"}}, &response).ok());
     back = response.container_responses(0).envs().at("NCCL_IB_HCA") ==
            "=mlx5_0,mlx5_1,mlx5_2,mlx5_3";
-    if (!back) plugin_->plugin().WaitForChange(version, deadline);
+    if (!back) plugin_->node().WaitForChange(version, deadline);
   }
   EXPECT_TRUE(back);
 }

@@ -28,6 +28,9 @@ TEST(ServeCmdTest, BadValuesExitTwo) {
   EXPECT_EQ(RunBinary({"--resource-name", "hca"}), 2);
   EXPECT_EQ(RunBinary({"--sysfs-root", "/nonexistent-rdp-root"}), 2);
   EXPECT_EQ(RunBinary({"probe", "--timeout", "-1s"}), 2);
+  // The label key never chooses the mode: with shared mode (the default) it is a contradiction.
+  EXPECT_EQ(RunBinary({"--exclusive-label", "rdma.network.alibabacloud.com/exclusive"}), 2);
+  EXPECT_EQ(RunBinary({"--mode", "shared", "--exclusive-label", "x"}), 2);
 }
 
 TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
@@ -35,7 +38,8 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   const Config config = node.MakeConfig(Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  rdp::testing::Child plugin(RDP_BINARY, {"--exclusive-label", "rdma.network.alibabacloud.com/exclusive",
+  rdp::testing::Child plugin(RDP_BINARY, {"--mode", "exclusive", "--exclusive-label",
+                           "rdma.network.alibabacloud.com/exclusive",
                            "--node-name", "node-a", "--sysfs-root", config.discovery.sysfs_root,
                            "--dev-root", config.discovery.dev_root, "--kubelet-dir",
                            config.kubelet_dir, "--health-interval", "100ms", "--log-level",

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/config.h"
-#include "server/plugin.h"
+#include "server/node_state.h"
 #include "topology/discovery.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
@@ -82,9 +82,9 @@ class TestNode {
 
   // Discovery from sysfs alone (no hwloc), read through `env` (default: NodeEnv()): HCAs with
   // their NUMA nodes, no GPUs.
-  PluginDeps Deps(std::unique_ptr<PodResourcesSource> pods = nullptr,
+  NodeSources Deps(std::unique_ptr<PodResourcesSource> pods = nullptr,
                   std::shared_ptr<Env> env = nullptr) const {
-    PluginDeps deps;
+    NodeSources deps;
     if (!env) env = NodeEnv();
     deps.env = env;
     deps.scan = [env] { return topology::ReadSysfsHcas(*env); };

@@ -92,7 +92,7 @@ class ScriptedPods : public PodResourcesSource {
 class TrustTest : public ::testing::Test {
  protected:
   // Starts the kubelet simulator and the plugin; waits for the registration.
-  void StartAll(Config config, PluginDeps deps) {
+  void StartAll(Config config, NodeSources deps) {
     config_ = std::move(config);
     kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
     ASSERT_TRUE(kubelet_->Start().ok());
@@ -198,9 +198,9 @@ TEST_F(TrustTest, SlowPodResourcesAtStartOfferNothing) {
   // Some lists arrive and retries happen (with backoff) while the List keeps failing.
   ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   const int before = script->calls();
-  for (int i = 0; i < 3; ++i) plugin_->plugin().RefreshPodsAndWait();
+  for (int i = 0; i < 3; ++i) plugin_->node().RefreshPodsAndWait();
   EXPECT_GT(script->calls(), before);
-  EXPECT_FALSE(plugin_->plugin().pods_known());
+  EXPECT_FALSE(plugin_->node().pods_known());
   EXPECT_EQ(kubelet_->max_healthy(), 0) << "an HCA was offered before the pod list was known";
   v1beta1::AllocateResponse response;
   const grpc::Status refused = Allocate({kPcis[0]}, &response);
@@ -209,7 +209,7 @@ TEST_F(TrustTest, SlowPodResourcesAtStartOfferNothing) {
       << refused.error_message();
 
   script->Answer({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
-  ASSERT_TRUE(plugin_->plugin().RefreshPodsAndWait());
+  ASSERT_TRUE(plugin_->node().RefreshPodsAndWait());
   EXPECT_EQ(kubelet_->max_healthy(), 0) << "an HCA was offered while a shared pod sees all";
   script->Answer({});
   EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
@@ -223,8 +223,8 @@ TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
   Config config = node_.MakeConfig(Mode::kExclusive);
   config.pod_resources_socket = node_.dir().Sub("pod-resources/kubelet.sock");
   StartAll(config, [&] {
-    PluginDeps deps = node_.Deps();
-    deps.pod_resources = DefaultDeps(config).pod_resources;
+    NodeSources deps = node_.Deps();
+    deps.pod_resources = DefaultSources(config).pod_resources;
     return deps;
   }());
   ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
@@ -234,10 +234,10 @@ TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
   pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
   ASSERT_TRUE(pods.Start().ok());
   const absl::Time deadline = absl::Now() + kWait;
-  while (!plugin_->plugin().pods_known() && absl::Now() < deadline) {
-    plugin_->plugin().WaitForChange(plugin_->plugin().Devices().version, deadline);
+  while (!plugin_->node().pods_known() && absl::Now() < deadline) {
+    plugin_->node().WaitForChange(plugin_->node().Devices().version, deadline);
   }
-  ASSERT_TRUE(plugin_->plugin().pods_known()) << "the socket that appeared was never used";
+  ASSERT_TRUE(plugin_->node().pods_known()) << "the socket that appeared was never used";
   EXPECT_EQ(kubelet_->max_healthy(), 0);
   pods.Set({});
   EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
@@ -332,7 +332,7 @@ TEST_F(TrustTest, AThrowingPodListDoesNotFreezeTheRefresh) {
   auto pods = std::make_unique<ScriptedPods>();
   ScriptedPods* script = pods.get();
   script->ThrowNext();
-  Plugin plugin(node_.MakeConfig(Mode::kExclusive), node_.Deps(std::move(pods)));
+  NodeState plugin(node_.MakeConfig(Mode::kExclusive), node_.Deps(std::move(pods)));
   ASSERT_TRUE(plugin.Init().ok());
   EXPECT_FALSE(plugin.RefreshPodsAndWait());
   script->Answer({});
@@ -374,7 +374,7 @@ TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
   auto gate = std::make_shared<absl::Notification>();
   auto entered = std::make_shared<absl::Notification>();
   auto calls = std::make_shared<std::atomic<int>>(0);
-  PluginDeps deps = node_.Deps();
+  NodeSources deps = node_.Deps();
   deps.discover = [inner = deps.discover, gate, entered, calls] {
     if (calls->fetch_add(1) > 0) {  // every re-discovery, not the first
       if (!entered->HasBeenNotified()) entered->Notify();
@@ -397,7 +397,7 @@ TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
 // restarts.
 TEST_F(TrustTest, AFailingPollIsFatal) {
   auto fail = std::make_shared<std::atomic<bool>>(false);
-  PluginDeps deps = node_.Deps();
+  NodeSources deps = node_.Deps();
   deps.poll = [fail](struct pollfd* fds, nfds_t n, int timeout) {
     if (fail->load()) {
       errno = ENOMEM;

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""The module graph, checked: which of our directories each module's sources may include.
+
+Dependencies run one way (README, Layout): base -> topology -> allocator -> server -> check ->
+cmd. sim/ (test doubles, the demo) and test/ are not product: no product library includes them.
+In the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for
+its floor), and topology/internal/ by topology/ (and tests).
+Exit 0 when every include keeps to this, 1 with one line per include that does not.
+"""
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OURS = {"base", "topology", "allocator", "proto", "server", "check", "cmd", "sim", "bench", "test"}
+ALLOWED = {
+    "base": {"base"},
+    "topology": {"base", "topology"},
+    "allocator": {"base", "topology", "allocator"},
+    "server": {"base", "topology", "allocator", "proto", "server"},
+    "check": {"base", "topology", "check"},
+    "sim": {"base", "topology", "proto", "server", "sim"},
+    "cmd": {"base", "topology", "allocator", "proto", "server", "check", "sim", "cmd"},
+    "bench": OURS - {"cmd"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+
+
+def main():
+    bad = []
+    checked = 0
+    for module, allowed in ALLOWED.items():
+        for src in sorted((ROOT / module).rglob("*")):
+            if src.suffix not in {".h", ".cc", ".in"}:
+                continue
+            checked += 1
+            rel = src.relative_to(ROOT).as_posix()
+            for inc in INCLUDE.findall(src.read_text(errors="replace")):
+                top = inc.split("/", 1)[0]
+                if top in OURS and top not in allowed:
+                    bad.append(f"{rel}: includes {inc} ({module}/ may include {sorted(allowed)})")
+                if inc.startswith("topology/internal/") and module != "topology":
+                    bad.append(f"{rel}: includes {inc} (internal to topology/)")
+                if inc == "hwloc.h" and module != "bench" and not rel.startswith("topology/internal/"):
+                    bad.append(f"{rel}: includes hwloc.h (only topology/internal/ does)")
+    for line in bad:
+        print(line)
+    print(f"layout: {checked} sources checked, {len(bad)} includes out of place")
+    return 1 if bad or checked == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
