@@ -4,27 +4,34 @@
 # pod-resources server (k8s.io/kubernetes, pinned in go.mod) - see docs/conformance.md.
 #
 # Usage: test/kubelet/run.sh [--build-only] [BINARY] [go test flags...]
+#        test/kubelet/run.sh --proto [go test flags...]
 #   BINARY defaults to $RDP_BINARY, then <repo>/build/cmd/rdma-device-plugin.
 #   --build-only: download the modules and compile the harness (fills Go's caches), run nothing.
+#   --proto: only TestProtoMatchesKubelet (proto/*.proto against the kubelet's descriptors); needs
+#   neither root nor the binary. Both take the descriptor set from $RDP_PROTO_DESCRIPTORS, else
+#   <build>/proto/rdp_proto.binpb beside BINARY's <build>/cmd (CMake target
+#   rdp_proto_descriptors); without one the full run skips that test and --proto fails.
 #   e.g. test/kubelet/run.sh build/cmd/rdma-device-plugin -run 'TestKubeletRestart'
 #   The chart test uses helm from PATH, $RDP_HELM or <build>/tools/bin/helm, else it skips.
-# Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26, not
-# root), which ctest reports as skipped. The Go module and build caches stay in Go's default
-# places, so a second run on the same machine builds nothing.
+# Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26; not root,
+# except for --proto), which ctest reports as skipped. The Go module and build caches stay in
+# Go's default places, so a second run on the same machine builds nothing.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 build_only=0
-if [[ ${1:-} == --build-only ]]; then
-  build_only=1
-  shift
-fi
-if [[ $# -gt 0 && $1 != -* ]]; then
+proto_only=0
+case ${1:-} in
+  --build-only) build_only=1; shift ;;
+  --proto) proto_only=1; shift ;;
+esac
+if ((!proto_only)) && [[ $# -gt 0 && $1 != -* ]]; then
   RDP_BINARY=$1
   shift
 fi
 RDP_BINARY=${RDP_BINARY:-$repo/build/cmd/rdma-device-plugin}
+RDP_PROTO_DESCRIPTORS=${RDP_PROTO_DESCRIPTORS:-$(dirname "$(dirname "$RDP_BINARY")")/proto/rdp_proto.binpb}
 
 skip() { echo "kubelet conformance: SKIPPED: $*"; exit 77; }
 command -v go >/dev/null || skip "Go not found (needs Go >= 1.26)"
@@ -38,6 +45,20 @@ if ((build_only)); then
   echo "kubelet conformance: harness built in $(( $(date +%s) - start ))s"
   exit 0
 fi
+# go test runs in $here: the descriptor set's path made absolute, or left unset (the test skips).
+if [[ -f $RDP_PROTO_DESCRIPTORS ]]; then
+  export RDP_PROTO_DESCRIPTORS=$(cd "$(dirname "$RDP_PROTO_DESCRIPTORS")" && pwd)/$(basename "$RDP_PROTO_DESCRIPTORS")
+elif ((proto_only)); then
+  echo "kubelet conformance: FAILED: no descriptor set at $RDP_PROTO_DESCRIPTORS (build the CMake target rdp_proto_descriptors)" >&2
+  exit 1
+else
+  unset RDP_PROTO_DESCRIPTORS
+fi
+if ((proto_only)); then
+  cd "$here"
+  echo "kubelet conformance: proto drift check, k8s.io/kubelet $(go list -m -f '{{.Version}}' k8s.io/kubelet), descriptors $RDP_PROTO_DESCRIPTORS"
+  exec go test -count=1 -v -run '^TestProtoMatchesKubelet$' "$@" .
+fi
 [[ $(id -u) == 0 ]] || skip "needs root (each test mounts a tmpfs over the kubelet's device-plugin directory in its own mount namespace)"
 command -v unshare >/dev/null || skip "unshare(1) not found (util-linux)"
 if [[ ! -x $RDP_BINARY ]]; then
@@ -47,7 +68,7 @@ fi
 export RDP_BINARY=$(cd "$(dirname "$RDP_BINARY")" && pwd)/$(basename "$RDP_BINARY")
 
 cd "$here"
-echo "kubelet conformance: $version, k8s.io/kubernetes $(go list -m -f '{{.Version}}' k8s.io/kubernetes), plugin $RDP_BINARY"
+echo "kubelet conformance: $version, k8s.io/kubernetes $(go list -m -f '{{.Version}}' k8s.io/kubernetes), plugin $RDP_BINARY, proto descriptors ${RDP_PROTO_DESCRIPTORS:-none}"
 start=$(date +%s)
 set +e
 go test -count=1 -timeout 14m -v "$@" .
