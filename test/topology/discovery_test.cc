@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"
+#include "test/topology/load.h"
 #include "sim/sysfs_fixture.h"
 
 namespace rdp::topology {
@@ -18,13 +19,8 @@ using sim::FixturePort;
 using sim::SysfsFixture;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::Load;
 using testing::TestData;
-
-TopologyPtr Load(DiscoveryOptions o) {
-  auto t = Discover(o);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *t : nullptr;
-}
 
 TopologyPtr LoadXml(const std::string& file) {
   DiscoveryOptions o;

@@ -10,18 +10,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"
+#include "test/topology/load.h"
 #include "topology/discovery.h"
 
 namespace rdp::topology {
 namespace {
 using ::testing::HasSubstr;
+using testing::Load;
 using testing::TestData;
-
-TopologyPtr Load(DiscoveryOptions o) {
-  auto t = Discover(o);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *t : nullptr;
-}
 
 // hwloc-gather-topology's tree: hwloc reads it through HWLOC_FSROOT, our reader through the root.
 class DiscoveryGatheredTest : public ::testing::Test {
