@@ -420,6 +420,45 @@ TEST_F(PluginServerTest, ParallelAllocateAndPrefer) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// With pod-resources on, each GetPreferredAllocation waits for a pod list and is answered on the
+// thread that received it, not the one that took the call: the response is written there and
+// read and destroyed by gRPC on its own threads (under TSan, the edge between them must be stated;
+// this is the test that shows it).
+TEST_F(PluginServerTest, ParallelPreferAnsweredAfterPodLists) {
+  const std::string pods_socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(pods_socket);
+  ASSERT_TRUE(pods.Start().ok());
+  StartAll(Mode::kExclusive, NewGrpcPodResources(pods_socket));
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      [](const Devices& d) {
+        for (const auto& x : d) {
+          if (x.health() != "Healthy") return false;
+        }
+        return d.size() == 4;
+      },
+      kWait));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      auto stub = kubelet_->PluginStub();
+      for (int i = 0; i < 50; ++i) {
+        v1beta1::PreferredAllocationRequest request = PreferredRequest(kPcis, {}, 1 + (i % 4));
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+        v1beta1::PreferredAllocationResponse response;
+        grpc::Status s = stub->GetPreferredAllocation(&context, request, &response);
+        if (!s.ok() || response.container_responses(0).deviceids_size() != 1 + (i % 4)) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(pods.list_calls(), 1);
+}
+
 // Mode switch: a container that got shared IDs before the node became exclusive sees every HCA,
 // so exclusive mode withholds them all until it is gone.
 TEST_F(PluginServerTest, ExclusiveWithholdsWhileSharedPodsRun) {
