@@ -95,6 +95,7 @@ struct Flags {
 struct ProcSample {
   double rss_mb = 0;
   double hwm_mb = 0;
+  double anon_mb = 0;  // smaps_rollup "Anonymous": the process's own heap and stacks
   int threads = 0;
   double cpu_s = 0;  // user + system
 };
@@ -107,6 +108,10 @@ ProcSample SampleProc(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) s.rss_mb = std::atof(line.c_str() + 6) / 1024.0;
     if (line.rfind("VmHWM:", 0) == 0) s.hwm_mb = std::atof(line.c_str() + 6) / 1024.0;
     if (line.rfind("Threads:", 0) == 0) s.threads = std::atoi(line.c_str() + 8);
+  }
+  std::ifstream rollup(absl::StrFormat("/proc/%d/smaps_rollup", pid));
+  while (std::getline(rollup, line)) {
+    if (line.rfind("Anonymous:", 0) == 0) s.anon_mb = std::atof(line.c_str() + 10) / 1024.0;
   }
   std::ifstream stat(absl::StrFormat("/proc/%d/stat", pid));
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
@@ -392,7 +397,7 @@ void PrintRow(const std::string& label, Rpc rpc, const RpcStats& r, const RpcSta
 }
 
 void PrintMemory(const Run& run) {
-  absl::PrintF("plugin memory         VmRSS MB  threads\n");
+  absl::PrintF("plugin memory         VmRSS MB   anon MB  threads\n");
   const std::pair<const char*, const ProcSample*> rows[] = {
       {"idle", &run.idle},
       {"after warm-up", &run.warmup.after},
@@ -400,7 +405,7 @@ void PrintMemory(const Run& run) {
       {"after load", &run.load.after},
       {"after 2nd floor", &run.floor_after.after}};
   for (const auto& [label, s] : rows) {
-    absl::PrintF("  %-18s %9.2f %8d\n", label, s->rss_mb, s->threads);
+    absl::PrintF("  %-18s %9.2f %9.2f %8d\n", label, s->rss_mb, s->anon_mb, s->threads);
   }
   absl::PrintF("  during load, at 10 s, 20 s, ...:");
   for (size_t i = 9; i < run.load.rss_mb.size(); i += 10) absl::PrintF(" %.2f", run.load.rss_mb[i]);
@@ -445,7 +450,8 @@ void PrintReport(const Run& run) {
 }
 
 nlohmann::json ToJson(const ProcSample& s) {
-  return {{"rss_mb", s.rss_mb}, {"hwm_mb", s.hwm_mb}, {"threads", s.threads}, {"cpu_s", s.cpu_s}};
+  return {{"rss_mb", s.rss_mb},   {"hwm_mb", s.hwm_mb}, {"anon_mb", s.anon_mb},
+          {"threads", s.threads}, {"cpu_s", s.cpu_s}};
 }
 
 nlohmann::json ToJson(const Phase& p) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The benchmarks side by side, one command:
+#   scripts/bench.sh [--quick]
+# Builds what it needs (benchmarks on, in ${BUILD_DIR:-build}), then runs, each with its floor
+# measured in the same run and interleaved with it:
+#   bench_allocator  the allocator's CPU time per answer (DGX-like, scaled, distinct, shared)
+#   bench_rpc        GetPreferredAllocation and Allocate round trips / the empty RPC, same socket
+#   bench_discovery  discovery / hwloc's own load of the same XML, per fixture
+#   bench_load       the serving plugin process under load: its anonymous memory
+# and writes <build>/bench/summary.json (bench/summary.py says what each key is) with a table of
+# the figures against their budgets (docs/benchmarks.md). --quick: shorter runs, one repetition
+# (a few minutes here); without it three repetitions, medians reported.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+case ${1:-} in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/bench.sh [--quick] (got '$1')" >&2; exit 2 ;;
+esac
+build=${BUILD_DIR:-build}
+scripts/install-deps.sh
+BUILD_DIR=$build scripts/build.sh -DRDP_BUILD_BENCHMARKS=ON
+out=$build/bench
+mkdir -p "$out"
+rm -f "$out"/{allocator,rpc,discovery,load,summary}.json
+
+if ((quick)); then
+  gb=(--benchmark_min_time=0.2)
+  load=(--clients 4 --duration 3s --floor-duration 1s --warmup 500ms)
+else
+  gb=(--benchmark_min_time=0.5 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
+  load=(--clients 8 --duration 10s --floor-duration 3s --warmup 1s)
+fi
+run() {  # name json-file filter
+  echo "== $1" >&2
+  "$out/$1" --benchmark_filter="$3" --benchmark_out="$out/$2" --benchmark_out_format=json \
+    "${gb[@]}" >&2
+}
+echo "bench.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)" >&2
+run bench_allocator allocator.json \
+  '^BM_Exclusive/hcas:(8/size:2|32/size:4|32/size:8)/gpus:1/shape:0$|^BM_Exclusive/hcas:64/size:8/gpus:0/shape:1$|^BM_Shared/ids:1000/size:8$'
+run bench_rpc rpc.json '^BM_GetPreferredAllocation/(0/8/[124]|0/32/4|1/8/8)/|^BM_Allocate/0/8/[14]/'
+run bench_discovery discovery.json '^BM_Discover/'
+echo "== bench_load" >&2
+"$out/bench_load" "${load[@]}" --json "$out/load.json" >&2
+echo "bench.sh: load average at the end $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+python3 bench/summary.py "$out"
