@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -179,7 +181,10 @@ bool NaturalLess(const std::string& a, const std::string& b) {
   return a < b;
 }
 
-absl::Status ValidateRequest(const Request& request) {
+namespace {
+
+// The checks of ValidateRequest that need no look at the IDs.
+absl::Status CheckSizes(const Request& request) {
   if (request.size < 1) {
     return absl::InvalidArgumentError("size must be at least 1, got " +
                                       std::to_string(request.size));
@@ -194,6 +199,101 @@ absl::Status ValidateRequest(const Request& request) {
                                       std::to_string(request.must_include.size()) +
                                       " IDs, more than size " + std::to_string(request.size));
   }
+  return absl::OkStatus();
+}
+
+// Shared IDs as the plugin advertises them: one prefix, then an index in decimal without a
+// leading zero ("shared-0" ... "shared-999"). Among such IDs natural order is index order.
+constexpr std::uint32_t kMaxIndex = 1u << 20;
+
+// The index of `id` after `prefix`; -1 when `id` is not of that form.
+std::int64_t IndexAfter(std::string_view id, std::string_view prefix) {
+  if (id.size() <= prefix.size() || id.size() > prefix.size() + 7) return -1;
+  if (id.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::string_view digits = id.substr(prefix.size());
+  if (digits.size() > 1 && digits[0] == '0') return -1;
+  std::uint32_t value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    value = value * 10 + static_cast<std::uint32_t>(c - '0');
+  }
+  return value < kMaxIndex ? value : -1;
+}
+
+// Per-thread scratch, so that a shared answer allocates only its result.
+struct IndexScratch {
+  std::vector<std::uint32_t> available, must;
+  std::vector<std::uint64_t> available_bits, must_bits;
+};
+
+bool Mark(std::vector<std::uint64_t>& bits, std::uint32_t i) {
+  std::uint64_t& word = bits[i / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+  if (word & bit) return false;
+  word |= bit;
+  return true;
+}
+
+// PreferShared on indices, O(n + k) without hashing; nullopt when an ID is not of the indexed
+// form or the request is invalid (then the string path answers, and names the problem).
+std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& request) {
+  const std::string& first = request.available.front();
+  size_t p = first.size();
+  while (p > 0 && IsDigit(first[p - 1])) --p;
+  const std::string_view prefix(first.data(), p);
+  thread_local IndexScratch scratch;
+  std::uint32_t top = 0;
+  auto parse = [&](const std::vector<std::string>& ids, std::vector<std::uint32_t>& out) {
+    out.clear();
+    for (const std::string& id : ids) {
+      const std::int64_t i = IndexAfter(id, prefix);
+      if (i < 0) return false;
+      out.push_back(static_cast<std::uint32_t>(i));
+      top = std::max(top, static_cast<std::uint32_t>(i));
+    }
+    return true;
+  };
+  if (!parse(request.available, scratch.available) || !parse(request.must_include, scratch.must)) {
+    return std::nullopt;
+  }
+  const size_t words = top / 64 + 1;
+  scratch.available_bits.assign(words, 0);
+  scratch.must_bits.assign(words, 0);
+  for (std::uint32_t i : scratch.available) {
+    if (!Mark(scratch.available_bits, i)) return std::nullopt;  // a duplicate
+  }
+  for (std::uint32_t i : scratch.must) {
+    if ((scratch.available_bits[i / 64] >> (i % 64) & 1) == 0) return std::nullopt;
+    if (!Mark(scratch.must_bits, i)) return std::nullopt;
+  }
+  // Ascending indices: every must_include, and the lowest others until size.
+  const size_t size = static_cast<size_t>(request.size);
+  size_t others = size - scratch.must.size();
+  std::vector<std::string> out;
+  out.reserve(size);
+  for (size_t w = 0; w < words && out.size() < size; ++w) {
+    for (std::uint64_t bits = scratch.available_bits[w]; bits != 0 && out.size() < size;
+         bits &= bits - 1) {
+      const std::uint32_t i = static_cast<std::uint32_t>(w * 64 + __builtin_ctzll(bits));
+      const bool must = scratch.must_bits[w] >> (i % 64) & 1;
+      if (!must) {
+        if (others == 0) continue;
+        --others;
+      }
+      std::string id;
+      id.reserve(prefix.size() + 7);
+      id.append(prefix);
+      id.append(std::to_string(i));
+      out.push_back(std::move(id));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status ValidateRequest(const Request& request) {
+  if (absl::Status s = CheckSizes(request); !s.ok()) return s;
   // Hashing, not sorting: shared mode sends 1000 IDs with long common prefixes.
   std::unordered_set<std::string_view> available;
   available.reserve(request.available.size());
@@ -209,6 +309,14 @@ absl::Status ValidateRequest(const Request& request) {
 }
 
 absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request) {
+  if (absl::Status s = CheckSizes(request); !s.ok()) return s;
+  if (std::optional<std::vector<std::string>> out = PreferSharedByIndex(request)) return *out;
+  return internal::PreferSharedByName(request);
+}
+
+namespace internal {
+
+absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& request) {
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
   std::vector<std::string> out = request.must_include;
   std::unordered_set<std::string_view> taken(out.begin(), out.end());
@@ -227,6 +335,8 @@ absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request) {
   std::sort(out.begin(), out.end(), NaturalLess);
   return out;
 }
+
+}  // namespace internal
 
 Model::Model(const topology::Topology& topology)
     : hca_count(static_cast<int>(topology.hcas().size())),

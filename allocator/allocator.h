@@ -127,8 +127,15 @@ class ExclusiveAllocator {
 };
 
 // Shared mode: the IDs are interchangeable; answer must_include plus the lowest other available
-// IDs, in natural order ("shared-2" before "shared-10").
+// IDs, in natural order ("shared-2" before "shared-10"). IDs as the plugin advertises them (one
+// prefix, then an index without a leading zero) are answered on integers in O(n + k); any other
+// request by comparing names (internal::PreferSharedByName), with the same answer.
 absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request);
+
+namespace internal {
+// PreferShared on names alone: the reference that the indexed path must agree with.
+absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& request);
+}  // namespace internal
 
 // Natural-order comparison of IDs: equal prefixes compare their trailing numbers numerically.
 bool NaturalLess(const std::string& a, const std::string& b);

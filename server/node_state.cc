@@ -453,12 +453,12 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
   return BuildAllocation(hcas, deps_.env->Exists("/dev/infiniband/rdma_cm"));
 }
 
-absl::StatusOr<std::vector<std::string>> NodeState::Prefer(
-    const std::vector<std::string>& available, const std::vector<std::string>& must_include,
-    int size) const {
-  allocator::Request request{available, must_include, size, {}};
+absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
+                                                           std::vector<std::string> must_include,
+                                                           int size) const {
+  allocator::Request request{std::move(available), std::move(must_include), size, {}};
   if (config_.mode == Mode::kShared) {
-    for (const auto* list : {&available, &must_include}) {
+    for (const auto* list : {&request.available, &request.must_include}) {
       for (const std::string& id : *list) {
         if (!IsSharedId(id, config_.shared_devices)) return Invalid("unknown device ID", id);
       }
@@ -482,7 +482,7 @@ absl::StatusOr<std::vector<std::string>> NodeState::Prefer(
   if (!answer.ok()) return answer;
   // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
   std::map<std::string, std::string> spelled;
-  for (const std::string& id : available) {
+  for (const std::string& id : request.available) {
     if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
   }
   for (std::string& id : *answer) {

@@ -109,8 +109,8 @@ class NodeState {
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
   // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
   // of `available`, spelled as given. InvalidArgument for invalid requests.
-  absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string>& available,
-                                                  const std::vector<std::string>& must_include,
+  absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
+                                                  std::vector<std::string> must_include,
                                                   int size) const;
 
   const Config& config() const { return config_; }

@@ -234,6 +234,45 @@ TEST_P(AllocatorPropertyTest, MatchingTermsEqualBruteForce) {
   }
 }
 
+// Shared mode: the indexed path (IDs as the plugin advertises them) answers exactly what the
+// name path answers, errors included, for requests of every shape: shuffled, sparse, with
+// must_include, and with IDs the indexed path must hand over (a leading zero, another prefix, a
+// duplicate, an empty ID, must_include outside available).
+TEST_P(AllocatorPropertyTest, SharedIndexedPathEqualsByName) {
+  std::mt19937 rng(GetParam());
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const std::string prefixes[] = {"shared-", "rdma/hca-", "", "x1y"};
+  for (int round = 0; round < 200; ++round) {
+    const std::string prefix = prefixes[pick(0, 3)];
+    Request r;
+    const int n = pick(1, 1500);
+    for (int i = 0; i < n; ++i) {
+      if (pick(0, 2) != 0) r.available.push_back(prefix + std::to_string(i * pick(1, 3)));
+    }
+    if (r.available.empty()) r.available.push_back(prefix + "0");
+    std::shuffle(r.available.begin(), r.available.end(), rng);
+    // Duplicates within available are possible already (i * k); sometimes an odd ID too.
+    switch (pick(0, 9)) {
+      case 0: r.available.push_back(prefix + "007"); break;
+      case 1: r.available.push_back("other-" + std::to_string(pick(0, 50))); break;
+      case 2: r.available.push_back(""); break;
+      case 3: r.available.push_back(r.available.front()); break;
+      default: break;
+    }
+    r.size = pick(0, static_cast<int>(r.available.size()) + 1);
+    for (int m = pick(0, 3); m > 0; --m) {
+      r.must_include.push_back(pick(0, 7) == 0 ? prefix + "999999"
+                                               : r.available[pick(0, r.available.size() - 1)]);
+    }
+    const absl::StatusOr<Ids> fast = PreferShared(r);
+    const absl::StatusOr<Ids> reference = internal::PreferSharedByName(r);
+    ASSERT_EQ(fast.status(), reference.status()) << "round " << round;
+    if (fast.ok()) {
+      ASSERT_EQ(*fast, *reference) << "round " << round;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Seeds, AllocatorPropertyTest, ::testing::Range(1, 41));
 
 }  // namespace
