@@ -174,6 +174,24 @@ TEST(DiscoveryErrorTest, XmlThatCrashesHwlocIsAnError) {
   EXPECT_TRUE(Discover(o).ok());
 }
 
+// A file that loaded is not probed again while unchanged; rewritten in place (same path), it is
+// probed again: here with the XML that crashes hwloc, which must stay an error, not a crash.
+TEST(DiscoveryErrorTest, XmlRewrittenInPlaceIsProbedAgain) {
+  testing::TempDir dir;
+  const std::string xml = dir.path() + "/node.xml";
+  std::filesystem::copy_file(TestData("dgx-h100-like.xml"), xml);
+  DiscoveryOptions o;
+  o.topology_xml = xml;
+  ASSERT_TRUE(Discover(o).ok());
+  ASSERT_TRUE(Discover(o).ok());
+  std::filesystem::copy_file(
+      std::string(RDP_TEST_DATA) + "/../fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml", xml,
+      std::filesystem::copy_options::overwrite_existing);
+  auto t = Discover(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("hwloc crashed loading it"));
+}
+
 // An XML does not change under a running plugin: a Discoverer reads (and probes) it once, and
 // re-discovery after a hotplug reuses it. Before, every re-discovery re-read and re-probed the
 // file (forking the multi-threaded daemon for the probe).

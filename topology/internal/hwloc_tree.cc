@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,11 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
 
@@ -221,7 +224,7 @@ const bool kHwlocEnvironmentPinned = [] {
 // object). So an XML is loaded first in a child process: this program executed again with
 // kProbeFlag (a fork of a multi-threaded process must not run hwloc). A crash, a hang or a
 // refusal there becomes an error naming the file, and only a file that loaded there is loaded
-// here. An XML is read once per process (topology::Discoverer), so this runs once per XML.
+// here. A file probed once is not probed again while unchanged (ProbeXmlOnce).
 constexpr absl::Duration kXmlProbeTimeout = absl::Seconds(20);
 
 absl::Status ProbeXmlInChild(const std::string& xml) {
@@ -301,6 +304,26 @@ absl::Status UseHwlocRoot(const std::string& fsroot) {
   return absl::OkStatus();
 }
 
+// ProbeXmlInChild, once per version of a file in this process: a file that loaded in a child
+// loads here again without a new child for as long as it is the same file, unchanged (device,
+// inode, size, modification time). Only successes are remembered.
+absl::Status ProbeXmlOnce(const std::string& xml) {
+  struct stat st;
+  if (::stat(xml.c_str(), &st) != 0) return ProbeXmlInChild(xml);
+  const std::string key = fmt::format("{}:{}:{}:{}.{}:{}", st.st_dev, st.st_ino, st.st_size,
+                                      st.st_mtim.tv_sec, st.st_mtim.tv_nsec, xml);
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* probed = new std::set<std::string>();
+  {
+    absl::MutexLock lock(&mu);
+    if (probed->count(key) != 0) return absl::OkStatus();
+  }
+  if (absl::Status s = ProbeXmlInChild(xml); !s.ok()) return s;
+  absl::MutexLock lock(&mu);
+  probed->insert(key);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::string& fsroot) {
   namespace fs = std::filesystem;
   hwloc_topology_t raw = nullptr;
@@ -315,7 +338,7 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
     if (!fs::is_regular_file(xml, ec) || !std::ifstream(xml)) {
       return absl::NotFoundError("topology XML " + xml + ": no such readable file");
     }
-    if (absl::Status probe = ProbeXmlInChild(xml); !probe.ok()) return probe;
+    if (absl::Status probe = ProbeXmlOnce(xml); !probe.ok()) return probe;
     if (hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
       return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it: " +
                                         std::strerror(errno));
