@@ -17,11 +17,13 @@ struct Scored {
   std::vector<int> set;  // sorted
 };
 
-bool Better(const Scored& a, const Scored& b) {
-  if (b.score < a.score) return true;
-  if (a.score < b.score) return false;
-  return a.set < b.set;
+bool Better(const Score& score, const std::vector<int>& set, const Scored& b) {
+  if (b.score < score) return true;
+  if (score < b.score) return false;
+  return set < b.set;
 }
+
+bool Better(const Scored& a, const Scored& b) { return Better(a.score, a.set, b); }
 
 // Interchangeable candidates (same Model::hca_class), lowest PCI address first; classes ordered
 // by their lowest member so that enumeration order is deterministic.
@@ -80,9 +82,13 @@ class ExactSearch {
       return;
     }
     if (want == 0) {
-      Scored s{Score{}, Sorted(current_)};
-      s.score = scorer_.Evaluate(s.set, best_.set.empty() ? nullptr : &best_.score);
-      if (best_.set.empty() || Better(s, best_)) best_ = std::move(s);
+      leaf_.assign(current_.begin(), current_.end());
+      std::sort(leaf_.begin(), leaf_.end());
+      const Score score = scorer_.Evaluate(leaf_, best_.set.empty() ? nullptr : &best_.score);
+      if (best_.set.empty() || Better(score, leaf_, best_)) {
+        best_.score = score;
+        best_.set = leaf_;
+      }
       return;
     }
     if (i == classes_.size() || suffix_[i] < static_cast<size_t>(want)) return;
@@ -101,6 +107,7 @@ class ExactSearch {
   long long budget_;  // of Scorer::work()
   std::vector<size_t> suffix_;  // candidates in classes i..end
   std::vector<int> current_;
+  std::vector<int> leaf_;  // current_, sorted: reused, so that a leaf allocates nothing
   Scored best_;
   bool stopped_ = false;
 };
@@ -118,16 +125,16 @@ class LocalSearch {
     while (set.size() < static_cast<size_t>(p_.size)) {
       int pick = -1;
       if (scorer_.work() < budget_) {
-        Scored best;
+        Score best;
         for (const std::vector<int>& members : classes_) {
           int h = LowestFree(members);
           if (h < 0) continue;
           set.push_back(h);
-          Scored s{Score{}, {h}};
-          s.score = Score_(set, pick < 0 ? nullptr : &best.score);
+          const Score score = Score_(set, pick < 0 ? nullptr : &best);
           set.pop_back();
-          if (pick < 0 || Better(s, best)) {
-            best = std::move(s);
+          // Higher score, then the lower address.
+          if (pick < 0 || best < score || (!(score < best) && h < pick)) {
+            best = score;
             pick = h;
           }
         }
@@ -161,12 +168,13 @@ class LocalSearch {
         for (const std::vector<int>& members : classes_) {
           int y = LowestFree(members);
           if (y < 0 || scorer_.work() >= budget_) continue;
-          std::vector<int> next = current.set;
-          next[i] = y;
-          Scored s{Score{}, Sorted(std::move(next))};
-          s.score = Score_(s.set, &best.score);
-          if (Better(s, best)) {
-            best = std::move(s);
+          next_.assign(current.set.begin(), current.set.end());
+          next_[i] = y;
+          std::sort(next_.begin(), next_.end());
+          const Score score = Score_(next_, &best.score);
+          if (Better(score, next_, best)) {
+            best.score = score;
+            best.set = next_;
             out = x;
             in = y;
           }
@@ -198,6 +206,7 @@ class LocalSearch {
   Scorer scorer_;
   long long budget_;  // of Scorer::work()
   std::vector<char> in_set_;
+  std::vector<int> next_;  // a swap's candidate set: reused, so that a swap allocates nothing
 };
 
 }  // namespace
