@@ -234,6 +234,33 @@ bool Mark(std::vector<std::uint64_t>& bits, std::uint32_t i) {
   return true;
 }
 
+// Up to this many available IDs, ValidateRequest compares pairwise instead of hashing.
+constexpr size_t kSmallRequest = 32;
+
+absl::Status CheckSmallIds(const Request& request) {
+  auto check = [](const std::vector<std::string>& ids, const char* what) {
+    for (size_t j = 0; j < ids.size(); ++j) {
+      if (ids[j].empty()) return absl::InvalidArgumentError(std::string("empty ID in ") + what);
+      for (size_t i = 0; i < j; ++i) {
+        if (ids[i] == ids[j]) {
+          return absl::InvalidArgumentError(std::string("duplicate ID in ") + what + ": " +
+                                            ids[j]);
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check(request.available, "available"); !s.ok()) return s;
+  if (absl::Status s = check(request.must_include, "must_include"); !s.ok()) return s;
+  for (const std::string& id : request.must_include) {
+    if (std::find(request.available.begin(), request.available.end(), id) ==
+        request.available.end()) {
+      return absl::InvalidArgumentError("must_include ID not available: " + id);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // PreferShared on indices, O(n + k) without hashing; nullopt when an ID is not of the indexed
 // form or the request is invalid (then the string path answers, and names the problem).
 std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& request) {
@@ -294,6 +321,8 @@ std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& reque
 
 absl::Status ValidateRequest(const Request& request) {
   if (absl::Status s = CheckSizes(request); !s.ok()) return s;
+  // A node's few HCAs: pairwise comparison, no allocation; the same checks in the same order.
+  if (request.available.size() <= kSmallRequest) return CheckSmallIds(request);
   // Hashing, not sorting: shared mode sends 1000 IDs with long common prefixes.
   std::unordered_set<std::string_view> available;
   available.reserve(request.available.size());

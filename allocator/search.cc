@@ -28,12 +28,16 @@ bool Better(const Scored& a, const Scored& b) { return Better(a.score, a.set, b)
 // Interchangeable candidates (same Model::hca_class), lowest PCI address first; classes ordered
 // by their lowest member so that enumeration order is deterministic.
 std::vector<std::vector<int>> Classes(const Problem& p) {
-  std::map<int, size_t> index;
+  // Class ids are dense (below hca_count): a position per class, -1 until it has a member.
+  std::vector<int> index(p.model->hca_count, -1);
   std::vector<std::vector<int>> classes;
   for (int h : p.candidates) {
-    auto [it, inserted] = index.emplace(p.model->hca_class[h], classes.size());
-    if (inserted) classes.emplace_back();
-    classes[it->second].push_back(h);
+    int& at = index[p.model->hca_class[h]];
+    if (at < 0) {
+      at = static_cast<int>(classes.size());
+      classes.emplace_back();
+    }
+    classes[at].push_back(h);
   }
   return classes;
 }

@@ -66,6 +66,24 @@ TEST(ValidateRequestTest, RejectsEachMalformedRequest) {
   }
 }
 
+// A node's few HCAs are checked pairwise, a long list by hashing: the same message either way.
+TEST(ValidateRequestTest, SmallAndLargeRequestsNameTheSameProblem) {
+  auto padded = [](Request r, int extra) {
+    for (int i = 0; i < extra; ++i) r.available.push_back("pad-" + std::to_string(i));
+    return r;
+  };
+  const std::vector<std::pair<Request, std::string>> bad = {
+      {Req({"a", "b", "a"}, 1), "duplicate ID in available: a"},
+      {Req({"a", "b"}, 2, {"b", "b"}), "duplicate ID in must_include: b"},
+      {Req({"a", "b"}, 2, {"c"}), "must_include ID not available: c"},
+      {Req({"a", ""}, 1), "empty ID in available"},
+  };
+  for (const auto& [r, message] : bad) {
+    EXPECT_EQ(ValidateRequest(r).message(), message);
+    EXPECT_EQ(ValidateRequest(padded(r, 40)).message(), message);
+  }
+}
+
 TEST(ExclusiveAllocatorTest, RejectsUnknownAndAliasedIds) {
   Dgx d = MakeDgx();
   ExclusiveAllocator a(d.topology);
