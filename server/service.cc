@@ -48,18 +48,32 @@ absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocation
   return absl::OkStatus();
 }
 
-// A ListAndWatch refused at once (the service is stopping, or too many streams).
-class RefusedStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+// A reactor that finishes once with Done(status) and is deleted when gRPC is done with the call:
+// unary calls, and a ListAndWatch refused at once (the service is stopping, or too many
+// streams). gRPC reads the response (Finish) and destroys it (after OnDone) on whichever of its
+// threads completes the call; what the handler wrote before Finish, possibly on another thread
+// (a GetPreferredAllocation that waited for the pod list), comes before that, and OnDone states
+// it to TSan (happens_before.h). gRPC's DefaultReactor would leave that edge unstated.
+template <typename Reactor>
+class FinishOnce final : public Reactor {
  public:
-  explicit RefusedStream(const grpc::Status& status) {
+  void Done(const grpc::Status& status) {
     HappensBefore(this);
-    Finish(status);
+    this->Finish(status);
   }
   void OnDone() override {
     HappensAfter(this);
     delete this;
   }
 };
+using UnaryReactor = FinishOnce<grpc::ServerUnaryReactor>;
+using Stream = grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>;
+
+Stream* RefusedStream(const grpc::Status& status) {
+  auto* reactor = new FinishOnce<Stream>;
+  reactor->Done(status);
+  return reactor;
+}
 
 }  // namespace
 
@@ -258,27 +272,6 @@ int DevicePluginService::streams() const {
   return n;
 }
 
-namespace {
-
-// A unary call's reactor, deleted when gRPC is done with the call. gRPC reads the response
-// (Finish) and destroys it (after OnDone) on whichever of its threads completes the call; what
-// the handler wrote before Finish, possibly on another thread (a GetPreferredAllocation that
-// waited for the pod list), comes before that, and OnDone states it to TSan (happens_before.h).
-// gRPC's DefaultReactor would leave that edge unstated.
-class UnaryReactor final : public grpc::ServerUnaryReactor {
- public:
-  void Done(const grpc::Status& status) {
-    HappensBefore(this);
-    Finish(status);
-  }
-  void OnDone() override {
-    HappensAfter(this);
-    delete this;
-  }
-};
-
-}  // namespace
-
 grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
     grpc::CallbackServerContext*, const v1beta1::Empty*,
     v1beta1::DevicePluginOptions* response) {
@@ -293,14 +286,14 @@ grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::Li
   std::shared_ptr<DeviceStream> stream;
   {
     absl::MutexLock lock(&mu_);
-    if (stopped_) return new RefusedStream(grpc::Status::OK);
+    if (stopped_) return RefusedStream(grpc::Status::OK);
     streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
                                   [](const auto& weak) { return weak.expired(); }),
                    streams_.end());
     if (streams_.size() >= static_cast<std::size_t>(kMaxStreams)) {
       rdp::Logger("server")->warn("ListAndWatch refused: {} streams are open already",
                                   streams_.size());
-      return new RefusedStream(grpc::Status(
+      return RefusedStream(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           absl::StrCat("ListAndWatch: ", kMaxStreams, " streams are open already")));
     }
