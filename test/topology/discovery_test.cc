@@ -174,12 +174,18 @@ TEST(DiscoveryErrorTest, XmlThatCrashesHwlocIsAnError) {
   EXPECT_TRUE(Discover(o).ok());
 }
 
+// dgx-h100-like.xml copied into `dir`, so that a test may change or remove it.
+std::string CopyOfFixture(const testing::TempDir& dir) {
+  const std::string xml = dir.path() + "/node.xml";
+  std::filesystem::copy_file(TestData("dgx-h100-like.xml"), xml);
+  return xml;
+}
+
 // A file that loaded is not probed again while unchanged; rewritten in place (same path), it is
 // probed again: here with the XML that crashes hwloc, which must stay an error, not a crash.
 TEST(DiscoveryErrorTest, XmlRewrittenInPlaceIsProbedAgain) {
   testing::TempDir dir;
-  const std::string xml = dir.path() + "/node.xml";
-  std::filesystem::copy_file(TestData("dgx-h100-like.xml"), xml);
+  const std::string xml = CopyOfFixture(dir);
   DiscoveryOptions o;
   o.topology_xml = xml;
   ASSERT_TRUE(Discover(o).ok());
@@ -197,8 +203,7 @@ TEST(DiscoveryErrorTest, XmlRewrittenInPlaceIsProbedAgain) {
 // file (forking the multi-threaded daemon for the probe).
 TEST(DiscoveryXmlTest, DiscovererReadsTheXmlOnce) {
   testing::TempDir dir;
-  const std::string xml = dir.path() + "/node.xml";
-  std::filesystem::copy_file(TestData("dgx-h100-like.xml"), xml);
+  const std::string xml = CopyOfFixture(dir);
   DiscoveryOptions o;
   o.topology_xml = xml;
   Discoverer discoverer(o);
