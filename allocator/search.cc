@@ -172,9 +172,10 @@ class LocalSearch {
         for (const std::vector<int>& members : classes_) {
           int y = LowestFree(members);
           if (y < 0 || scorer_.work() >= budget_) continue;
+          // current.set with x swapped for y, still sorted: y goes where it belongs.
           next_.assign(current.set.begin(), current.set.end());
-          next_[i] = y;
-          std::sort(next_.begin(), next_.end());
+          next_.erase(next_.begin() + static_cast<std::ptrdiff_t>(i));
+          next_.insert(std::lower_bound(next_.begin(), next_.end(), y), y);
           const Score score = Score_(next_, &best.score);
           if (Better(score, next_, best)) {
             best.score = score;
