@@ -5,6 +5,8 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -266,9 +268,16 @@ TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
   StartAll(Mode::kExclusive, nullptr, [](Config& c) { c.register_backoff_max = absl::Hours(1); });
   for (int i = 1; i <= 10; ++i) {
     kubelet_->Stop();
+    // Moved aside first, then removed: the plugin serves again as soon as its socket goes, and
+    // must not be able to write into what is being removed (at most a bind already under way
+    // lands in the moved directory, so a second pass empties it).
+    const std::string aside = config_.kubelet_dir + ".removed";
+    ASSERT_EQ(::rename(config_.kubelet_dir.c_str(), aside.c_str()), 0) << std::strerror(errno);
     std::error_code ec;
-    std::filesystem::remove_all(config_.kubelet_dir, ec);
-    ASSERT_FALSE(ec) << ec.message();
+    for (int pass = 0; pass < 3 && std::filesystem::exists(aside); ++pass) {
+      std::filesystem::remove_all(aside, ec);
+    }
+    ASSERT_FALSE(std::filesystem::exists(aside)) << ec.message();
     std::filesystem::create_directories(config_.kubelet_dir, ec);
     ASSERT_FALSE(ec) << ec.message();
     ASSERT_TRUE(kubelet_->Start().ok());
