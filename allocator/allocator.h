@@ -40,8 +40,8 @@ struct Request {
 absl::Status ValidateRequest(const Request& request);
 
 // The value of one exclusive-mode answer under the objective (docs/allocator.md), term by term.
-// Terms are compared in declaration order (operator<); "_cost" terms are better when lower, all others
-// when higher. The final tie-break (lowest PCI addresses) is not a term: it is applied by
+// Terms are compared in declaration order (operator<); "_cost" terms are better when lower, all
+// others when higher. The final tie-break (lowest PCI addresses) is not a term: it is applied by
 // comparing the answers themselves.
 struct Score {
   // Best one-to-one matching of the chosen HCAs to the container's GPUs, each pair weighted by

@@ -17,13 +17,15 @@ struct Scored {
   std::vector<int> set;  // sorted
 };
 
-bool Better(const Score& score, const std::vector<int>& set, const Scored& b) {
-  if (b.score < score) return true;
-  if (score < b.score) return false;
-  return set < b.set;
+// Higher score first, then the lower tie-break: a set's addresses, or one candidate's.
+template <typename Tie>
+bool Better(const Score& a, const Tie& a_tie, const Score& b, const Tie& b_tie) {
+  if (b < a) return true;
+  if (a < b) return false;
+  return a_tie < b_tie;
 }
 
-bool Better(const Scored& a, const Scored& b) { return Better(a.score, a.set, b); }
+bool Better(const Scored& a, const Scored& b) { return Better(a.score, a.set, b.score, b.set); }
 
 // Interchangeable candidates (same Model::hca_class), lowest PCI address first; classes ordered
 // by their lowest member so that enumeration order is deterministic.
@@ -89,7 +91,7 @@ class ExactSearch {
       leaf_.assign(current_.begin(), current_.end());
       std::sort(leaf_.begin(), leaf_.end());
       const Score score = scorer_.Evaluate(leaf_, best_.set.empty() ? nullptr : &best_.score);
-      if (best_.set.empty() || Better(score, leaf_, best_)) {
+      if (best_.set.empty() || Better(score, leaf_, best_.score, best_.set)) {
         best_.score = score;
         best_.set = leaf_;
       }
@@ -136,8 +138,7 @@ class LocalSearch {
           set.push_back(h);
           const Score score = Score_(set, pick < 0 ? nullptr : &best);
           set.pop_back();
-          // Higher score, then the lower address.
-          if (pick < 0 || best < score || (!(score < best) && h < pick)) {
+          if (pick < 0 || Better(score, h, best, pick)) {
             best = score;
             pick = h;
           }
@@ -177,7 +178,7 @@ class LocalSearch {
           next_.erase(next_.begin() + static_cast<std::ptrdiff_t>(i));
           next_.insert(std::lower_bound(next_.begin(), next_.end(), y), y);
           const Score score = Score_(next_, &best.score);
-          if (Better(score, next_, best)) {
+          if (Better(score, next_, best.score, best.set)) {
             best.score = score;
             best.set = next_;
             out = x;

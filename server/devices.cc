@@ -69,7 +69,7 @@ std::string SharedId(int index) { return absl::StrCat(kSharedPrefix, index); }
 bool IsSharedId(const std::string& id, int count) {
   constexpr size_t kLen = sizeof(kSharedPrefix) - 1;
   if (id.size() <= kLen || id.compare(0, kLen, kSharedPrefix) != 0) return false;
-  const std::string digits = id.substr(kLen);
+  const absl::string_view digits = absl::string_view(id).substr(kLen);
   if (digits.size() > 1 && digits[0] == '0') return false;
   for (char c : digits) {
     if (c < '0' || c > '9') return false;

@@ -294,23 +294,21 @@ void PluginServer::LifecycleLoop() {
     // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
     // with. A kubelet.sock that is gone is a kubelet on its way down: registering before the new
     // one has cleared the directory (it removes our socket as it starts) only times out.
+    const bool ours_gone = FileId(config_.SocketPath()) != socket_ino_;
     const std::uint64_t kubelet_now = FileId(config_.KubeletSocketPath());
-    if (registered && (FileId(config_.SocketPath()) != socket_ino_ ||
-                       (kubelet_now != 0 && kubelet_now != kubelet_ino_))) {
+    if (registered && (ours_gone || (kubelet_now != 0 && kubelet_now != kubelet_ino_))) {
       restart = true;
     }
     if (restart) {
       Log()->info("kubelet restart detected in {}: serving again and re-registering",
                   config_.kubelet_dir);
-      need_serve = need_serve || FileId(config_.SocketPath()) != socket_ino_;
+      need_serve = need_serve || ours_gone;
       registered = false;
       backoff = config_.register_backoff_min;
       next_register = absl::Now();
     }
     // Never register an endpoint that is not there (the kubelet dials it at once).
-    if (!registered && !need_serve && FileId(config_.SocketPath()) != socket_ino_) {
-      need_serve = true;
-    }
+    if (!registered && ours_gone) need_serve = true;
     if (need_serve && absl::Now() >= next_register) {
       if (absl::Status s = Serve(); s.ok()) {
         need_serve = false;

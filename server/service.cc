@@ -40,7 +40,7 @@ absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocation
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
         node.Prefer(Ids(c.available_deviceids()), Ids(c.must_include_deviceids()),
-                      c.allocation_size());
+                    c.allocation_size());
     if (!ids.ok()) return ids.status();
     auto* out = response->add_container_responses();
     for (std::string& id : *ids) out->add_deviceids(std::move(id));
