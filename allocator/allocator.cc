@@ -1,6 +1,7 @@
 #include "allocator/allocator.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <map>
@@ -104,43 +105,42 @@ std::vector<int> GroupSizes(const std::vector<int>& group_of, int groups) {
   return sizes;
 }
 
-// The snapshot's own spelling is looked up in a hash map; any other spelling ("1A:00.0") goes
-// through the snapshot's normalising lookup.
-int Lookup(const std::unordered_map<std::string, int>& exact, const std::string& id,
+// The snapshot's own spelling is looked up by its packed address; any other spelling
+// ("1A:00.0", "0000:1A:00.0") goes through the snapshot's normalising lookup.
+int Lookup(const PciIndex& exact, const std::string& id,
            int (topology::Topology::*slow)(std::string_view) const,
            const topology::Topology& topology) {
-  auto it = exact.find(id);
-  return it != exact.end() ? it->second : (topology.*slow)(id);
+  const int index = exact.Find(id);
+  return index >= 0 ? index : (topology.*slow)(id);
 }
 
-absl::StatusOr<std::vector<int>> HcaIndices(const topology::Topology& topology,
-                                            const Model& model,
-                                            const std::vector<std::string>& ids) {
-  std::vector<int> out;
-  out.reserve(ids.size());
+// The request's IDs as HCA indices, ascending, into `out`.
+absl::Status HcaIndices(const topology::Topology& topology, const Model& model,
+                        const std::vector<std::string>& ids, std::vector<int>* out) {
+  out->clear();
   for (const std::string& id : ids) {
     int index = Lookup(model.hca_by_pci, id, &topology::Topology::HcaIndex, topology);
     if (index < 0) return absl::InvalidArgumentError("unknown device ID: " + id);
-    out.push_back(index);
+    out->push_back(index);
   }
-  std::sort(out.begin(), out.end());
+  std::sort(out->begin(), out->end());
   // Two spellings of one address ("0000:1A:00.0" and "0000:1a:00.0") are one device.
-  if (std::adjacent_find(out.begin(), out.end()) != out.end()) {
+  if (std::adjacent_find(out->begin(), out->end()) != out->end()) {
     return absl::InvalidArgumentError("one device named twice in the request");
   }
-  return out;
+  return absl::OkStatus();
 }
 
-std::vector<int> GpuIndices(const topology::Topology& topology, const Model& model,
-                            const std::vector<std::string>& ids) {
-  std::vector<int> out;
+// The GPUs of the snapshot among `ids`, as indices, ascending and distinct, into `out`.
+void GpuIndices(const topology::Topology& topology, const Model& model,
+                const std::vector<std::string>& ids, std::vector<int>* out) {
+  out->clear();
   for (const std::string& id : ids) {
     int index = Lookup(model.gpu_by_pci, id, &topology::Topology::GpuIndex, topology);
-    if (index >= 0) out.push_back(index);
+    if (index >= 0) out->push_back(index);
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
 }
 
 std::vector<std::string> Names(const topology::Topology& topology, const std::vector<int>& set) {
@@ -237,12 +237,22 @@ bool Mark(std::vector<std::uint64_t>& bits, std::uint32_t i) {
 // Up to this many available IDs, ValidateRequest compares pairwise instead of hashing.
 constexpr size_t kSmallRequest = 32;
 
+// Equality of two IDs, compared from the end: device IDs share long prefixes ("0000:", a shared
+// prefix) and differ near the end, and a short inline loop beats a call per pair.
+bool SameId(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = a.size(); i-- > 0;) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 absl::Status CheckSmallIds(const Request& request) {
   auto check = [](const std::vector<std::string>& ids, const char* what) {
     for (size_t j = 0; j < ids.size(); ++j) {
       if (ids[j].empty()) return absl::InvalidArgumentError(std::string("empty ID in ") + what);
       for (size_t i = 0; i < j; ++i) {
-        if (ids[i] == ids[j]) {
+        if (SameId(ids[i], ids[j])) {
           return absl::InvalidArgumentError(std::string("duplicate ID in ") + what + ": " +
                                             ids[j]);
         }
@@ -253,8 +263,8 @@ absl::Status CheckSmallIds(const Request& request) {
   if (absl::Status s = check(request.available, "available"); !s.ok()) return s;
   if (absl::Status s = check(request.must_include, "must_include"); !s.ok()) return s;
   for (const std::string& id : request.must_include) {
-    if (std::find(request.available.begin(), request.available.end(), id) ==
-        request.available.end()) {
+    if (std::none_of(request.available.begin(), request.available.end(),
+                     [&](const std::string& a) { return SameId(a, id); })) {
       return absl::InvalidArgumentError("must_include ID not available: " + id);
     }
   }
@@ -367,12 +377,61 @@ absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& reque
 
 }  // namespace internal
 
+namespace {
+
+// Lower-case hex digits -> their value, anything else -> -1 (upper case is not the canonical
+// spelling, so it takes the normalising path).
+constexpr std::array<std::int8_t, 256> HexTable() {
+  std::array<std::int8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[c] = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  }
+  return t;
+}
+constexpr std::array<std::int8_t, 256> kHex = HexTable();
+
+// "dddd:bb:dd.f" in lower-case hex, packed; -1 for anything else.
+std::int64_t PackPci(std::string_view id) {
+  if (id.size() != 12 || id[4] != ':' || id[7] != ':' || id[10] != '.') return -1;
+  constexpr int kDigits[] = {0, 1, 2, 3, 5, 6, 8, 9, 11};
+  std::int64_t key = 0;
+  int bad = 0;
+  for (int i : kDigits) {
+    const int d = kHex[static_cast<unsigned char>(id[i])];
+    bad |= d;  // negative once any digit is not one
+    key = key * 16 + d;
+  }
+  return bad < 0 ? -1 : key;
+}
+
+}  // namespace
+
+void PciIndex::Add(const std::string& pci, int index) {
+  const std::int64_t key = PackPci(pci);
+  if (key < 0) {
+    others_.emplace(pci, index);
+    return;
+  }
+  auto at = std::lower_bound(packed_.begin(), packed_.end(), std::make_pair(key, index));
+  packed_.insert(at, {key, index});
+}
+
+int PciIndex::Find(const std::string& id) const {
+  const std::int64_t key = PackPci(id);
+  if (key < 0) {
+    auto it = others_.find(id);
+    return it == others_.end() ? -1 : it->second;
+  }
+  auto at = std::lower_bound(packed_.begin(), packed_.end(), std::make_pair(key, -1));
+  return at != packed_.end() && at->first == key ? at->second : -1;
+}
+
 Model::Model(const topology::Topology& topology)
     : hca_count(static_cast<int>(topology.hcas().size())),
       gpu_count(static_cast<int>(topology.gpus().size())),
       weight(hca_count, gpu_count) {
-  for (int h = 0; h < hca_count; ++h) hca_by_pci.emplace(topology.hcas()[h].place.pci, h);
-  for (int g = 0; g < gpu_count; ++g) gpu_by_pci.emplace(topology.gpus()[g].place.pci, g);
+  for (int h = 0; h < hca_count; ++h) hca_by_pci.Add(topology.hcas()[h].place.pci, h);
+  for (int g = 0; g < gpu_count; ++g) gpu_by_pci.Add(topology.gpus()[g].place.pci, g);
   for (int h = 0; h < hca_count; ++h) {
     for (int g = 0; g < gpu_count; ++g) {
       weight(h, g) = kPathWeight[static_cast<int>(topology.Path(h, g))];
@@ -423,52 +482,68 @@ Model::Model(const topology::Topology& topology)
   }
 }
 
-absl::StatusOr<Problem> MakeProblem(const topology::Topology& topology, const Model& model,
-                                    const Request& request) {
+absl::Status MakeProblem(const topology::Topology& topology, const Model& model,
+                         const Request& request, Problem* out) {
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
-  absl::StatusOr<std::vector<int>> available = HcaIndices(topology, model, request.available);
-  if (!available.ok()) return available.status();
-  absl::StatusOr<std::vector<int>> must = HcaIndices(topology, model, request.must_include);
-  if (!must.ok()) return must.status();
-
-  Problem p;
+  // Per-thread buffers for what does not outlive the call.
+  thread_local std::vector<int> available, free_gpus, others, numa_avail, root_avail,
+      switch_avail;
+  if (absl::Status s = HcaIndices(topology, model, request.available, &available); !s.ok()) {
+    return s;
+  }
+  Problem& p = *out;
+  if (absl::Status s = HcaIndices(topology, model, request.must_include, &p.must); !s.ok()) {
+    return s;
+  }
   p.model = &model;
   p.size = request.size;
-  p.must = *must;
-  std::set_difference(available->begin(), available->end(), must->begin(), must->end(),
+  p.candidates.clear();
+  std::set_difference(available.begin(), available.end(), p.must.begin(), p.must.end(),
                       std::back_inserter(p.candidates));
-  p.gpus = GpuIndices(topology, model, request.gpus.container_gpus);
+  GpuIndices(topology, model, request.gpus.container_gpus, &p.gpus);
+  p.gpu_capacity = 1;
   if (!p.gpus.empty()) {
     p.gpu_capacity = (p.size + static_cast<int>(p.gpus.size()) - 1) /
                      static_cast<int>(p.gpus.size());
   }
 
-  p.gpu_weight = model.weight(Eigen::all, p.gpus);
+  const int gpus = static_cast<int>(p.gpus.size());
+  p.gpu_weight.resize(model.hca_count, gpus);
   p.gpu_best.assign(model.hca_count, 0);
-  if (!p.gpus.empty()) {
-    Eigen::VectorXi best = p.gpu_weight.rowwise().maxCoeff();
-    for (int h = 0; h < model.hca_count; ++h) p.gpu_best[h] = best(h);
+  p.gpu_best_columns.assign(model.hca_count, 0);
+  for (int h = 0; h < model.hca_count; ++h) {
+    for (int g = 0; g < gpus; ++g) {
+      p.gpu_weight(h, g) = model.weight(h, p.gpus[g]);
+      p.gpu_best[h] = std::max(p.gpu_best[h], p.gpu_weight(h, g));
+    }
+    for (int g = 0; g < gpus && g < 64; ++g) {
+      if (p.gpu_weight(h, g) == p.gpu_best[h]) p.gpu_best_columns[h] |= std::uint64_t{1} << g;
+    }
   }
 
-  std::vector<int> free_gpus;
   if (request.gpus.free_gpus_known) {
-    free_gpus = GpuIndices(topology, model, request.gpus.free_gpus);
+    GpuIndices(topology, model, request.gpus.free_gpus, &free_gpus);
   } else {
-    for (int g = 0; g < model.gpu_count; ++g) free_gpus.push_back(g);
+    free_gpus.resize(model.gpu_count);
+    for (int g = 0; g < model.gpu_count; ++g) free_gpus[g] = g;
   }
   // Without container GPUs the pod will get free GPUs: be near them. With them, HCAs near the
   // other free GPUs are better left for the pods that will get those GPUs.
-  std::vector<int> others;
+  others.clear();
   std::set_difference(free_gpus.begin(), free_gpus.end(), p.gpus.begin(), p.gpus.end(),
                       std::back_inserter(others));
   int sign = p.gpus.empty() ? 1 : -1;
   p.free_affinity.assign(model.hca_count, 0);
   if (!others.empty()) {
-    Eigen::VectorXi best = model.weight(Eigen::all, others).rowwise().maxCoeff();
-    for (int h = 0; h < model.hca_count; ++h) p.free_affinity[h] = sign * best(h);
+    for (int h = 0; h < model.hca_count; ++h) {
+      int best = 0;
+      for (int g : others) best = std::max(best, model.weight(h, g));
+      p.free_affinity[h] = sign * best;
+    }
   }
 
   p.numa_target.assign(model.numa_size.size(), 0);
+  p.switch_targets.clear();
   if (!p.gpus.empty()) {
     for (int g : p.gpus) {
       if (model.gpu_numa[g] >= 0) p.numa_target[model.gpu_numa[g]] = 1;
@@ -478,26 +553,34 @@ absl::StatusOr<Problem> MakeProblem(const topology::Topology& topology, const Mo
     p.switch_targets.erase(std::unique(p.switch_targets.begin(), p.switch_targets.end()),
                            p.switch_targets.end());
   } else {
-    for (int h : *available) {
+    for (int h : available) {
       if (model.hca_numa[h] >= 0) p.numa_target[model.hca_numa[h]] = 1;
     }
   }
 
-  std::vector<int> numa_avail(model.numa_size.size()), root_avail(model.root_size.size()),
-      switch_avail(model.switch_size.size());
-  for (int h : *available) {
+  numa_avail.assign(model.numa_size.size(), 0);
+  root_avail.assign(model.root_size.size(), 0);
+  switch_avail.assign(model.switch_size.size(), 0);
+  for (int h : available) {
     if (model.hca_numa[h] >= 0) ++numa_avail[model.hca_numa[h]];
     if (model.hca_root[h] >= 0) ++root_avail[model.hca_root[h]];
     for (int s : model.hca_switches[h]) ++switch_avail[s];
   }
-  auto intact = [](const std::vector<int>& avail, const std::vector<int>& size) {
-    std::vector<char> out(size.size());
-    for (size_t i = 0; i < size.size(); ++i) out[i] = avail[i] == size[i];
-    return out;
+  auto intact = [](const std::vector<int>& avail, const std::vector<int>& size,
+                   std::vector<char>* out) {
+    out->resize(size.size());
+    for (size_t i = 0; i < size.size(); ++i) (*out)[i] = avail[i] == size[i];
   };
-  p.numa_intact = intact(numa_avail, model.numa_size);
-  p.root_intact = intact(root_avail, model.root_size);
-  p.switch_intact = intact(switch_avail, model.switch_size);
+  intact(numa_avail, model.numa_size, &p.numa_intact);
+  intact(root_avail, model.root_size, &p.root_intact);
+  intact(switch_avail, model.switch_size, &p.switch_intact);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Problem> MakeProblem(const topology::Topology& topology, const Model& model,
+                                    const Request& request) {
+  Problem p;
+  if (absl::Status s = MakeProblem(topology, model, request, &p); !s.ok()) return s;
   return p;
 }
 
@@ -508,9 +591,10 @@ ExclusiveAllocator::ExclusiveAllocator(topology::TopologyPtr topology, Options o
 
 absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::Prefer(
     const Request& request) const {
-  absl::StatusOr<Problem> problem = MakeProblem(*topology_, *model_, request);
-  if (!problem.ok()) return problem.status();
-  return Names(*topology_, Search(*problem, options_));
+  // The thread's problem of its last request: refilled, so a request allocates only its answer.
+  thread_local Problem problem;
+  if (absl::Status s = MakeProblem(*topology_, *model_, request, &problem); !s.ok()) return s;
+  return Names(*topology_, Search(problem, options_));
 }
 
 absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::PreferPlaceholder(
@@ -524,8 +608,8 @@ absl::StatusOr<Score> ExclusiveAllocator::Evaluate(const Request& request,
                                                    const std::vector<std::string>& answer) const {
   absl::StatusOr<Problem> problem = MakeProblem(*topology_, *model_, request);
   if (!problem.ok()) return problem.status();
-  absl::StatusOr<std::vector<int>> set = HcaIndices(*topology_, *model_, answer);
-  if (!set.ok()) return set.status();
+  absl::StatusOr<std::vector<int>> set = std::vector<int>();
+  if (absl::Status s = HcaIndices(*topology_, *model_, answer, &*set); !s.ok()) return s;
   if (static_cast<int>(set->size()) != request.size) {
     return absl::InvalidArgumentError("answer has " + std::to_string(set->size()) +
                                       " IDs, not " + std::to_string(request.size));

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <map>
+#include <optional>
 #include <utility>
 
+#include "absl/types/span.h"
 #include "allocator/model.h"
 
 namespace rdp::allocator {
@@ -27,78 +30,131 @@ bool Better(const Score& a, const Tie& a_tie, const Score& b, const Tie& b_tie) 
 
 bool Better(const Scored& a, const Scored& b) { return Better(a.score, a.set, b.score, b.set); }
 
-// Interchangeable candidates (same Model::hca_class), lowest PCI address first; classes ordered
-// by their lowest member so that enumeration order is deterministic.
-std::vector<std::vector<int>> Classes(const Problem& p) {
-  // Class ids are dense (below hca_count): a position per class, -1 until it has a member.
-  std::vector<int> index(p.model->hca_count, -1);
-  std::vector<std::vector<int>> classes;
+// Without container GPUs, a candidate that shares no root and no switch with another candidate
+// or a must-include HCA scores by what its groups are, not by which they are: its NUMA node,
+// whether its root and each switch above it are intact, its degradation and its free-GPU
+// affinity. Such candidates with equal keys are interchangeable although their groups differ
+// (64 HCAs each on its own root are two classes, one per NUMA node, not 64). With container
+// GPUs the switch a candidate covers matters by identity, so only the model's classes merge.
+// Fills key[h] for every HCA: the candidate's dense key, or -1.
+void IsolatedKeys(const Problem& p, std::vector<int>* key) {
+  const Model& m = *p.model;
+  key->assign(m.hca_count, -1);
+  if (!p.gpus.empty()) return;
+  std::vector<int> per_root(m.root_size.size(), 0), per_switch(m.switch_size.size(), 0);
+  auto count = [&](int h) {
+    if (m.hca_root[h] >= 0) ++per_root[m.hca_root[h]];
+    for (int sw : m.hca_switches[h]) ++per_switch[sw];
+  };
+  for (int h : p.must) count(h);
+  for (int h : p.candidates) count(h);
+  std::map<std::vector<int>, int> keys;
+  std::vector<int> k;
   for (int h : p.candidates) {
-    int& at = index[p.model->hca_class[h]];
-    if (at < 0) {
-      at = static_cast<int>(classes.size());
-      classes.emplace_back();
+    const int root = m.hca_root[h];
+    if (root >= 0 && per_root[root] > 1) continue;
+    const std::vector<int>& chain = m.hca_switches[h];
+    if (std::any_of(chain.begin(), chain.end(), [&](int sw) { return per_switch[sw] > 1; })) {
+      continue;
     }
-    classes[at].push_back(h);
+    k.assign({m.hca_numa[h], root < 0 ? -1 : p.root_intact[root], m.hca_degraded[h],
+              p.free_affinity[h]});
+    for (int sw : chain) k.push_back(p.switch_intact[sw]);
+    (*key)[h] = keys.emplace(k, static_cast<int>(keys.size())).first->second;
   }
-  return classes;
 }
 
-// How many distinct answers the exact search would score (per class, how many members to
-// take), saturating just above `limit`.
-long long CountAnswers(const std::vector<std::vector<int>>& classes, int want, long long limit) {
-  std::vector<long long> ways(want + 1, 0);
-  ways[0] = 1;
-  for (const std::vector<int>& members : classes) {
-    std::vector<long long> next(want + 1, 0);
-    for (int total = 0; total <= want; ++total) {
-      for (int take = 0; take <= std::min<int>(members.size(), total); ++take) {
-        next[total] = std::min(limit + 1, next[total] + ways[total - take]);
-      }
-    }
-    ways.swap(next);
+// Classes of interchangeable candidates, flat: class i is members[start[i] .. start[i + 1]),
+// lowest PCI address first; classes in the order of their lowest member, so that enumeration
+// order is deterministic. Refilled in place, so a thread's lists stop allocating.
+class ClassList {
+ public:
+  int size() const { return static_cast<int>(start_.size()) - 1; }
+  absl::Span<const int> operator[](int i) const {
+    return absl::MakeConstSpan(members_.data() + start_[i], start_[i + 1] - start_[i]);
   }
-  return ways[want];
-}
+
+  // Groups `items` (ascending) by slot[item] (a dense id per group, any order).
+  void Group(const std::vector<int>& items, const std::vector<int>& slot, int slots) {
+    order_.assign(slots, -1);
+    count_.assign(slots + 1, 0);
+    int classes = 0;
+    for (int h : items) {
+      int& at = order_[slot[h]];
+      if (at < 0) at = classes++;
+      ++count_[at + 1];
+    }
+    start_.assign(count_.begin(), count_.begin() + classes + 1);
+    for (int c = 0; c < classes; ++c) start_[c + 1] += start_[c];
+    members_.resize(items.size());
+    count_.assign(start_.begin(), start_.end());
+    for (int h : items) members_[count_[order_[slot[h]]]++] = h;
+  }
+
+  // The classes of `from` for which keep(first member) holds.
+  template <typename Keep>
+  void Filter(const ClassList& from, Keep&& keep) {
+    members_.clear();
+    start_.assign(1, 0);
+    for (int c = 0; c < from.size(); ++c) {
+      absl::Span<const int> m = from[c];
+      if (!keep(m.front())) continue;
+      members_.insert(members_.end(), m.begin(), m.end());
+      start_.push_back(static_cast<int>(members_.size()));
+    }
+  }
+
+ private:
+  std::vector<int> members_;
+  std::vector<int> start_ = {0};
+  std::vector<int> order_, count_;  // Group's scratch
+};
 
 std::vector<int> Sorted(std::vector<int> v) {
   std::sort(v.begin(), v.end());
   return v;
 }
 
+// Every count vector over the classes (how many of each class's lowest members to take),
+// scored; the best with its score. Reusable: Run() starts afresh.
 class ExactSearch {
  public:
-  ExactSearch(const Problem& p, const std::vector<std::vector<int>>& classes, long long budget)
-      : p_(p), classes_(classes), scorer_(p), budget_(budget), suffix_(classes.size() + 1, 0) {
-    for (size_t i = classes.size(); i-- > 0;) suffix_[i] = suffix_[i + 1] + classes[i].size();
-  }
-
-  Scored Run() {
-    current_ = p_.must;
-    Visit(0, p_.size - static_cast<int>(p_.must.size()));
+  const Scored& Run(const Problem& p, const ClassList& classes, long long budget,
+                    Scorer& scorer) {
+    p_ = &p;
+    classes_ = &classes;
+    scorer_ = &scorer;
+    scorer.Reset(p);
+    budget_ = budget;
+    stopped_ = false;
+    best_.set.clear();
+    suffix_.assign(classes.size() + 1, 0);
+    for (int i = classes.size(); i-- > 0;) suffix_[i] = suffix_[i + 1] + classes[i].size();
+    current_.assign(p.must.begin(), p.must.end());
+    Visit(0, p.size - static_cast<int>(p.must.size()));
     return best_;
   }
-  // False when the work bound stopped the enumeration early.
+  // False when the work bound stopped the last Run early.
   bool complete() const { return !stopped_; }
 
  private:
-  void Visit(size_t i, int want) {
-    if (scorer_.work() >= budget_ && !best_.set.empty()) {  // the hard bound
+  void Visit(int i, int want) {
+    if (scorer_->work() >= budget_ && !best_.set.empty()) {  // the hard bound
       stopped_ = true;
       return;
     }
     if (want == 0) {
       leaf_.assign(current_.begin(), current_.end());
       std::sort(leaf_.begin(), leaf_.end());
-      const Score score = scorer_.Evaluate(leaf_, best_.set.empty() ? nullptr : &best_.score);
+      const Score score = scorer_->Evaluate(leaf_, best_.set.empty() ? nullptr : &best_.score);
       if (best_.set.empty() || Better(score, leaf_, best_.score, best_.set)) {
         best_.score = score;
-        best_.set = leaf_;
+        best_.set.assign(leaf_.begin(), leaf_.end());
       }
       return;
     }
-    if (i == classes_.size() || suffix_[i] < static_cast<size_t>(want)) return;
-    const std::vector<int>& members = classes_[i];
+    if (i == classes_->size() || suffix_[i] < static_cast<size_t>(want)) return;
+    absl::Span<const int> members = (*classes_)[i];
     int most = std::min<int>(members.size(), want);
     for (int take = 0; take <= most; ++take) {
       if (take > 0) current_.push_back(members[take - 1]);
@@ -107,10 +163,10 @@ class ExactSearch {
     current_.resize(current_.size() - most);
   }
 
-  const Problem& p_;
-  const std::vector<std::vector<int>>& classes_;
-  Scorer scorer_;
-  long long budget_;  // of Scorer::work()
+  const Problem* p_ = nullptr;
+  const ClassList* classes_ = nullptr;
+  Scorer* scorer_ = nullptr;
+  long long budget_ = 0;  // of Scorer::work()
   std::vector<size_t> suffix_;  // candidates in classes i..end
   std::vector<int> current_;
   std::vector<int> leaf_;  // current_, sorted: reused, so that a leaf allocates nothing
@@ -120,8 +176,11 @@ class ExactSearch {
 
 class LocalSearch {
  public:
-  LocalSearch(const Problem& p, const std::vector<std::vector<int>>& classes, long long budget)
-      : p_(p), classes_(classes), scorer_(p), budget_(budget), in_set_(p.model->hca_count, 0) {}
+  LocalSearch(const Problem& p, const ClassList& classes, long long budget, Scorer& scorer)
+      : p_(p), classes_(classes), scorer_(scorer), budget_(budget),
+        in_set_(p.model->hca_count, 0) {
+    scorer_.Reset(p);
+  }
 
   // Adds, one at a time, the candidate that scores best with those already chosen. Once the
   // budget is spent the rest come from `fallback` in order, unscored.
@@ -132,11 +191,11 @@ class LocalSearch {
       int pick = -1;
       if (scorer_.work() < budget_) {
         Score best;
-        for (const std::vector<int>& members : classes_) {
-          int h = LowestFree(members);
+        for (int c = 0; c < classes_.size(); ++c) {
+          int h = LowestFree(classes_[c]);
           if (h < 0) continue;
           set.push_back(h);
-          const Score score = Score_(set, pick < 0 ? nullptr : &best);
+          const Score score = scorer_.Evaluate(set, pick < 0 ? nullptr : &best);
           set.pop_back();
           if (pick < 0 || Better(score, h, best, pick)) {
             best = score;
@@ -162,7 +221,7 @@ class LocalSearch {
   // each class), until none improves or the budget is spent.
   Scored Improve(std::vector<int> start) {
     Scored current{Score{}, std::move(start)};
-    current.score = Score_(current.set);
+    current.score = scorer_.Evaluate(current.set);
     for (int h : current.set) in_set_[h] = 1;
     while (scorer_.work() < budget_) {
       Scored best = current;
@@ -170,14 +229,14 @@ class LocalSearch {
       for (size_t i = 0; i < current.set.size() && scorer_.work() < budget_; ++i) {
         int x = current.set[i];
         if (std::binary_search(p_.must.begin(), p_.must.end(), x)) continue;
-        for (const std::vector<int>& members : classes_) {
-          int y = LowestFree(members);
+        for (int c = 0; c < classes_.size(); ++c) {
+          int y = LowestFree(classes_[c]);
           if (y < 0 || scorer_.work() >= budget_) continue;
           // current.set with x swapped for y, still sorted: y goes where it belongs.
           next_.assign(current.set.begin(), current.set.end());
           next_.erase(next_.begin() + static_cast<std::ptrdiff_t>(i));
           next_.insert(std::lower_bound(next_.begin(), next_.end(), y), y);
-          const Score score = Score_(next_, &best.score);
+          const Score score = scorer_.Evaluate(next_, &best.score);
           if (Better(score, next_, best.score, best.set)) {
             best.score = score;
             best.set = next_;
@@ -196,32 +255,72 @@ class LocalSearch {
   }
 
  private:
-  int LowestFree(const std::vector<int>& members) const {
+  int LowestFree(absl::Span<const int> members) const {
     for (int h : members) {
       if (!in_set_[h]) return h;
     }
     return -1;
   }
 
-  Score Score_(const std::vector<int>& set, const Score* bar = nullptr) {
-    return scorer_.Evaluate(set, bar);
-  }
-
   const Problem& p_;
-  const std::vector<std::vector<int>>& classes_;
-  Scorer scorer_;
+  const ClassList& classes_;
+  Scorer& scorer_;
   long long budget_;  // of Scorer::work()
   std::vector<char> in_set_;
   std::vector<int> next_;  // a swap's candidate set: reused, so that a swap allocates nothing
 };
 
+// Per-thread buffers of the search, reused by every request the thread serves: once it has
+// served a request of a given shape, the exact paths allocate only the answer.
+struct Scratch {
+  Scorer scorer;
+  ExactSearch exact;
+  ClassList classes, reduced;
+  std::vector<int> key, slot, best;
+  std::vector<long long> ways, next;
+};
+
+// Interchangeable candidates: the same Model::hca_class, or the same IsolatedKeys key.
+void Classes(const Problem& p, Scratch& s) {
+  IsolatedKeys(p, &s.key);
+  // Model class ids are dense (below hca_count), and so are isolated keys (after them).
+  s.slot.resize(p.model->hca_count);
+  for (int h : p.candidates) {
+    s.slot[h] = s.key[h] >= 0 ? p.model->hca_count + s.key[h] : p.model->hca_class[h];
+  }
+  s.classes.Group(p.candidates, s.slot, 2 * p.model->hca_count);
+}
+
+// How many distinct answers the exact search would score (per class, how many members to
+// take), saturating just above `limit`.
+long long CountAnswers(const ClassList& classes, int want, long long limit, Scratch& s) {
+  s.ways.assign(want + 1, 0);
+  s.ways[0] = 1;
+  for (int c = 0; c < classes.size(); ++c) {
+    const int members = static_cast<int>(classes[c].size());
+    s.next.assign(want + 1, 0);
+    for (int total = 0; total <= want; ++total) {
+      for (int take = 0; take <= std::min(members, total); ++take) {
+        s.next[total] = std::min(limit + 1, s.next[total] + s.ways[total - take]);
+      }
+    }
+    s.ways.swap(s.next);
+  }
+  return s.ways[want];
+}
+
 }  // namespace
 
-Scorer::Scorer(const Problem& problem)
-    : p_(problem),
-      numa_count_(problem.model->numa_size.size(), 0),
-      stamp_root_(problem.model->root_size.size(), 0),
-      stamp_switch_(problem.model->switch_size.size(), 0) {}
+Scorer::Scorer(const Problem& problem) { Reset(problem); }
+
+void Scorer::Reset(const Problem& problem) {
+  p_ = &problem;
+  numa_count_.assign(problem.model->numa_size.size(), 0);
+  stamp_root_.assign(problem.model->root_size.size(), 0);
+  stamp_switch_.assign(problem.model->switch_size.size(), 0);
+  stamp_ = 0;
+  work_ = 0;
+}
 
 int Scorer::MaxAssignment(int n, int m) {
   // Hungarian method (potentials, O(n^2 m)) minimising -weight; every weight is >= 0, so the
@@ -277,7 +376,7 @@ int Scorer::MaxAssignment(int n, int m) {
 }
 
 void Scorer::BuildMatrix(const std::vector<int>& set, int* rows, int* cols) {
-  const int gpus = static_cast<int>(p_.gpus.size());
+  const int gpus = static_cast<int>(p_->gpus.size());
   const int hcas = static_cast<int>(set.size());
   const bool by_hca = hcas <= gpus;
   *rows = by_hca ? hcas : gpus;
@@ -285,7 +384,7 @@ void Scorer::BuildMatrix(const std::vector<int>& set, int* rows, int* cols) {
   matrix_.resize(static_cast<size_t>(*rows) * *cols);
   work_ += static_cast<long long>(*rows) * *cols;
   for (int h = 0; h < hcas; ++h) {
-    const int* weights = p_.gpu_weight.row(set[h]).data();
+    const int* weights = p_->gpu_weight.row(set[h]).data();
     for (int g = 0; g < gpus; ++g) matrix_[by_hca ? h * *cols + g : g * *cols + h] = weights[g];
   }
 }
@@ -302,6 +401,29 @@ int Scorer::ColumnBound(int rows, int cols) {
 }
 
 int Scorer::Matching(const std::vector<int>& set, int bar) {
+  // The greedy below on bits first, when the HCAs are the rows (no more of them than GPUs) and
+  // there are at most 64 GPUs: each HCA takes the lowest free GPU at its row maximum, those
+  // with the fewest such GPUs first. Reaching the sum of row maxima needs no matrix at all.
+  const int gpus = static_cast<int>(p_->gpus.size());
+  const int hcas = static_cast<int>(set.size());
+  if (hcas <= gpus && gpus <= 64 && hcas <= kFastRows) {
+    work_ += static_cast<long long>(hcas) * gpus;  // as BuildMatrix counts it
+    std::pair<int, int> order[kFastRows];  // (GPUs at the row maximum, row)
+    for (int r = 0; r < hcas; ++r) order[r] = {__builtin_popcountll(p_->gpu_best_columns[set[r]]), r};
+    std::sort(order, order + hcas);
+    std::uint64_t used = 0;
+    int total = 0;
+    bool reached = true;
+    for (int i = 0; i < hcas && reached; ++i) {
+      const int h = set[order[i].second];
+      const std::uint64_t free = p_->gpu_best_columns[h] & ~used;
+      reached = free != 0;
+      used |= free & (~free + 1);
+      total += p_->gpu_best[h];
+    }
+    if (reached) return total;
+    work_ -= static_cast<long long>(hcas) * gpus;  // BuildMatrix counts it again
+  }
   int rows = 0, cols = 0;
   BuildMatrix(set, &rows, &cols);
   // Usually every row can take a distinct column at its own maximum: then the sum of row
@@ -337,12 +459,12 @@ int Scorer::Transportation(const std::vector<int>& set, int capacity) {
   // Replicating each GPU `capacity` times for the Hungarian method would be O(k^3). Merging
   // HCAs with equal weight rows (far-away HCAs mostly share one row) into types and solving a
   // min-cost flow source -> type -> GPU -> sink keeps the network small.
-  const int gpus = static_cast<int>(p_.gpus.size());
+  const int gpus = static_cast<int>(p_->gpus.size());
   types_.clear();
   for (int h : set) {
-    const int* row = p_.gpu_weight.row(h).data();
+    const int* row = p_->gpu_weight.row(h).data();
     auto same = [&](const std::pair<int, int>& t) {
-      return std::equal(row, row + gpus, p_.gpu_weight.row(t.first).data());
+      return std::equal(row, row + gpus, p_->gpu_weight.row(t.first).data());
     };
     auto it = std::find_if(types_.begin(), types_.end(), same);
     if (it == types_.end()) {
@@ -363,7 +485,7 @@ int Scorer::Transportation(const std::vector<int>& set, int capacity) {
   };
   for (int t = 0; t < types; ++t) {
     add(source, 1 + t, types_[t].second, 0);
-    const int* row = p_.gpu_weight.row(types_[t].first).data();
+    const int* row = p_->gpu_weight.row(types_[t].first).data();
     for (int g = 0; g < gpus; ++g) add(1 + t, 1 + types + g, types_[t].second, -row[g]);
   }
   for (int g = 0; g < gpus; ++g) add(1 + types + g, sink, capacity, 0);
@@ -409,34 +531,34 @@ int Scorer::Transportation(const std::vector<int>& set, int capacity) {
 }
 
 Score Scorer::Evaluate(const std::vector<int>& set, const Score* bar) {
-  const Model& m = *p_.model;
+  const Model& m = *p_->model;
   Score s;
   // Per HCA: group bookkeeping and GPU coverage; per call: copying, sorting and comparing the
   // candidate (calibrated so that a unit is a few nanoseconds whatever the request's shape).
-  work_ += 32 + static_cast<long long>(set.size()) * (8 + p_.gpus.size());
-  if (!p_.gpus.empty() && !set.empty()) {
+  work_ += 32 + static_cast<long long>(set.size()) * (8 + p_->gpus.size());
+  if (!p_->gpus.empty() && !set.empty()) {
     // The matchings are most of the cost, so a set that cannot reach the bar stops at an upper
     // bound: every HCA at its best GPU.
     int row_bound = 0;
-    for (int h : set) row_bound += p_.gpu_best[h];
+    for (int h : set) row_bound += p_->gpu_best[h];
     s.gpu_match = row_bound;
     if (bar != nullptr && s.gpu_match < bar->gpu_match) return s;
     s.gpu_match = Matching(set, bar != nullptr ? bar->gpu_match : 0);
     if (bar != nullptr && s.gpu_match < bar->gpu_match) return s;
     s.gpu_spread_match = s.gpu_match;
-    if (p_.gpu_capacity > 1) {
+    if (p_->gpu_capacity > 1) {
       bool tied = bar != nullptr && s.gpu_match == bar->gpu_match;
       s.gpu_spread_match = row_bound;
       if (tied && s.gpu_spread_match < bar->gpu_spread_match) return s;
-      s.gpu_spread_match = Transportation(set, p_.gpu_capacity);
+      s.gpu_spread_match = Transportation(set, p_->gpu_capacity);
       if (tied && s.gpu_spread_match < bar->gpu_spread_match) return s;
     }
-    for (int g = 0; g < static_cast<int>(p_.gpus.size()); ++g) {
+    for (int g = 0; g < static_cast<int>(p_->gpus.size()); ++g) {
       int best = 0;
-      for (int h : set) best = std::max(best, p_.gpu_weight(h, g));
+      for (int h : set) best = std::max(best, p_->gpu_weight(h, g));
       s.gpu_coverage += best;
     }
-    for (int target : p_.switch_targets) {
+    for (int target : p_->switch_targets) {
       bool covered = false;
       for (int h : set) {
         const std::vector<int>& chain = m.hca_switches[h];
@@ -454,23 +576,23 @@ Score Scorer::Evaluate(const std::vector<int>& set, const Score* bar) {
     if (r >= 0 && stamp_root_[r] != stamp_) {
       stamp_root_[r] = stamp_;
       ++s.touched_root_cost;
-      s.broken_root_cost += p_.root_intact[r];
+      s.broken_root_cost += p_->root_intact[r];
     }
     for (int sw : m.hca_switches[h]) {
       if (stamp_switch_[sw] == stamp_) continue;
       stamp_switch_[sw] = stamp_;
       ++s.touched_switch_cost;
-      s.broken_switch_cost += p_.switch_intact[sw];
+      s.broken_switch_cost += p_->switch_intact[sw];
     }
-    s.free_gpu_affinity += p_.free_affinity[h];
+    s.free_gpu_affinity += p_->free_affinity[h];
     s.degraded_cost += m.hca_degraded[h];
   }
   for (size_t n = 0; n < numa_count_.size(); ++n) {
     int count = numa_count_[n];
     if (count == 0) continue;
-    s.numa_cover += p_.numa_target[n];
-    s.broken_numa_cost += p_.numa_intact[n];
-    if (p_.gpus.empty()) s.numa_balance -= count * count;
+    s.numa_cover += p_->numa_target[n];
+    s.broken_numa_cost += p_->numa_intact[n];
+    if (p_->gpus.empty()) s.numa_balance -= count * count;
   }
   return s;
 }
@@ -501,22 +623,84 @@ std::vector<int> PlaceholderPick(const Problem& p) {
   return Sorted(picked);
 }
 
+namespace {
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// Into s.reduced, the classes of s.classes whose members can be in an answer with gpu_match >=
+// bar: gpu_match is at most the sum of the set's row maxima (Problem::gpu_best), so a candidate
+// h can only when the must-include HCAs, h and the best want - 1 other candidates, each at its
+// row maximum, reach it. Members of a class share their row, so classes are kept or dropped
+// whole.
+void Reaching(const Problem& p, int want, int bar, Scratch& s) {
+  s.best.clear();  // the candidates' row maxima, highest first
+  for (int h : p.candidates) s.best.push_back(p.gpu_best[h]);
+  std::sort(s.best.begin(), s.best.end(), std::greater<>());
+  int must = 0;
+  for (int h : p.must) must += p.gpu_best[h];
+  int top = 0;  // the best want - 1
+  for (int i = 0; i + 1 < want; ++i) top += s.best[i];
+  // A candidate at least as good as the want-th best is among the top want, which reach
+  // must + top + best[want - 1] >= bar (callers ask at most that); any other has the top
+  // want - 1 beside it.
+  const int need = std::min(s.best[want - 1], bar - must - top);
+  s.reduced.Filter(s.classes, [&](int h) { return p.gpu_best[h] >= need; });
+}
+
+// ExactAmongReaching over s.classes, the problem's classes.
+std::optional<std::vector<int>> ExactAmongReaching(const Problem& p, int want,
+                                                   const Options& options, Scratch& s) {
+  if (p.gpus.empty() || want <= 0 || want > static_cast<int>(p.candidates.size())) {
+    return std::nullopt;
+  }
+  int bar = 0;  // the best conceivable: every HCA at its row maximum
+  for (int h : p.must) bar += p.gpu_best[h];
+  s.best.clear();
+  for (int h : p.candidates) s.best.push_back(p.gpu_best[h]);
+  std::nth_element(s.best.begin(), s.best.begin() + (want - 1), s.best.end(), std::greater<>());
+  for (int i = 0; i < want; ++i) bar += s.best[i];
+  for (int round = 0; round < 2; ++round) {
+    Reaching(p, want, bar, s);
+    if (CountAnswers(s.reduced, want, options.exact_limit, s) > options.exact_limit) break;
+    const Scored& found = s.exact.Run(p, s.reduced, 2 * options.max_work, s.scorer);
+    if (!s.exact.complete() || found.set.empty()) break;
+    if (found.score.gpu_match >= bar) return found.set;
+    bar = found.score.gpu_match;  // the optimum reaches it, so it is among Reaching(bar)
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::vector<int>> ExactAmongReaching(const Problem& p, const Options& options) {
+  Scratch& s = ThreadScratch();
+  Classes(p, s);
+  return ExactAmongReaching(p, p.size - static_cast<int>(p.must.size()), options, s);
+}
+
 std::vector<int> Search(const Problem& p, const Options& options) {
   int want = p.size - static_cast<int>(p.must.size());
   if (want == 0) return p.must;
   if (want == static_cast<int>(p.candidates.size())) return PlaceholderPick(p);
-  std::vector<std::vector<int>> classes = Classes(p);
-  std::vector<int> placeholder = PlaceholderPick(p);
-  if (CountAnswers(classes, want, options.exact_limit) <= options.exact_limit) {
-    ExactSearch exact(p, classes, 2 * options.max_work);
-    Scored best = exact.Run();
-    if (exact.complete()) return best.set;
+  Scratch& s = ThreadScratch();
+  Classes(p, s);
+  if (CountAnswers(s.classes, want, options.exact_limit, s) <= options.exact_limit) {
+    const Scored& best = s.exact.Run(p, s.classes, 2 * options.max_work, s.scorer);
+    if (s.exact.complete()) return best.set;
     // A few huge evaluations (dozens of HCAs against many GPUs) hit the bound: the best seen,
     // never worse than the placeholder.
-    Scored floor{Scorer(p).Evaluate(placeholder), placeholder};
+    std::vector<int> placeholder = PlaceholderPick(p);
+    Scored floor{s.scorer.Evaluate(placeholder), placeholder};
     return Better(floor, best) ? floor.set : best.set;
   }
-  LocalSearch search(p, classes, options.max_work);
+  if (std::optional<std::vector<int>> exact = ExactAmongReaching(p, want, options, s)) {
+    return *exact;
+  }
+  std::vector<int> placeholder = PlaceholderPick(p);
+  LocalSearch search(p, s.classes, options.max_work, s.scorer);
   Scored best = search.Improve(search.Greedy(placeholder));
   // The placeholder is a second start, and the floor: Improve scores its start even when the
   // budget is spent, and never returns worse than it.

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "allocator/allocator.h"
+#include "allocator/model.h"
 #include "gtest/gtest.h"
 #include "test/allocator/fixtures.h"
 
@@ -155,6 +157,77 @@ TEST_P(AllocatorPropertyTest, ExactSearchEqualsBruteForce) {
     Request r = RandomRequest(rng, node);
     EXPECT_EQ(a.Prefer(r).value(), BruteForce(a, r)) << "request " << i;
   }
+}
+
+// Many HCAs alone on their root (the search merges those by what their groups are, not which):
+// 1-3 NUMA nodes, 2-5 roots each with 0-2 HCAs on the root port or under either of two
+// switches, some slow or half down, and 0-1 GPUs beside them.
+Node SparseNode(std::mt19937& rng) {
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  NodeBuilder b;
+  Node n;
+  for (int numa = pick(1, 3); numa-- > 0;) {
+    for (int r = pick(2, 5); r > 0 && n.hcas.size() < 11; --r) {
+      const int root = b.Root(numa);
+      // Each HCA on the root port or under one of two switches, so that HCAs of one root may
+      // share no switch.
+      const int switches[] = {-1, b.Switch(root), b.Switch(root)};
+      for (int h = pick(0, 2); h > 0; --h) {
+        const int sw = switches[pick(0, 2)];
+        const int kind = pick(0, 5);
+        n.hcas.push_back(kind == 0   ? b.Hca(root, sw, "200 Gb/sec")
+                         : kind == 1 ? b.Hca(root, sw, "400 Gb/sec", 2, 1)
+                                     : b.Hca(root, sw));
+      }
+      if (pick(0, 1) == 0) n.gpus.push_back(b.Gpu(root, switches[pick(0, 2)]));
+    }
+  }
+  if (n.hcas.empty()) n.hcas.push_back(b.Hca(b.Root(0), -1));
+  n.topology = b.Build();
+  std::sort(n.hcas.begin(), n.hcas.end());
+  return n;
+}
+
+// Without container GPUs, on nodes where most HCAs are alone on their root: the search's merged
+// classes lose nothing against brute force over every subset.
+TEST_P(AllocatorPropertyTest, IsolatedHcasMergedEqualBruteForce) {
+  std::mt19937 rng(GetParam() + 5000);
+  for (int round = 0; round < 4; ++round) {
+    Node node = SparseNode(rng);
+    ExclusiveAllocator a(node.topology);
+    for (int i = 0; i < 10; ++i) {
+      Request r = RandomRequest(rng, node);
+      r.gpus.container_gpus.clear();
+      EXPECT_EQ(a.Prefer(r).value(), BruteForce(a, r)) << "round " << round << " request " << i;
+    }
+  }
+}
+
+// The exact search among the candidates that can reach the best gpu_match (what Search uses when
+// the whole enumeration is too large) answers what brute force over every subset answers,
+// whenever it answers. Requests always carry container GPUs here, and it must decide most of
+// them, or this test would check nothing.
+TEST_P(AllocatorPropertyTest, ExactAmongReachingEqualsBruteForce) {
+  std::mt19937 rng(GetParam() + 4000);
+  Node node = RandomNode(rng, 11);
+  if (node.gpus.empty()) GTEST_SKIP() << "no GPUs drawn";
+  ExclusiveAllocator a(node.topology);
+  const Model model(*node.topology);
+  int decided = 0;
+  constexpr int kRequests = 10;
+  for (int i = 0; i < kRequests; ++i) {
+    Request r = RandomRequest(rng, node);
+    if (r.gpus.container_gpus.empty()) r.gpus.container_gpus.push_back(node.gpus[i % node.gpus.size()]);
+    absl::StatusOr<Problem> p = MakeProblem(*node.topology, model, r);
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::optional<std::vector<int>> got = ExactAmongReaching(*p, Options{});
+    if (!got) continue;
+    ++decided;
+    Ids names;
+    for (int h : *got) names.push_back(node.topology->hcas()[h].place.pci);
+    EXPECT_EQ(names, BruteForce(a, r)) << "request " << i;
+  }
+  EXPECT_GE(decided, kRequests / 2);
 }
 
 TEST_P(AllocatorPropertyTest, GarbageIsRejectedNeverACrash) {
