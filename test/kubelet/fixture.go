@@ -24,9 +24,10 @@ type Node struct {
 
 // GPU is one GPU of the fixture; its device-plugin ID is its PCI address.
 type GPU struct {
-	PCI     string
-	NUMA    int
-	Bridges []string // bridge BDFs from the root port down to the GPU's parent
+	PCI      string
+	NUMA     int
+	PCIeRoot string   // pci0000:15
+	Bridges  []string // bridge BDFs from the root port down to the GPU's parent
 }
 
 // HCA is one RDMA device of the fixture, with what the sysfs layout needs.
@@ -142,7 +143,11 @@ func (w *walker) pciDevice(o xmlObject, numa int, root string, bridges []string)
 	gpuClass := class == "0302" || ((class == "0300" || class == "0380" || class == "1200") &&
 		(vendor == "10de" || vendor == "1002") && id != "1002:515e")
 	if gpuClass {
-		w.node.GPUs = append(w.node.GPUs, GPU{PCI: o.BusID, NUMA: numa, Bridges: bridges})
+		gpuRoot := root
+		if gpuRoot == "" {
+			gpuRoot = "pci" + o.BusID[:7]
+		}
+		w.node.GPUs = append(w.node.GPUs, GPU{PCI: o.BusID, NUMA: numa, PCIeRoot: gpuRoot, Bridges: bridges})
 	}
 	var hca *HCA
 	var netdevs []string
@@ -217,11 +222,21 @@ func (n *Node) GPUByPCI(pci string) (GPU, bool) {
 	return GPU{}, false
 }
 
-// SameSwitch reports whether a GPU and an HCA sit under one PCIe switch (nvidia-smi's PIX):
-// their bridge chains share the root port and the switch's upstream port.
+// SameSwitch reports whether a GPU and an HCA sit under one PCIe switch: their bridge chains
+// share the root port and the first switch's upstream port (nvidia-smi's PIX where there is one
+// level of switches; below a top-level switch, PIX or PXB).
 func SameSwitch(g GPU, h HCA) bool {
 	return len(g.Bridges) >= 2 && len(h.Bridges) >= 2 &&
 		g.Bridges[0] == h.Bridges[0] && g.Bridges[1] == h.Bridges[1]
+}
+
+// Near reports whether an HCA is at PIX or PXB to a GPU, the classes at which GPUDirect RDMA
+// performs well, drawn as topology/topology.cc's Classify draws them: the same PCIe root and at
+// least one bridge in common (the root port), so that the path never crosses the host bridge.
+// PIX or PXB then only counts the switches on the path.
+func Near(g GPU, h HCA) bool {
+	return g.PCIeRoot == h.PCIeRoot && len(g.Bridges) > 0 && len(h.Bridges) > 0 &&
+		g.Bridges[0] == h.Bridges[0]
 }
 
 // HCAByPCI finds an HCA by its device-plugin ID in exclusive mode.

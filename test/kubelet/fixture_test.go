@@ -38,15 +38,31 @@ func TestFixtureNode(t *testing.T) {
 // otherNodes are real machines' exports (test/data/README.md) with an HCA and GPUs.
 var otherNodes = []string{"32em64t-2n8c2t-pci-normalio.xml", "24em64t-2n6c2t-pci.xml"}
 
+// syntheticNodes are test/data/gen_quality_nodes.py's nodes (test/data/<name>.xml), which the
+// quality replay uses beside dgx-h100-like.
+var syntheticNodes = []string{"two-level-switches", "four-numa", "fewer-hcas-than-gpus"}
+
+// allXMLs are the fixture XMLs the harness reads: dgx-h100-like, the real machines' and the
+// synthetic nodes.
+func allXMLs() []string {
+	xmls := []string{fixtureXML()}
+	for _, f := range otherNodes {
+		xmls = append(xmls, filepath.Join(repoRoot(), "test", "data", f))
+	}
+	for _, f := range syntheticNodes {
+		xmls = append(xmls, filepath.Join(repoRoot(), "test", "data", f+".xml"))
+	}
+	return xmls
+}
+
 // Our reading of each XML agrees with the plugin's own (`topology --json`).
 func TestFixtureAgreesWithBinary(t *testing.T) {
 	bin := binaryPath()
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no plugin binary at %s (set RDP_BINARY)", bin)
 	}
-	agree(t, bin, fixtureXML())
-	for _, f := range otherNodes {
-		agree(t, bin, filepath.Join(repoRoot(), "test", "data", f))
+	for _, xml := range allXMLs() {
+		agree(t, bin, xml)
 	}
 }
 
@@ -94,6 +110,48 @@ func agree(t *testing.T, bin, xml string) {
 	}
 }
 
+// Near (PIX or PXB, the quality replay's measure) agrees with the plugin's path classes
+// (`topology --json`) for every HCA and GPU of every fixture.
+func TestNearAgreesWithBinary(t *testing.T) {
+	bin := binaryPath()
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no plugin binary at %s (set RDP_BINARY)", bin)
+	}
+	for _, xml := range allXMLs() {
+		out, err := exec.Command(bin, "topology", "--json", "--topology-xml", xml, "--log-level", "warn").Output()
+		if err != nil {
+			t.Fatalf("%s: topology --json: %v", filepath.Base(xml), err)
+		}
+		var report struct {
+			Paths map[string]map[string]string `json:"paths"` // HCA name -> GPU PCI -> class
+		}
+		if err := json.Unmarshal(out, &report); err != nil {
+			t.Fatalf("%s: %v", filepath.Base(xml), err)
+		}
+		n, err := LoadNode(xml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pairs := 0
+		for _, h := range n.HCAs {
+			for _, g := range n.GPUs {
+				class, ok := report.Paths[h.Name][g.PCI]
+				if !ok {
+					t.Errorf("%s: the plugin has no path from %s to %s", filepath.Base(xml), h.Name, g.PCI)
+					continue
+				}
+				pairs++
+				if want := class == "PIX" || class == "PXB"; Near(g, h) != want {
+					t.Errorf("%s: %s to GPU %s is %s, Near says %v", filepath.Base(xml), h.Name, g.PCI, class, Near(g, h))
+				}
+			}
+		}
+		if pairs == 0 {
+			t.Errorf("%s: no HCA-GPU pair compared", filepath.Base(xml))
+		}
+	}
+}
+
 // The Go layout and the plugin's `fixture` subcommand (SysfsFixture::AddTopology) write the
 // same trees, so tests may use either.
 func TestFixtureLayoutMatchesBinary(t *testing.T) {
@@ -101,11 +159,7 @@ func TestFixtureLayoutMatchesBinary(t *testing.T) {
 	if !BinaryWritesFixtures(bin) {
 		t.Skipf("%s has no `fixture` subcommand", bin)
 	}
-	xmls := []string{fixtureXML()}
-	for _, f := range otherNodes {
-		xmls = append(xmls, filepath.Join(repoRoot(), "test", "data", f))
-	}
-	for _, xml := range xmls {
+	for _, xml := range allXMLs() {
 		n, err := LoadNode(xml)
 		if err != nil {
 			t.Fatal(err)
@@ -178,4 +232,39 @@ func itoaPtr(p *int) string {
 		return "?"
 	}
 	return itoa(*p)
+}
+
+// The synthetic nodes are what test/data/gen_quality_nodes.py writes, with the shapes
+// docs/allocator.md describes.
+func TestQualityNodes(t *testing.T) {
+	want := map[string][3]int{ // NUMA nodes, GPUs, HCAs
+		"two-level-switches": {2, 16, 8}, "four-numa": {4, 16, 8}, "fewer-hcas-than-gpus": {2, 8, 4},
+	}
+	for _, f := range syntheticNodes {
+		n, err := LoadNode(filepath.Join(repoRoot(), "test", "data", f+".xml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [3]int{len(n.NUMANodes), len(n.GPUs), len(n.HCAs)}; got != want[f] {
+			t.Errorf("%s: NUMA nodes, GPUs, HCAs = %v, want %v", f, got, want[f])
+		}
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3: generated XMLs not compared with the generator")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command(python, filepath.Join(repoRoot(), "test", "data", "gen_quality_nodes.py"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("gen_quality_nodes.py: %v\n%s", err, out)
+	}
+	for _, f := range syntheticNodes {
+		committed, err1 := os.ReadFile(filepath.Join(repoRoot(), "test", "data", f+".xml"))
+		generated, err2 := os.ReadFile(filepath.Join(dir, f+".xml"))
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v %v", f, err1, err2)
+		}
+		if string(committed) != string(generated) {
+			t.Errorf("test/data/%s.xml differs from what gen_quality_nodes.py writes: run it again", f)
+		}
+	}
 }
