@@ -45,6 +45,8 @@ type EnvOptions struct {
 	Policy, Scope string
 	Mode          string   // shared or exclusive; "" starts no plugin
 	Tap           bool     // record kubelet <-> plugin traffic (see Tap)
+	TapMode       TapMode  // with Tap: who answers GetPreferredAllocation (default: our plugin)
+	PackGPUs      bool     // the GPU plugin answers GetPreferredAllocation (PackGPUs)
 	XML           string   // the node's hwloc export; default dgx-h100-like
 	Extra         []string // more flags for serve
 }
@@ -89,7 +91,7 @@ func NewEnv(t *testing.T, opts EnvOptions) *Env {
 	if opts.Policy == "" {
 		opts.Policy = "none"
 	}
-	e := &Env{T: t, Dir: t.TempDir(), Opts: opts}
+	e := &Env{T: t, Dir: shortTempDir(t), Opts: opts}
 	var err error
 	if opts.XML == "" {
 		opts.XML = fixtureXML()
@@ -115,6 +117,7 @@ func NewEnv(t *testing.T, opts EnvOptions) *Env {
 	t.Cleanup(func() { e.stopAll() })
 	e.StartKubelet(nil)
 	e.GPU = NewGPUPlugin(e.Node)
+	e.GPU.Pack = opts.PackGPUs
 	if err := e.GPU.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +126,7 @@ func NewEnv(t *testing.T, opts EnvOptions) *Env {
 		if e.Tap, err = StartTap(mkdir(t, filepath.Join(e.Dir, "tap"))); err != nil {
 			t.Fatal(err)
 		}
+		e.Tap.SetMode(opts.TapMode)
 	}
 	if opts.Mode != "" {
 		e.StartPlugin(opts.Mode, opts.Extra...)
@@ -133,6 +137,22 @@ func NewEnv(t *testing.T, opts EnvOptions) *Env {
 		e.WaitCapacity(ResourceHCA, want, want, 15*time.Second)
 	}
 	return e
+}
+
+// shortTempDir is a temp dir whose name does not grow with the test's: the plugin serves unix
+// sockets below it (a path has at most 107 bytes), and t.TempDir keeps up to 64 bytes of a
+// subtest's name.
+func shortTempDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "rdp-kt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(d); err != nil {
+			t.Errorf("removing %s: %v", d, err)
+		}
+	})
+	return d
 }
 
 func mkdir(t *testing.T, d string) string {

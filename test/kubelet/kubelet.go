@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,6 +44,8 @@ type Kubelet struct {
 	pods   *PodStore
 	prSrv  *grpc.Server
 	delay  atomic.Int64 // nanoseconds every pod-resources call hangs (see SetPodResourcesDelay)
+
+	prCalls, prRefused atomic.Int64 // pod-resources calls, and those the rate limit refused
 }
 
 // KubeletConfig chooses the Topology Manager policy and scope.
@@ -117,10 +121,12 @@ func (k *Kubelet) servePodResources() error {
 	if err != nil {
 		return fmt.Errorf("pod-resources listen: %w", err)
 	}
-	// As pkg/kubelet/server.ListenAndServePodResources does, minus its os.Exit on error.
-	k.prSrv = grpc.NewServer(apisgrpc.WithRateLimiter(k.ctx, "podresources",
-		podresources.DefaultQPS, podresources.DefaultBurstTokens),
-		grpc.ChainUnaryInterceptor(k.hang))
+	// As pkg/kubelet/server.ListenAndServePodResources does, minus its os.Exit on error: the
+	// kubelet's rate limit (apisgrpc.WithRateLimiter's interceptor and limiter, built here so
+	// that a counter can sit in front of it).
+	limit := apisgrpc.LimiterUnaryServerInterceptor(rate.NewLimiter(
+		rate.Limit(podresources.DefaultQPS), int(podresources.DefaultBurstTokens)))
+	k.prSrv = grpc.NewServer(grpc.ChainUnaryInterceptor(k.count, limit, k.hang))
 	podresourcesapi.RegisterPodResourcesListerServer(k.prSrv,
 		podresources.NewV1PodResourcesServer(k.ctx, podresources.PodResourcesProviders{
 			Pods:             k.pods,
@@ -131,6 +137,21 @@ func (k *Kubelet) servePodResources() error {
 		}))
 	go func() { _ = k.prSrv.Serve(ln) }()
 	return nil
+}
+
+func (k *Kubelet) count(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	k.prCalls.Add(1)
+	resp, err := h(ctx, req)
+	if errors.Is(err, apisgrpc.ErrorLimitExceeded) {
+		k.prRefused.Add(1)
+	}
+	return resp, err
+}
+
+// PodResourcesCalls returns how many pod-resources calls came, and how many of them the
+// kubelet's rate limit (100 QPS, burst 10) refused with ResourceExhausted.
+func (k *Kubelet) PodResourcesCalls() (calls, refused int64) {
+	return k.prCalls.Load(), k.prRefused.Load()
 }
 
 // SetPodResourcesDelay makes every later pod-resources call wait d (or until its caller gives
