@@ -25,10 +25,14 @@ bool IsGpu(const HwlocPciDevice& d, const DiscoveryOptions& o) {
   return d.class_id == 0x0302 || Contains(o.gpu_vendors, d.vendor);
 }
 
-std::string Hex4(std::uint32_t v) { return fmt::format("{:04x}", v); }
+std::string Hex4(std::uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  return {kDigits[(v >> 12) & 0xf], kDigits[(v >> 8) & 0xf], kDigits[(v >> 4) & 0xf],
+          kDigits[v & 0xf]};
+}
 
-void LogHca(const Hca& h) {
-  Logger("topology")->info(
+void LogHca(spdlog::logger& log, const Hca& h) {
+  log.info(
       "discovered RDMA device: {} (PCI={}, NUMA={}, uverbs={}, pcieRoot={})", h.name, h.place.pci,
       h.place.numa ? *h.place.numa : -1, h.uverbs.empty() ? "unknown" : h.uverbs,
       h.place.pcie_root.empty() ? "unknown" : h.place.pcie_root);
@@ -68,27 +72,34 @@ NodeRoots DiscoveryOptions::Roots() const {
 }
 
 Discoverer::Discoverer(DiscoveryOptions options, std::shared_ptr<Env> env)
-    : options_(std::move(options)), env_(env ? std::move(env) : NewNodeEnv(options_.Roots())) {}
+    : options_(std::move(options)),
+      // Only sysfs is read through it: an XML alone needs no view of the node's trees.
+      env_(env                                                             ? std::move(env)
+           : !options_.topology_xml.empty() && options_.sysfs_root.empty() ? nullptr
+                                                                          : NewNodeEnv(options_.Roots())) {}
 Discoverer::~Discoverer() = default;
 
-absl::StatusOr<std::shared_ptr<const HwlocTree>> Discoverer::Tree() {
+absl::StatusOr<std::shared_ptr<HwlocTree>> Discoverer::Tree() {
   const std::string sysfs_root = options_.sysfs_root.empty() ? "/" : options_.sysfs_root;
-  if (options_.topology_xml.empty()) {  // the live PCI tree changes on hotplug: load it afresh
-    absl::StatusOr<HwlocTree> tree = LoadHwlocTree("", sysfs_root);
+  // The live PCI tree changes on hotplug: load it afresh; a one-shot XML is loaded once anyway.
+  if (options_.topology_xml.empty() || one_shot_) {
+    absl::StatusOr<HwlocTree> tree = LoadHwlocTree(options_.topology_xml, sysfs_root);
     if (!tree.ok()) return tree.status();
-    return std::make_shared<const HwlocTree>(std::move(*tree));
+    return std::make_shared<HwlocTree>(std::move(*tree));
   }
   absl::MutexLock lock(&mu_);
   if (!xml_tree_) {
     absl::StatusOr<HwlocTree> tree = LoadHwlocTree(options_.topology_xml, sysfs_root);
     if (!tree.ok()) return tree.status();
-    xml_tree_ = std::make_shared<const HwlocTree>(std::move(*tree));
+    xml_tree_ = std::make_shared<HwlocTree>(std::move(*tree));
   }
   return xml_tree_;
 }
 
 absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options) {
-  return Discoverer(options).Discover();
+  Discoverer once(options);
+  once.one_shot_ = true;
+  return once.Discover();
 }
 
 absl::StatusOr<TopologyPtr> Discoverer::Discover() {
@@ -101,10 +112,15 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
     if (!read.ok()) return read.status();
     hcas = std::move(*read);
   }
-  absl::StatusOr<std::shared_ptr<const HwlocTree>> tree = Tree();
+  absl::StatusOr<std::shared_ptr<HwlocTree>> tree = Tree();
   if (!tree.ok()) return tree.status();
   if (hcas_from_xml) {
-    hcas = (*tree)->openfabrics;
+    // A tree loaded for this call alone is ours to take from; the kept one is copied.
+    if (tree->use_count() == 1) {
+      hcas = std::move((*tree)->openfabrics);
+    } else {
+      hcas = (*tree)->openfabrics;
+    }
     DropDuplicatePci(hcas, "HCA", [](const Hca& h) { return h.name; });
   } else {
     PlaceFromTree(hcas, **tree);
@@ -126,9 +142,10 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
     if (g.place.numa) numa.push_back(*g.place.numa);
   }
   auto topo = std::make_shared<const Topology>(std::move(numa), std::move(hcas), std::move(gpus));
-  for (const Hca& h : topo->hcas()) LogHca(h);
-  Logger("topology")->info("snapshot: hcas={} gpus={} numa_nodes={}", topo->hcas().size(),
-                           topo->gpus().size(), topo->numa_nodes().size());
+  const std::shared_ptr<spdlog::logger> log = Logger("topology");
+  for (const Hca& h : topo->hcas()) LogHca(*log, h);
+  log->info("snapshot: hcas={} gpus={} numa_nodes={}", topo->hcas().size(), topo->gpus().size(),
+            topo->numa_nodes().size());
   return topo;
 }
 

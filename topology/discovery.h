@@ -69,12 +69,18 @@ class Discoverer {
   const DiscoveryOptions& options() const { return options_; }
 
  private:
-  absl::StatusOr<std::shared_ptr<const HwlocTree>> Tree();
+  friend absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options);
+
+  // The tree to discover from: the XML's as loaded once (shared with the cache: read only), or
+  // one loaded for this call alone (the live machine, or a one-shot Discoverer's XML), which
+  // Discover may consume.
+  absl::StatusOr<std::shared_ptr<HwlocTree>> Tree();
 
   const DiscoveryOptions options_;
   const std::shared_ptr<Env> env_;
+  bool one_shot_ = false;  // set by Discover(options): the XML's tree is not kept
   absl::Mutex mu_;
-  std::shared_ptr<const HwlocTree> xml_tree_ ABSL_GUARDED_BY(mu_);  // once loaded
+  std::shared_ptr<HwlocTree> xml_tree_ ABSL_GUARDED_BY(mu_);  // once loaded; never modified
 };
 
 // One discovery: Discoverer(options).Discover().

@@ -52,15 +52,22 @@ PathClass Classify(const PciPlacement& a, const PciPlacement& b) {
   if (common == 0) return PathClass::kPHB;
   // The switches the path crosses: those of the bridges below the common one on either side,
   // plus the switch the common bridge belongs to. A switch's upstream and downstream ports
-  // share one switch_id, so a set counts each switch once.
-  std::set<std::string> switches;
-  auto add = [&switches](const Bridge& br) {
-    if (!br.switch_id.empty()) switches.insert(br.switch_id);
+  // share one switch_id; PIX is at most one distinct switch, so the first one seen and whether
+  // another differs from it say it all.
+  const std::string* first = nullptr;
+  bool more = false;
+  auto add = [&](const Bridge& br) {
+    if (br.switch_id.empty()) return;
+    if (first == nullptr) {
+      first = &br.switch_id;
+    } else if (*first != br.switch_id) {
+      more = true;
+    }
   };
   add(a.bridges[common - 1]);
   for (std::size_t i = common; i < a.bridges.size(); ++i) add(a.bridges[i]);
   for (std::size_t i = common; i < b.bridges.size(); ++i) add(b.bridges[i]);
-  return switches.size() <= 1 ? PathClass::kPIX : PathClass::kPXB;
+  return more ? PathClass::kPXB : PathClass::kPIX;
 }
 
 namespace {
@@ -97,7 +104,19 @@ Topology::Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vect
 int Topology::HcaIndex(std::string_view pci) const { return IndexByPci(hcas_, pci); }
 int Topology::GpuIndex(std::string_view pci) const { return IndexByPci(gpus_, pci); }
 
+bool IsCanonicalPci(std::string_view text) {
+  if (text.size() != 12 || text[4] != ':' || text[7] != ':' || text[10] != '.') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9, 11}) {
+    const char c = text[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  // Device 0x00-0x1f, function 0-7.
+  return text[8] <= '1' && text[11] <= '7';
+}
+
 std::optional<std::string> NormalizePci(std::string_view text) {
+  // What the kubelet sends back is what we advertised: canonical already, no parsing.
+  if (IsCanonicalPci(text)) return std::string(text);
   unsigned domain = 0, bus = 0, dev = 0, fn = 0;
   std::string s(text);
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -109,5 +109,7 @@ using TopologyPtr = std::shared_ptr<const Topology>;
 
 // "0000:1A:00.0" -> "0000:1a:00.0"; "1a:00.0" -> "0000:1a:00.0". nullopt when not a BDF.
 std::optional<std::string> NormalizePci(std::string_view text);
+// True when `text` is an address exactly as NormalizePci spells it ("0000:1a:00.0").
+bool IsCanonicalPci(std::string_view text);
 
 }  // namespace rdp::topology

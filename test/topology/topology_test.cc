@@ -2,6 +2,8 @@
 
 #include "topology/topology.h"
 
+#include <random>
+
 #include "gtest/gtest.h"
 
 namespace rdp::topology {
@@ -95,6 +97,50 @@ TEST(NormalizePciTest, Forms) {
                           "0000:1a:00.0x", "-1:00:00.0", "0x0000:1a:00.0", "10000:00:00.0"}) {
     EXPECT_EQ(NormalizePci(bad), std::nullopt) << bad;
   }
+}
+
+// NormalizePci answers a canonical address without parsing it; that shortcut must take exactly
+// the strings the parser gives back unchanged. A canonical-looking string is checked against the
+// parser through another spelling of it (a letter in upper case, or the domain dropped), which
+// the shortcut does not take. Every position is drawn from hex digits of both cases, separators
+// and junk.
+TEST(NormalizePciTest, TheShortcutTakesExactlyWhatTheParserWouldGiveBack) {
+  std::mt19937 rng(7);
+  const std::string alphabet = "0123456789abcdefABCDEFgG:.x-+ ";
+  int compared = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string s = "0000:00:00.0";
+    for (size_t at = 0; at < s.size(); ++at) {
+      const bool separator = s[at] == ':' || s[at] == '.';
+      if (rng() % 8 != 0) {  // mostly shaped like an address, device and function near range
+        if (!separator) {
+          s[at] = at == 8 ? "0123"[rng() % 4] : at == 11 ? "0123456789"[rng() % 10]
+                                                         : alphabet[rng() % 16];
+        }
+        continue;
+      }
+      s[at] = alphabet[rng() % alphabet.size()];
+    }
+    if (rng() % 16 == 0) s.erase(rng() % s.size(), 1);
+    // A spelling of the same address that only the parser reads.
+    std::string other;
+    if (auto letter = s.find_first_of("abcdef"); letter != std::string::npos) {
+      other = s;
+      other[letter] = static_cast<char>(other[letter] - 'a' + 'A');
+    } else if (s.size() == 12 && s.compare(0, 5, "0000:") == 0) {
+      other = s.substr(5);
+    }
+    const bool canonical = IsCanonicalPci(s);
+    EXPECT_EQ(canonical, NormalizePci(s) == s) << "'" << s << "'";
+    if (!other.empty() && canonical) {
+      ++compared;
+      EXPECT_EQ(NormalizePci(other), s) << "'" << s << "' spelled '" << other << "'";
+    }
+    if (!other.empty() && NormalizePci(other) == s) {
+      EXPECT_TRUE(canonical) << "'" << s << "'";
+    }
+  }
+  EXPECT_GT(compared, 1000);
 }
 
 TEST(TopologyTest, SortsIndexesAndPrecomputesPaths) {

@@ -11,13 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -37,10 +38,25 @@ struct TopologyDeleter {
 };
 using TopologyHandle = std::unique_ptr<hwloc_topology, TopologyDeleter>;
 
+// Lower-case hex of `v` in exactly `digits` digits, appended.
+void AppendHex(std::string& out, unsigned v, int digits) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out.push_back(kDigits[(v >> shift) & 0xf]);
+}
+
+// "dddd:bb:dd.f", as NormalizePci spells it (hand-formatted: every PCI object and bridge of the
+// tree is named this way on each discovery).
 std::string BusId(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
-  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", static_cast<unsigned>(pci.domain),
-                     static_cast<unsigned>(pci.bus), static_cast<unsigned>(pci.dev),
-                     static_cast<unsigned>(pci.func));
+  std::string out;
+  out.reserve(12);
+  AppendHex(out, pci.domain, 4);
+  out.push_back(':');
+  AppendHex(out, pci.bus, 2);
+  out.push_back(':');
+  AppendHex(out, pci.dev, 2);
+  out.push_back('.');
+  AppendHex(out, pci.func, 1);
+  return out;
 }
 
 // hwloc keeps whatever an XML says in its bridge_type and osdev_type enum fields ("2-1" gives
@@ -71,6 +87,7 @@ bool HasBridgeChild(hwloc_obj_t o) {
 // children, so the role of a bridge depends on its parent's role, not on its own shape alone.
 std::vector<Bridge> ClassifyChain(const std::vector<hwloc_obj_t>& chain) {
   std::vector<Bridge> out;
+  out.reserve(chain.size());
   bool parent_is_upstream = false;
   std::string parent_switch;
   for (std::size_t i = 0; i < chain.size(); ++i) {
@@ -101,17 +118,20 @@ PciPlacement PlacementOf(hwloc_topology_t topo, hwloc_obj_t dev) {
   place.pci = BusId(dev->attr->pcidev);
   place.numa = NumaOf(topo, dev);
   place.bridges_known = true;
-  std::vector<hwloc_obj_t> up;
+  thread_local std::vector<hwloc_obj_t> up;  // reused: one per PCI function of every discovery
+  up.clear();
   for (hwloc_obj_t p = dev->parent; p && p->type == HWLOC_OBJ_BRIDGE; p = p->parent) {
     if (IsHostBridge(p)) {
-      place.pcie_root = fmt::format("pci{:04x}:{:02x}",
-                                    static_cast<unsigned>(p->attr->bridge.downstream.pci.domain),
-                                    static_cast<unsigned>(p->attr->bridge.downstream.pci.secondary_bus));
+      place.pcie_root = "pci";
+      AppendHex(place.pcie_root, p->attr->bridge.downstream.pci.domain, 4);
+      place.pcie_root.push_back(':');
+      AppendHex(place.pcie_root, p->attr->bridge.downstream.pci.secondary_bus, 2);
       break;
     }
     up.push_back(p);
   }
-  place.bridges = ClassifyChain(std::vector<hwloc_obj_t>(up.rbegin(), up.rend()));
+  std::reverse(up.begin(), up.end());  // root port first
+  place.bridges = ClassifyChain(up);
   return place;
 }
 
@@ -126,15 +146,24 @@ std::string PortStateName(int v) {
   }
 }
 
-Hca HcaFromOsdev(hwloc_topology_t topo, hwloc_obj_t os, hwloc_obj_t pcidev) {
+// N of an info named "Port<N>State" (N decimal, 1 to 9999), else 0. By hand: an OpenFabrics
+// device has a dozen infos, read on every discovery.
+int PortOfStateInfo(const char* name) {
+  if (name == nullptr || std::strncmp(name, "Port", 4) != 0) return 0;
+  int port = 0, digits = 0;
+  const char* p = name + 4;
+  for (; *p >= '0' && *p <= '9' && digits < 5; ++p, ++digits) port = port * 10 + (*p - '0');
+  if (digits == 0 || digits == 5 || std::strcmp(p, "State") != 0) return 0;
+  return port;
+}
+
+Hca HcaFromOsdev(hwloc_obj_t os, hwloc_obj_t pcidev, const PciPlacement& place) {
   Hca hca;
   hca.name = os->name ? os->name : "";
-  hca.place = PlacementOf(topo, pcidev);
+  hca.place = place;
   for (unsigned i = 0; i < os->infos_count; ++i) {
-    int port = 0, consumed = 0;
-    const char* name = os->infos[i].name;
-    if (std::sscanf(name, "Port%dState%n", &port, &consumed) == 1 &&
-        name[consumed] == '\0' && port > 0) {
+    const int port = PortOfStateInfo(os->infos[i].name);
+    if (port > 0) {
       Port p;
       p.number = port;
       p.state = PortStateName(std::atoi(os->infos[i].value));
@@ -306,26 +335,24 @@ absl::Status UseHwlocRoot(const std::string& fsroot) {
 
 // ProbeXmlInChild, once per version of a file in this process: a file that loaded in a child
 // loads here again without a new child for as long as it is the same file, unchanged (device,
-// inode, size, modification time). Only successes are remembered.
-absl::Status ProbeXmlOnce(const std::string& xml) {
-  struct stat st;
-  if (::stat(xml.c_str(), &st) != 0) return ProbeXmlInChild(xml);
-  const std::string key = fmt::format("{}:{}:{}:{}.{}:{}", st.st_dev, st.st_ino, st.st_size,
-                                      st.st_mtim.tv_sec, st.st_mtim.tv_nsec, xml);
+// inode, size, modification time: `st`, its stat now). Only successes are remembered.
+absl::Status ProbeXmlOnce(const std::string& xml, const struct stat& st) {
+  using Version = std::tuple<dev_t, ino_t, off_t, time_t, long, std::string>;
+  const Version version{st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                        xml};
   static absl::Mutex mu(absl::kConstInit);
-  static auto* probed = new std::set<std::string>();
+  static auto* probed = new std::set<Version>();
   {
     absl::MutexLock lock(&mu);
-    if (probed->count(key) != 0) return absl::OkStatus();
+    if (probed->count(version) != 0) return absl::OkStatus();
   }
   if (absl::Status s = ProbeXmlInChild(xml); !s.ok()) return s;
   absl::MutexLock lock(&mu);
-  probed->insert(key);
+  probed->insert(version);
   return absl::OkStatus();
 }
 
 absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::string& fsroot) {
-  namespace fs = std::filesystem;
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return absl::InternalError("hwloc_topology_init failed");
   TopologyHandle topo(raw);
@@ -334,11 +361,13 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
   int rc = 0;
   int err = 0;
   if (!xml.empty()) {
-    std::error_code ec;
-    if (!fs::is_regular_file(xml, ec) || !std::ifstream(xml)) {
-      return absl::NotFoundError("topology XML " + xml + ": no such readable file");
-    }
-    if (absl::Status probe = ProbeXmlOnce(xml); !probe.ok()) return probe;
+    // A readable regular file: one open and its stat, which also names the file's version.
+    struct stat st;
+    const int fd = ::open(xml.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    const bool readable = fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (fd >= 0) ::close(fd);
+    if (!readable) return absl::NotFoundError("topology XML " + xml + ": no such readable file");
+    if (absl::Status probe = ProbeXmlOnce(xml, st); !probe.ok()) return probe;
     if (hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
       return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it: " +
                                         std::strerror(errno));
@@ -368,9 +397,13 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
   }
 
   HwlocTree tree;
+  tree.pci.reserve(static_cast<std::size_t>(
+      std::max(0, hwloc_get_nbobjs_by_type(raw, HWLOC_OBJ_PCI_DEVICE))));
   for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(raw, HWLOC_OBJ_NUMANODE, n));) {
     tree.numa_nodes.push_back(static_cast<int>(n->os_index));
   }
+  // Each PCI function's placement is computed once; an OS device's parent finds its own through
+  // userdata (the topology is ours and dies with this call).
   for (hwloc_obj_t d = nullptr; (d = hwloc_get_next_pcidev(raw, d));) {
     HwlocPciDevice dev;
     dev.place = PlacementOf(raw, d);
@@ -378,12 +411,15 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
     dev.vendor = d->attr->pcidev.vendor_id;
     dev.device = d->attr->pcidev.device_id;
     tree.pci.push_back(std::move(dev));
+    d->userdata = reinterpret_cast<void*>(tree.pci.size());  // index + 1
   }
   for (hwloc_obj_t os = nullptr; (os = hwloc_get_next_osdev(raw, os));) {
     if (EnumValue(os->attr->osdev.type) != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
     hwloc_obj_t parent = os->parent;
     if (!parent || parent->type != HWLOC_OBJ_PCI_DEVICE) continue;  // not a PCI function
-    tree.openfabrics.push_back(HcaFromOsdev(raw, os, parent));
+    const auto index = reinterpret_cast<std::size_t>(parent->userdata);
+    tree.openfabrics.push_back(HcaFromOsdev(
+        os, parent, index > 0 ? tree.pci[index - 1].place : PlacementOf(raw, parent)));
   }
   return tree;
 }

@@ -3,8 +3,9 @@
 // Internal to topology/: helpers of the sysfs reader and of discovery.
 
 #include <algorithm>
-#include <set>
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/log.h"
@@ -16,15 +17,27 @@ namespace rdp::topology {
 // device ID twice. `what` names the kind ("HCA", "GPU"); name(item) names the entry.
 template <typename T, typename NameFn>
 void DropDuplicatePci(std::vector<T>& items, const char* what, NameFn name) {
-  std::set<std::string> seen;
-  items.erase(std::remove_if(items.begin(), items.end(),
-                             [&](const T& item) {
-                               if (seen.insert(item.place.pci).second) return false;
-                               Logger("topology")->warn("ignoring {} {}: another {} is at {}",
-                                                        what, name(item), what, item.place.pci);
-                               return true;
-                             }),
-              items.end());
+  // Decided first, moved after: the views point into the items' own strings.
+  std::vector<std::string_view> seen;  // sorted
+  std::vector<char> drop(items.size(), 0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string_view pci = items[i].place.pci;
+    auto at = std::lower_bound(seen.begin(), seen.end(), pci);
+    if (at == seen.end() || *at != pci) {
+      seen.insert(at, pci);
+      continue;
+    }
+    Logger("topology")->warn("ignoring {} {}: another {} is at {}", what, name(items[i]), what,
+                             items[i].place.pci);
+    drop[i] = 1;
+  }
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (drop[i]) continue;
+    if (kept != i) items[kept] = std::move(items[i]);
+    ++kept;
+  }
+  items.erase(items.begin() + static_cast<std::ptrdiff_t>(kept), items.end());
 }
 
 // "pci0000:15" from a resolved device path of the node, "/sys/devices/pci0000:15/...": the first
