@@ -76,6 +76,31 @@ class NodeEnv : public Env {
     return ::stat(HostPath(path).c_str(), &st) == 0;  // a dangling link is nothing
   }
 
+  std::vector<bool> ExistAll(const std::vector<std::string>& paths) override {
+    std::vector<bool> out(paths.size(), false);
+    std::string dir_open;  // the node path of dirfd's directory
+    int dirfd = -1;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      const std::string& path = paths[i];
+      const std::size_t slash = path.rfind('/');
+      if (slash == std::string::npos || slash + 1 == path.size()) {
+        out[i] = Exists(path);
+        continue;
+      }
+      const std::string dir = path.substr(0, slash == 0 ? 1 : slash);
+      if (dir != dir_open || dirfd < 0) {
+        if (dirfd >= 0) ::close(dirfd);
+        dirfd = ::open(HostPath(dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        dir_open = dir;
+      }
+      struct stat st;
+      // Links followed, as Exists: a dangling link is nothing.
+      out[i] = dirfd >= 0 && ::fstatat(dirfd, path.c_str() + slash + 1, &st, 0) == 0;
+    }
+    if (dirfd >= 0) ::close(dirfd);
+    return out;
+  }
+
   bool IsDirectory(const std::string& path) override {
     struct stat st;
     return ::stat(HostPath(path).c_str(), &st) == 0 && S_ISDIR(st.st_mode);

@@ -41,6 +41,15 @@ class Env {
   // Whether anything (a file, a directory, a device node, a socket) is at `path`, links
   // followed.
   virtual bool Exists(const std::string& path) = 0;
+  // Exists() of each path, in order. The node's Env opens each parent directory once and looks
+  // the names up in it: a handful of device nodes under /dev/infiniband, checked on every
+  // Allocate, cost one short lookup each instead of a walk of the whole path.
+  virtual std::vector<bool> ExistAll(const std::vector<std::string>& paths) {
+    std::vector<bool> out;
+    out.reserve(paths.size());
+    for (const std::string& path : paths) out.push_back(Exists(path));
+    return out;
+  }
   // Whether `path` resolves to a directory.
   virtual bool IsDirectory(const std::string& path) = 0;
   // Where `path` is read from on this machine, for messages.
@@ -51,6 +60,8 @@ class Env {
 std::shared_ptr<Env> NewNodeEnv(NodeRoots roots);
 
 // Forwards every call to another Env: the base of wrappers (a test's fault injection).
+// ExistAll is left to Env's loop over Exists, so that a wrapper that overrides Exists sees
+// every path of a batch too.
 class EnvWrapper : public Env {
  public:
   explicit EnvWrapper(std::shared_ptr<Env> base) : base_(std::move(base)) {}

@@ -34,13 +34,9 @@ absl::Status Invalid(const std::string& what, const std::string& id) {
   return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
 }
 
-// The HCA with its device nodes checked now: the scan that saw them may be a poll old, and a
-// DeviceSpec naming a missing node makes the container runtime refuse the container.
-topology::Hca WithDeviceNodesNow(Env& env, const topology::Hca& hca) {
-  topology::Hca now = hca;
-  for (auto& [path, present] : now.char_devices) present = env.Exists(path);
-  return now;
-}
+// Allocate checks every device node it names now: the scan that saw them may be a poll old, and
+// a DeviceSpec naming a missing node makes the container runtime refuse the container.
+constexpr char kRdmaCm[] = "/dev/infiniband/rdma_cm";
 
 std::string Describe(const topology::Hca& hca) {
   return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
@@ -391,20 +387,20 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
   }
   topology::TopologyPtr snapshot;
   std::map<std::string, std::string> withheld;
-  std::set<std::string> known;
   {
     absl::MutexLock lock(&mu_);
     snapshot = snapshot_;
     withheld = withheld_;
-    for (const auto& [pci, k] : known_) known.insert(pci);
   }
-  std::vector<topology::Hca> chosen;
-  bool stale = false;
+  // The HCAs asked for (exclusive) or every HCA (shared), with what makes each one refused.
+  std::vector<const topology::Hca*> asked;
+  std::vector<std::string> refused;  // shared mode: why each left-out HCA is
   if (exclusive) {
     for (const std::string& pci : canonical) {
       const int idx = snapshot->HcaIndex(pci);
       if (idx < 0) {
-        if (known.count(pci)) {
+        absl::MutexLock lock(&mu_);
+        if (known_.count(pci)) {
           return absl::FailedPreconditionError(
               absl::StrCat("HCA ", pci, " is not present on this node any more"));
         }
@@ -415,42 +411,60 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
         return absl::FailedPreconditionError(
             absl::StrCat("HCA ", Describe(hca), " is withheld: ", w->second));
       }
-      topology::Hca now = WithDeviceNodesNow(*deps_.env, hca);
-      const Verdict verdict = Assess(now);
-      if (!verdict.usable) {
-        if (HcaUsable(hca)) RequestRescan();
-        return absl::FailedPreconditionError(
-            absl::StrCat("HCA ", Describe(hca), " is unhealthy: ", verdict.reason));
-      }
-      chosen.push_back(std::move(now));
+      asked.push_back(&hca);
     }
   } else {
-    std::vector<std::string> refused;
     for (const topology::Hca& hca : snapshot->hcas()) {
       if (auto w = withheld.find(hca.place.pci); w != withheld.end()) {
         refused.push_back(absl::StrCat(hca.name, " is withheld: ", w->second));
         continue;
       }
-      topology::Hca now = WithDeviceNodesNow(*deps_.env, hca);
-      const Verdict verdict = Assess(now);
-      if (!verdict.usable) {
-        stale = stale || HcaUsable(hca);
-        refused.push_back(absl::StrCat(hca.name, ": ", verdict.reason));
-        continue;
-      }
-      chosen.push_back(std::move(now));
-    }
-    if (stale) RequestRescan();
-    if (chosen.empty()) {
-      return absl::FailedPreconditionError(
-          refused.empty() ? std::string("no HCA on this node")
-                          : absl::StrCat("no HCA can be handed out on this node: ",
-                                         absl::StrJoin(refused, "; ")));
+      asked.push_back(&hca);
     }
   }
-  std::vector<const topology::Hca*> hcas;
-  for (const topology::Hca& h : chosen) hcas.push_back(&h);
-  return BuildAllocation(hcas, deps_.env->Exists("/dev/infiniband/rdma_cm"));
+  // Their device nodes as they are now (one batch: a lookup in /dev/infiniband each), and
+  // rdma_cm's.
+  std::vector<std::string> paths;
+  for (const topology::Hca* hca : asked) {
+    for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
+  }
+  paths.push_back(kRdmaCm);
+  const std::vector<bool> present = deps_.env->ExistAll(paths);
+  std::vector<topology::Hca> changed;  // copies of HCAs whose nodes changed since the scan
+  changed.reserve(asked.size());
+  std::vector<const topology::Hca*> chosen;
+  bool stale = false;
+  size_t next = 0;
+  for (const topology::Hca* hca : asked) {
+    const topology::Hca* now = hca;
+    for (size_t i = 0; i < hca->char_devices.size(); ++i) {
+      if (present[next + i] == hca->char_devices[i].second) continue;
+      if (now == hca) now = &changed.emplace_back(*hca);
+      changed.back().char_devices[i].second = present[next + i];
+    }
+    next += hca->char_devices.size();
+    const Verdict verdict = Assess(*now);
+    if (!verdict.usable) {
+      const bool was_usable = HcaUsable(*hca);
+      if (exclusive) {
+        if (was_usable) RequestRescan();
+        return absl::FailedPreconditionError(
+            absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
+      }
+      stale = stale || was_usable;
+      refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
+      continue;
+    }
+    chosen.push_back(now);
+  }
+  if (stale) RequestRescan();
+  if (!exclusive && chosen.empty()) {
+    return absl::FailedPreconditionError(
+        refused.empty() ? std::string("no HCA on this node")
+                        : absl::StrCat("no HCA can be handed out on this node: ",
+                                       absl::StrJoin(refused, "; ")));
+  }
+  return BuildAllocation(chosen, present.back());
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,

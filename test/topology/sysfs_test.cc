@@ -194,5 +194,30 @@ TEST(SysfsRootTest, NoRdmaClassMeansNoHcas) {
   EXPECT_TRUE(hcas->empty());
 }
 
+// The batch lookup Allocate uses answers what Exists answers, path by path: device nodes,
+// links to them (followed), dangling links, a missing directory, a directory itself, a path
+// outside the node's trees, a path without a directory, and one directory left and come back to.
+TEST(EnvTest, ExistAllAgreesWithExists) {
+  testing::TempDir dir;
+  const fs::path ib = fs::path(dir.path()) / "dev/infiniband";
+  fs::create_directories(ib);
+  fs::create_directories(fs::path(dir.path()) / "sys/class");
+  std::ofstream(ib / "uverbs0").put('x');
+  std::ofstream(ib / "rdma_cm").put('x');
+  fs::create_symlink("uverbs0", ib / "uverbs-link");
+  fs::create_symlink("nowhere", ib / "dangling");
+  const std::shared_ptr<Env> env = NewNodeEnv({dir.path(), dir.path(), dir.path()});
+  const std::vector<std::string> paths = {
+      "/dev/infiniband/uverbs0", "/dev/infiniband/umad0",      "/dev/infiniband/uverbs-link",
+      "/dev/infiniband/dangling", "/dev/missing/uverbs0",      "/dev/infiniband",
+      "/sys/class",              "/dev/infiniband/rdma_cm",   "no-directory",
+      "/dev/infiniband/",        "/sys/class/infiniband",     "/dev/infiniband/uverbs0"};
+  std::vector<bool> one_by_one;
+  for (const std::string& p : paths) one_by_one.push_back(env->Exists(p));
+  EXPECT_EQ(env->ExistAll(paths), one_by_one);
+  EXPECT_EQ(one_by_one, (std::vector<bool>{true, false, true, false, false, true, true, true,
+                                           false, true, false, true}));
+}
+
 }  // namespace
 }  // namespace rdp::topology
