@@ -1,12 +1,19 @@
 #include "base/env.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <system_error>
 
 namespace rdp {
@@ -78,26 +85,21 @@ class NodeEnv : public Env {
 
   std::vector<bool> ExistAll(const std::vector<std::string>& paths) override {
     std::vector<bool> out(paths.size(), false);
-    std::string dir_open;  // the node path of dirfd's directory
-    int dirfd = -1;
+    // Paths by directory, in order of first appearance; one without a directory part alone.
+    std::vector<std::pair<std::string, std::vector<std::size_t>>> dirs;
     for (std::size_t i = 0; i < paths.size(); ++i) {
-      const std::string& path = paths[i];
-      const std::size_t slash = path.rfind('/');
-      if (slash == std::string::npos || slash + 1 == path.size()) {
-        out[i] = Exists(path);
+      const std::size_t slash = paths[i].rfind('/');
+      if (slash == std::string::npos || slash + 1 == paths[i].size()) {
+        out[i] = Exists(paths[i]);
         continue;
       }
-      const std::string dir = path.substr(0, slash == 0 ? 1 : slash);
-      if (dir != dir_open || dirfd < 0) {
-        if (dirfd >= 0) ::close(dirfd);
-        dirfd = ::open(HostPath(dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-        dir_open = dir;
-      }
-      struct stat st;
-      // Links followed, as Exists: a dangling link is nothing.
-      out[i] = dirfd >= 0 && ::fstatat(dirfd, path.c_str() + slash + 1, &st, 0) == 0;
+      std::string dir = paths[i].substr(0, slash == 0 ? 1 : slash);
+      auto it = std::find_if(dirs.begin(), dirs.end(),
+                             [&](const auto& d) { return d.first == dir; });
+      if (it == dirs.end()) it = dirs.insert(dirs.end(), {std::move(dir), {}});
+      it->second.push_back(i);
     }
-    if (dirfd >= 0) ::close(dirfd);
+    for (const auto& [dir, members] : dirs) LookUpIn(dir, paths, members, out);
     return out;
   }
 
@@ -114,6 +116,101 @@ class NodeEnv : public Env {
   }
 
  private:
+  // A directory's entries (name, d_type), sorted, as read when its status was `st`.
+  struct Listing {
+    struct stat st = {};
+    bool reusable = false;  // listed long enough after its last change (see LookUpIn)
+    std::vector<std::pair<std::string, unsigned char>> entries;
+  };
+
+  // The entries of the directory open as `fd`: open, getdents64 until it returns nothing, and
+  // the caller closes. nullopt when it cannot be read.
+  static std::optional<std::vector<std::pair<std::string, unsigned char>>> ReadEntries(int fd) {
+    std::vector<std::pair<std::string, unsigned char>> entries;
+    alignas(8) char buf[16384];
+    while (true) {
+      const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return std::nullopt;
+      if (n == 0) break;
+      for (long at = 0; at < n;) {
+        struct Entry {
+          ino64_t ino;
+          off64_t off;
+          unsigned short reclen;
+          unsigned char type;
+          char name[1];
+        };
+        const auto* e = reinterpret_cast<const Entry*>(buf + at);
+        entries.emplace_back(e->name, e->type);
+        at += e->reclen;
+      }
+    }
+    std::sort(entries.begin(), entries.end());
+    return entries;
+  }
+
+  // Exists() of paths[i] for i in `members`, all directly in `dir`, into out[i]. A syscall costs
+  // a microsecond or more on some hosts, and Allocate asks for three nodes per HCA: the entries
+  // of a directory are read once and kept while the directory's status (device, inode, change
+  // and modification times) stays the same, so that a repeated check costs one stat. A listing
+  // taken within kRacyWindowNs of the directory's last modification is not reused: another
+  // change in the same clock tick would leave the times as they were. Links and entries
+  // of unknown type are stat()ed each time, so that a dangling link is nothing, as for Exists.
+  void LookUpIn(const std::string& dir, const std::vector<std::string>& paths,
+                const std::vector<std::size_t>& members, std::vector<bool>& out) {
+    constexpr long long kRacyWindowNs = 200'000'000;
+    auto name = [&](std::size_t i) { return paths[i].c_str() + paths[i].rfind('/') + 1; };
+    const std::string host = HostPath(dir);
+    struct stat st;
+    if (::stat(host.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;  // nothing in it exists
+    auto same = [&st](const struct stat& o) {
+      return o.st_dev == st.st_dev && o.st_ino == st.st_ino &&
+             o.st_mtim.tv_sec == st.st_mtim.tv_sec && o.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
+             o.st_ctim.tv_sec == st.st_ctim.tv_sec && o.st_ctim.tv_nsec == st.st_ctim.tv_nsec;
+    };
+    std::shared_ptr<const Listing> listing;
+    {
+      std::lock_guard<std::mutex> lock(listings_mu_);
+      auto it = listings_.find(host);
+      if (it != listings_.end() && it->second->reusable && same(it->second->st)) {
+        listing = it->second;
+      }
+    }
+    const int fd = listing ? -1 : ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (!listing) {
+      std::optional<std::vector<std::pair<std::string, unsigned char>>> entries;
+      struct stat now_st;
+      if (fd >= 0 && ::fstat(fd, &now_st) == 0) entries = ReadEntries(fd);
+      if (fd >= 0) ::close(fd);
+      if (!entries) {  // unreadable (searchable only, say): one stat per path
+        for (std::size_t i : members) out[i] = Exists(paths[i]);
+        return;
+      }
+      auto fresh = std::make_shared<Listing>();
+      fresh->st = now_st;
+      fresh->entries = std::move(*entries);
+      struct timespec now;
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      const long long age = (now.tv_sec - now_st.st_mtim.tv_sec) * 1'000'000'000LL +
+                            (now.tv_nsec - now_st.st_mtim.tv_nsec);
+      fresh->reusable = age >= kRacyWindowNs;
+      listing = fresh;
+      std::lock_guard<std::mutex> lock(listings_mu_);
+      if (listings_.size() > 64) listings_.clear();  // bounded: a few directories in practice
+      listings_[host] = std::move(fresh);
+    }
+    for (std::size_t i : members) {
+      const char* n = name(i);
+      const auto& entries = listing->entries;
+      auto at = std::lower_bound(entries.begin(), entries.end(), n,
+                                 [](const auto& e, const char* key) { return e.first < key; });
+      if (at == entries.end() || at->first != n) continue;
+      const bool plain = at->second != DT_LNK && at->second != DT_UNKNOWN;
+      out[i] = plain || Exists(paths[i]);
+    }
+  }
+
   // A root as an absolute path without links, so that resolved paths can be matched against it.
   static std::string Canonical(const std::string& root) {
     std::error_code ec;
@@ -142,6 +239,8 @@ class NodeEnv : public Env {
   }
 
   std::string roots_[std::size(kTrees)];
+  std::mutex listings_mu_;
+  std::map<std::string, std::shared_ptr<const Listing>> listings_;  // by host path
 };
 
 }  // namespace
