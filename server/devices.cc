@@ -1,6 +1,5 @@
 #include "server/devices.h"
 
-#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +18,12 @@ bool Usable(const HcaHealth& h, const std::set<std::string>& withheld) {
 // Whether the char device named `node` (uverbs0, umad1...) was present when last checked.
 bool Existed(const topology::Hca& hca, const std::string& node) {
   for (const auto& [path, present] : hca.char_devices) {
-    if (std::filesystem::path(path).filename() == node) return present;
+    // The last component of `path` is `node` (compared in place: Allocate calls this for every
+    // node of every HCA it hands out).
+    const std::size_t at = path.size() - node.size();
+    if (path.size() > node.size() && path[at - 1] == '/' && path.compare(at, node.size(), node) == 0) {
+      return present;
+    }
   }
   return false;
 }
@@ -81,6 +85,7 @@ bool IsSharedId(const std::string& id, int count) {
 ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
                                     bool with_rdma_cm) {
   ContainerAllocation out;
+  out.devices.reserve(hcas.size() * 3 + 1);
   auto add = [&out](const std::string& node) {
     const std::string path = absl::StrCat(kDevDir, node);
     out.devices.push_back({path, path, "rw"});
