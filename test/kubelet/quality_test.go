@@ -88,8 +88,8 @@ func qualityFixtures(t *testing.T) []string {
 //     PIX/PXB to them in available (beyond must-include), at least 95% hold one; there are
 //     at least 5 such answers on dgx-h100-like;
 //   - no pod-resources call was refused by the kubelet's rate limit;
-//   - the GPU plugin was asked to pack; GetPreferredAllocation reached our plugin under ours
-//     only, and the kubelet made none under its default;
+//   - the GPU plugin was asked to pack; under the kubelet default the kubelet made no
+//     GetPreferredAllocation call;
 //   - every admission took under 5 s.
 //
 // The measured shares, NUMA cover and rejections depend on the order in which the kubelet
@@ -448,15 +448,8 @@ func (r *qualityRun) finish() {
 	if e.GPU.Preferred() == 0 && tl.Admitted > 0 {
 		t.Errorf("the kubelet never asked the GPU plugin for a preferred allocation: GPUs were not packed")
 	}
-	// Our plugin computes a GPU context for each GetPreferredAllocation it answers (debug log).
-	contexts := e.Plugin.Count("GPU context:")
-	switch {
-	case r.hcaPolicy == PolicyKubeletDefault && tl.GPACalls > 0:
+	if r.hcaPolicy == PolicyKubeletDefault && tl.GPACalls > 0 {
 		t.Errorf("the kubelet called GetPreferredAllocation %d times, though the tap said there is none", tl.GPACalls)
-	case r.hcaPolicy != PolicyOurs && contexts > 0:
-		t.Errorf("our plugin answered %d GetPreferredAllocation calls under %s", contexts, r.hcaPolicy)
-	case r.hcaPolicy == PolicyOurs && tl.GPACalls > 0 && contexts == 0:
-		t.Errorf("%d GetPreferredAllocation calls, none answered by our plugin", tl.GPACalls)
 	}
 	if r.hcaPolicy == PolicyOurs {
 		if tl.AnswerCases > 0 && 100*tl.AnswerNear < 95*tl.AnswerCases {
