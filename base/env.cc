@@ -83,23 +83,28 @@ class NodeEnv : public Env {
     return ::stat(HostPath(path).c_str(), &st) == 0;  // a dangling link is nothing
   }
 
-  std::vector<bool> ExistAll(const std::vector<std::string>& paths) override {
+  std::vector<bool> ExistAll(const std::vector<std::string_view>& paths) override {
     std::vector<bool> out(paths.size(), false);
     // Paths by directory, in order of first appearance; one without a directory part alone.
-    std::vector<std::pair<std::string, std::vector<std::size_t>>> dirs;
+    thread_local std::vector<std::pair<std::string_view, std::vector<std::size_t>>> dirs;
+    for (auto& d : dirs) d.second.clear();
+    std::size_t used = 0;
     for (std::size_t i = 0; i < paths.size(); ++i) {
       const std::size_t slash = paths[i].rfind('/');
-      if (slash == std::string::npos || slash + 1 == paths[i].size()) {
-        out[i] = Exists(paths[i]);
+      if (slash == std::string_view::npos || slash + 1 == paths[i].size()) {
+        out[i] = Exists(std::string(paths[i]));
         continue;
       }
-      std::string dir = paths[i].substr(0, slash == 0 ? 1 : slash);
-      auto it = std::find_if(dirs.begin(), dirs.end(),
-                             [&](const auto& d) { return d.first == dir; });
-      if (it == dirs.end()) it = dirs.insert(dirs.end(), {std::move(dir), {}});
-      it->second.push_back(i);
+      const std::string_view dir = paths[i].substr(0, slash == 0 ? 1 : slash);
+      std::size_t d = 0;
+      while (d < used && dirs[d].first != dir) ++d;
+      if (d == used) {
+        if (used == dirs.size()) dirs.emplace_back();
+        dirs[used++].first = dir;
+      }
+      dirs[d].second.push_back(i);
     }
-    for (const auto& [dir, members] : dirs) LookUpIn(dir, paths, members, out);
+    for (std::size_t d = 0; d < used; ++d) LookUpIn(dirs[d].first, paths, dirs[d].second, out);
     return out;
   }
 
@@ -118,6 +123,7 @@ class NodeEnv : public Env {
  private:
   // A directory's entries (name, d_type), sorted, as read when its status was `st`.
   struct Listing {
+    std::string host;  // the directory's path on this machine
     struct stat st = {};
     bool reusable = false;  // listed long enough after its last change (see LookUpIn)
     std::vector<std::pair<std::string, unsigned char>> entries;
@@ -157,11 +163,21 @@ class NodeEnv : public Env {
   // taken within kRacyWindowNs of the directory's last modification is not reused: another
   // change in the same clock tick would leave the times as they were. Links and entries
   // of unknown type are stat()ed each time, so that a dangling link is nothing, as for Exists.
-  void LookUpIn(const std::string& dir, const std::vector<std::string>& paths,
+  void LookUpIn(std::string_view dir, const std::vector<std::string_view>& paths,
                 const std::vector<std::size_t>& members, std::vector<bool>& out) {
     constexpr long long kRacyWindowNs = 200'000'000;
-    auto name = [&](std::size_t i) { return paths[i].c_str() + paths[i].rfind('/') + 1; };
-    const std::string host = HostPath(dir);
+    auto name = [&](std::size_t i) { return paths[i].substr(paths[i].rfind('/') + 1); };
+    // The directory's path on this machine, kept with its listing (no string built per call).
+    std::shared_ptr<const Listing> listing;
+    std::string host;
+    {
+      std::lock_guard<std::mutex> lock(listings_mu_);
+      if (auto it = listings_.find(dir); it != listings_.end()) {
+        listing = it->second;
+        host = listing->host;
+      }
+    }
+    if (host.empty()) host = HostPath(std::string(dir));
     struct stat st;
     if (::stat(host.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;  // nothing in it exists
     auto same = [&st](const struct stat& o) {
@@ -169,14 +185,7 @@ class NodeEnv : public Env {
              o.st_mtim.tv_sec == st.st_mtim.tv_sec && o.st_mtim.tv_nsec == st.st_mtim.tv_nsec &&
              o.st_ctim.tv_sec == st.st_ctim.tv_sec && o.st_ctim.tv_nsec == st.st_ctim.tv_nsec;
     };
-    std::shared_ptr<const Listing> listing;
-    {
-      std::lock_guard<std::mutex> lock(listings_mu_);
-      auto it = listings_.find(host);
-      if (it != listings_.end() && it->second->reusable && same(it->second->st)) {
-        listing = it->second;
-      }
-    }
+    if (listing && !(listing->reusable && same(listing->st))) listing = nullptr;
     const int fd = listing ? -1 : ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (!listing) {
       std::optional<std::vector<std::pair<std::string, unsigned char>>> entries;
@@ -184,10 +193,11 @@ class NodeEnv : public Env {
       if (fd >= 0 && ::fstat(fd, &now_st) == 0) entries = ReadEntries(fd);
       if (fd >= 0) ::close(fd);
       if (!entries) {  // unreadable (searchable only, say): one stat per path
-        for (std::size_t i : members) out[i] = Exists(paths[i]);
+        for (std::size_t i : members) out[i] = Exists(std::string(paths[i]));
         return;
       }
       auto fresh = std::make_shared<Listing>();
+      fresh->host = host;
       fresh->st = now_st;
       fresh->entries = std::move(*entries);
       struct timespec now;
@@ -198,16 +208,16 @@ class NodeEnv : public Env {
       listing = fresh;
       std::lock_guard<std::mutex> lock(listings_mu_);
       if (listings_.size() > 64) listings_.clear();  // bounded: a few directories in practice
-      listings_[host] = std::move(fresh);
+      listings_[std::string(dir)] = std::move(fresh);
     }
     for (std::size_t i : members) {
-      const char* n = name(i);
+      const std::string_view n = name(i);
       const auto& entries = listing->entries;
       auto at = std::lower_bound(entries.begin(), entries.end(), n,
-                                 [](const auto& e, const char* key) { return e.first < key; });
+                                 [](const auto& e, std::string_view key) { return e.first < key; });
       if (at == entries.end() || at->first != n) continue;
       const bool plain = at->second != DT_LNK && at->second != DT_UNKNOWN;
-      out[i] = plain || Exists(paths[i]);
+      out[i] = plain || Exists(std::string(paths[i]));
     }
   }
 
@@ -240,7 +250,8 @@ class NodeEnv : public Env {
 
   std::string roots_[std::size(kTrees)];
   std::mutex listings_mu_;
-  std::map<std::string, std::shared_ptr<const Listing>> listings_;  // by host path
+  // By node path of the directory; looked up without building a string.
+  std::map<std::string, std::shared_ptr<const Listing>, std::less<>> listings_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rdp {
@@ -44,10 +45,10 @@ class Env {
   // Exists() of each path, in order. The node's Env opens each parent directory once and looks
   // the names up in it: a handful of device nodes under /dev/infiniband, checked on every
   // Allocate, cost one short lookup each instead of a walk of the whole path.
-  virtual std::vector<bool> ExistAll(const std::vector<std::string>& paths) {
+  virtual std::vector<bool> ExistAll(const std::vector<std::string_view>& paths) {
     std::vector<bool> out;
     out.reserve(paths.size());
-    for (const std::string& path : paths) out.push_back(Exists(path));
+    for (std::string_view path : paths) out.push_back(Exists(std::string(path)));
     return out;
   }
   // Whether `path` resolves to a directory.

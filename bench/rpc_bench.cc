@@ -18,7 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
 #include "base/log.h"
+#include "server/mutexes.h"
 #include "server/plugin_server.h"
+#include "server/service.h"
 #include "sim/kubelet_sim.h"
 #include "sim/sysfs_fixture.h"
 #include "topology/discovery.h"
@@ -183,6 +185,40 @@ void BM_Allocate(benchmark::State& state) {
   });
 }
 
+// The handlers alone, called in this thread without gRPC (the RPC benchmarks' share that is ours):
+// args as BM_GetPreferredAllocation and BM_Allocate.
+void BM_PreferHandler(benchmark::State& state) {
+  Rig* rig = GetRig(ModeArg(state), state.range(1));
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (const auto& id : rig->ids) c->add_available_deviceids(id);
+  c->set_allocation_size(state.range(2));
+  for (auto _ : state) {
+    v1beta1::PreferredAllocationResponse response;
+    bool ok = false;
+    HandlePreferredAllocation(rig->plugin->node(), request, &response,
+                              [&ok](grpc::Status s) { ok = s.ok(); });
+    if (!ok) {
+      state.SkipWithError("GetPreferredAllocation failed");
+      break;
+    }
+  }
+}
+
+void BM_AllocateHandler(benchmark::State& state) {
+  Rig* rig = GetRig(ModeArg(state), state.range(1));
+  v1beta1::AllocateRequest request;
+  auto* c = request.add_container_requests();
+  for (int i = 0; i < state.range(2); ++i) c->add_devices_ids(rig->ids[i]);
+  for (auto _ : state) {
+    v1beta1::AllocateResponse response;
+    if (!HandleAllocate(rig->plugin->node(), request, &response).ok()) {
+      state.SkipWithError("Allocate failed");
+      break;
+    }
+  }
+}
+
 double RssMb() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -229,6 +265,10 @@ BENCHMARK(BM_Allocate)
     ->Args({0, 8, 1})->Args({0, 8, 4})->Args({0, 32, 1})->Args({0, 32, 8})
     ->Args({1, 8, 1})  // shared: every HCA's devices
     ->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PreferHandler)
+    ->Args({0, 8, 1})->Args({0, 8, 2})->Args({0, 8, 4})->Args({0, 32, 4})->Args({1, 8, 8})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AllocateHandler)->Args({0, 8, 1})->Args({0, 8, 4})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_RssAfter1e5Calls)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
@@ -239,6 +279,7 @@ void TearDownRigs() { TearDownRigsImpl(); }
 }  // namespace rdp::server
 
 int main(int argc, char** argv) {
+  rdp::server::DisableMutexDeadlockDetection();  // as the plugin runs (server/mutexes.h)
   rdp::SetLogLevel("warn");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -424,7 +424,8 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
   }
   // Their device nodes as they are now (one batch: a lookup in /dev/infiniband each), and
   // rdma_cm's.
-  std::vector<std::string> paths;
+  std::vector<std::string_view> paths;
+  paths.reserve(asked.size() * 3 + 1);
   for (const topology::Hca* hca : asked) {
     for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
   }

@@ -234,7 +234,6 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
 
 DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
   SetMessageAllocatorFor_GetPreferredAllocation(&prefer_messages_);
-  SetMessageAllocatorFor_Allocate(&allocate_messages_);
   listener_ = node_->AddListener([this] { Changed(); });
 }
 

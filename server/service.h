@@ -75,7 +75,8 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
 
   // Request and response of a unary RPC on one protobuf arena, freed with the call: a shared
   // GetPreferredAllocation carries 1000 IDs, which would otherwise be 1000 heap strings parsed
-  // and freed one by one.
+  // and freed one by one (about 1.63 -> 1.54 empty round trips). Allocate's few IDs gain nothing
+  // measurable from it.
   template <typename Request, typename Response>
   class ArenaMessages final : public grpc::MessageAllocator<Request, Response> {
    public:
@@ -96,7 +97,6 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   };
   ArenaMessages<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>
       prefer_messages_;
-  ArenaMessages<v1beta1::AllocateRequest, v1beta1::AllocateResponse> allocate_messages_;
 
   NodeState* const node_;  // not owned; outlives the service
   int listener_ = -1;

@@ -211,13 +211,13 @@ TEST(EnvTest, ExistAllAgreesWithExists) {
   fs::create_symlink("uverbs0", ib / "uverbs-link");
   fs::create_symlink("nowhere", ib / "dangling");
   const std::shared_ptr<Env> env = NewNodeEnv({dir.path(), dir.path(), dir.path()});
-  const std::vector<std::string> paths = {
+  const std::vector<std::string_view> paths = {
       "/dev/infiniband/uverbs0", "/dev/infiniband/umad0",      "/dev/infiniband/uverbs-link",
       "/dev/infiniband/dangling", "/dev/missing/uverbs0",      "/dev/infiniband",
       "/sys/class",              "/dev/infiniband/rdma_cm",   "no-directory",
       "/dev/infiniband/",        "/sys/class/infiniband",     "/dev/infiniband/uverbs0"};
   std::vector<bool> one_by_one;
-  for (const std::string& p : paths) one_by_one.push_back(env->Exists(p));
+  for (std::string_view p : paths) one_by_one.push_back(env->Exists(std::string(p)));
   EXPECT_EQ(env->ExistAll(paths), one_by_one);
   EXPECT_EQ(one_by_one, (std::vector<bool>{true, false, true, false, false, true, true, true,
                                            false, true, false, true}));
@@ -237,7 +237,7 @@ TEST(EnvTest, ExistAllSeesChangesAfterAReusedListing) {
   };
   age();
   const std::shared_ptr<Env> env = NewNodeEnv({dir.path(), dir.path(), dir.path()});
-  const std::vector<std::string> paths = {"/dev/infiniband/uverbs0", "/dev/infiniband/umad0",
+  const std::vector<std::string_view> paths = {"/dev/infiniband/uverbs0", "/dev/infiniband/umad0",
                                           "/dev/infiniband/issm0", "/dev/infiniband/rdma_cm",
                                           "/dev/infiniband/uverbs1"};
   EXPECT_EQ(env->ExistAll(paths), (std::vector<bool>{true, true, true, true, false}));
