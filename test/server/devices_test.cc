@@ -49,9 +49,12 @@ TEST(SharedIdTest, Canonical) {
   EXPECT_TRUE(IsSharedId("shared-0", 1000));
   EXPECT_TRUE(IsSharedId("shared-999", 1000));
   for (const char* bad : {"shared-1000", "shared-01", "shared--1", "shared-", "shared-x",
-                          "0000:1a:00.0", "", "shared-+1"}) {
+                          "0000:1a:00.0", "", "shared-+1", "shared-1 ", "Shared-1", "xshared-1",
+                          "shared-2147483648", "shared-99999999999999999999"}) {
     EXPECT_FALSE(IsSharedId(bad, 1000)) << bad;
   }
+  EXPECT_TRUE(IsSharedId("shared-2147483646", 2147483647));
+  EXPECT_FALSE(IsSharedId("shared-2147483647", 2147483647));
 }
 
 TEST(BuildAllocationTest, SpecsAndExactMatchEnvs) {
