@@ -121,12 +121,6 @@ topology::TopologyPtr TwoLevelSwitches() {
   return BuildNode(roots);
 }
 
-topology::TopologyPtr FourNuma() {
-  std::vector<RootSpec> roots;
-  for (int n = 0; n < 4; ++n) roots.push_back({n, false, {{2, 1}, {2, 1}}, 0});
-  return BuildNode(roots);
-}
-
 topology::TopologyPtr FewerHcasThanGpus() {
   std::vector<RootSpec> roots;
   for (int n = 0; n < 2; ++n) {

@@ -80,8 +80,6 @@ topology::TopologyPtr DistinctHcas(int hcas);
 // Two NUMA nodes, two roots each with a top switch over two leaf switches of 2 GPUs + 1 HCA
 // (PIX within a leaf, PXB across leaves of one top switch, NODE across roots).
 topology::TopologyPtr TwoLevelSwitches();
-// Four NUMA nodes, one root each with 2 switches of 2 GPUs + 1 HCA.
-topology::TopologyPtr FourNuma();
 // Eight GPUs, four HCAs: per NUMA node, one root with a switch of 2 GPUs + 1 HCA and one root
 // with a switch of 2 GPUs and an HCA on the root port beside it.
 topology::TopologyPtr FewerHcasThanGpus();
