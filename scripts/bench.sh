@@ -8,8 +8,8 @@
 #   bench_discovery  discovery / hwloc's own load of the same XML, per fixture
 #   bench_load       the serving plugin process under load: its anonymous memory
 # and writes <build>/bench/summary.json (bench/summary.py says what each key is) with a table of
-# the figures against their budgets (docs/benchmarks.md). --quick: shorter runs, one repetition
-# (a few minutes here); without it three repetitions, medians reported.
+# the figures against their budgets (docs/benchmarks.md). --quick: 0.3 s runs, medians of three
+# (about 2 minutes here); without it 1 s runs, medians of five.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -25,11 +25,12 @@ out=$build/bench
 mkdir -p "$out"
 rm -f "$out"/{allocator,rpc,discovery,load,summary}.json
 
+# Medians of repetitions in both modes: a single short run on a shared VM strays by 10-40 %.
 if ((quick)); then
-  gb=(--benchmark_min_time=0.2)
+  gb=(--benchmark_min_time=0.3 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
   load=(--clients 4 --duration 3s --floor-duration 1s --warmup 500ms)
 else
-  gb=(--benchmark_min_time=0.5 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
+  gb=(--benchmark_min_time=1 --benchmark_repetitions=5 --benchmark_report_aggregates_only=true)
   load=(--clients 8 --duration 10s --floor-duration 3s --warmup 1s)
 fi
 run() {  # name json-file filter

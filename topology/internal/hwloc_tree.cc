@@ -361,12 +361,12 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
   int rc = 0;
   int err = 0;
   if (!xml.empty()) {
-    // A readable regular file: one open and its stat, which also names the file's version.
+    // A regular file: one stat, which also names the file's version (a file we may not read
+    // fails in the probe or in hwloc_topology_set_xml below, with the reason).
     struct stat st;
-    const int fd = ::open(xml.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    const bool readable = fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    if (fd >= 0) ::close(fd);
-    if (!readable) return absl::NotFoundError("topology XML " + xml + ": no such readable file");
+    if (::stat(xml.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return absl::NotFoundError("topology XML " + xml + ": no such regular file");
+    }
     if (absl::Status probe = ProbeXmlOnce(xml, st); !probe.ok()) return probe;
     if (hwloc_topology_set_xml(raw, xml.c_str()) != 0) {
       return absl::InvalidArgumentError("topology XML " + xml + ": hwloc cannot use it: " +
