@@ -1,5 +1,6 @@
 // RPC round trips against the real plugin server on a unix socket in a temp dir, beside the
-// empty RPC (GetDevicePluginOptions) on the same server as the floor. Every benchmark reports
+// empty RPC (GetDevicePluginOptions) on the same server as the floor; a no-op RPC with the same
+// IDs (the transport's share) and the handlers called in-process (the plugin's own share). Every benchmark reports
 // x_floor: its mean round trip divided by that of empty RPCs interleaved with it, one after each
 // call, so that both are measured in the same time window.
 //
@@ -185,6 +186,22 @@ void BM_Allocate(benchmark::State& state) {
   });
 }
 
+// The transport's share: PreStartContainer does nothing, so this is what a request with the same
+// IDs costs over the empty RPC before any handler work. args: mode, HCAs, IDs in the request
+// (the advertised ones, repeated as needed).
+void BM_PreStartSameIds(benchmark::State& state) {
+  Rig* rig = GetRig(ModeArg(state), state.range(1));
+  v1beta1::PreStartContainerRequest request;
+  for (int i = 0; i < state.range(2); ++i) {
+    request.add_devices_ids(rig->ids[i % rig->ids.size()]);
+  }
+  RunBesideFloor(state, rig, [&] {
+    grpc::ClientContext context;
+    v1beta1::PreStartContainerResponse response;
+    return rig->stub->PreStartContainer(&context, request, &response).ok();
+  });
+}
+
 // The handlers alone, called in this thread without gRPC (the RPC benchmarks' share that is ours):
 // args as BM_GetPreferredAllocation and BM_Allocate.
 void BM_PreferHandler(benchmark::State& state) {
@@ -264,6 +281,8 @@ BENCHMARK(BM_GetPreferredAllocation)
 BENCHMARK(BM_Allocate)
     ->Args({0, 8, 1})->Args({0, 8, 4})->Args({0, 32, 1})->Args({0, 32, 8})
     ->Args({1, 8, 1})  // shared: every HCA's devices
+    ->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PreStartSameIds)->Args({0, 8, 8})->Args({0, 32, 32})->Args({1, 8, 1000})
     ->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PreferHandler)
     ->Args({0, 8, 1})->Args({0, 8, 2})->Args({0, 8, 4})->Args({0, 32, 4})->Args({1, 8, 8})
