@@ -36,31 +36,47 @@ bool Better(const Scored& a, const Scored& b) { return Better(a.score, a.set, b.
 // affinity. Such candidates with equal keys are interchangeable although their groups differ
 // (64 HCAs each on its own root are two classes, one per NUMA node, not 64). With container
 // GPUs the switch a candidate covers matters by identity, so only the model's classes merge.
-// Fills key[h] for every HCA: the candidate's dense key, or -1.
-void IsolatedKeys(const Problem& p, std::vector<int>* key) {
+// IsolatedKeys fills key[h] for every HCA: the candidate's dense key, or -1; its scratch holds
+// the group counts and the distinct keys (flat: a few per node), reused across calls.
+struct IsolatedScratch {
+  std::vector<int> per_root, per_switch, k, keys, key_start;
+};
+
+void IsolatedKeys(const Problem& p, std::vector<int>* key, IsolatedScratch& s) {
   const Model& m = *p.model;
   key->assign(m.hca_count, -1);
   if (!p.gpus.empty()) return;
-  std::vector<int> per_root(m.root_size.size(), 0), per_switch(m.switch_size.size(), 0);
+  s.per_root.assign(m.root_size.size(), 0);
+  s.per_switch.assign(m.switch_size.size(), 0);
   auto count = [&](int h) {
-    if (m.hca_root[h] >= 0) ++per_root[m.hca_root[h]];
-    for (int sw : m.hca_switches[h]) ++per_switch[sw];
+    if (m.hca_root[h] >= 0) ++s.per_root[m.hca_root[h]];
+    for (int sw : m.hca_switches[h]) ++s.per_switch[sw];
   };
   for (int h : p.must) count(h);
   for (int h : p.candidates) count(h);
-  std::map<std::vector<int>, int> keys;
-  std::vector<int> k;
+  s.keys.clear();
+  s.key_start.assign(1, 0);
   for (int h : p.candidates) {
     const int root = m.hca_root[h];
-    if (root >= 0 && per_root[root] > 1) continue;
+    if (root >= 0 && s.per_root[root] > 1) continue;
     const std::vector<int>& chain = m.hca_switches[h];
-    if (std::any_of(chain.begin(), chain.end(), [&](int sw) { return per_switch[sw] > 1; })) {
+    if (std::any_of(chain.begin(), chain.end(), [&](int sw) { return s.per_switch[sw] > 1; })) {
       continue;
     }
-    k.assign({m.hca_numa[h], root < 0 ? -1 : p.root_intact[root], m.hca_degraded[h],
-              p.free_affinity[h]});
-    for (int sw : chain) k.push_back(p.switch_intact[sw]);
-    (*key)[h] = keys.emplace(k, static_cast<int>(keys.size())).first->second;
+    s.k.assign({m.hca_numa[h], root < 0 ? -1 : p.root_intact[root], m.hca_degraded[h],
+                p.free_affinity[h]});
+    for (int sw : chain) s.k.push_back(p.switch_intact[sw]);
+    int id = 0;
+    const int distinct = static_cast<int>(s.key_start.size()) - 1;
+    for (; id < distinct; ++id) {
+      const auto from = s.keys.begin() + s.key_start[id], to = s.keys.begin() + s.key_start[id + 1];
+      if (std::equal(from, to, s.k.begin(), s.k.end())) break;
+    }
+    if (id == distinct) {
+      s.keys.insert(s.keys.end(), s.k.begin(), s.k.end());
+      s.key_start.push_back(static_cast<int>(s.keys.size()));
+    }
+    (*key)[h] = id;
   }
 }
 
@@ -275,6 +291,7 @@ class LocalSearch {
 struct Scratch {
   Scorer scorer;
   ExactSearch exact;
+  IsolatedScratch isolated;
   ClassList classes, reduced;
   std::vector<int> key, slot, best;
   std::vector<long long> ways, next;
@@ -282,7 +299,7 @@ struct Scratch {
 
 // Interchangeable candidates: the same Model::hca_class, or the same IsolatedKeys key.
 void Classes(const Problem& p, Scratch& s) {
-  IsolatedKeys(p, &s.key);
+  IsolatedKeys(p, &s.key, s.isolated);
   // Model class ids are dense (below hca_count), and so are isolated keys (after them).
   s.slot.resize(p.model->hca_count);
   for (int h : p.candidates) {
