@@ -3,7 +3,10 @@
 # shared libraries the binary links (test/chart/test_image.py checks that list against the
 # binary's DT_NEEDED entries and that every package exists).
 #
-#   docker build -t <registry>/rdma-device-plugin:0.1.0 .
+#   docker build --build-arg RDP_VERSION=$(cat VERSION) -t <registry>/rdma-device-plugin:$(cat VERSION) .
+#
+# The binary's version comes from VERSION (CMake reads it); RDP_VERSION labels the image, and its
+# default is held to VERSION by test/chart/test_version.py.
 #
 # The plugin runs as root (it owns a socket in the kubelet's root-owned device-plugin directory)
 # with every capability dropped; the chart sets that security context.
@@ -23,6 +26,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
  && /out/rdma-device-plugin --version
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+ARG RDP_VERSION=0.1.0
 # Exactly the runtime packages of the libraries the binary links (libc6, libgcc-s1 and
 # libstdc++6 are already in the base image); apt brings their own dependencies.
 RUN apt-get update \
@@ -38,7 +42,7 @@ RUN apt-get update \
 COPY --from=build /out/rdma-device-plugin /usr/bin/rdma-device-plugin
 LABEL org.opencontainers.image.title="rdma-device-plugin" \
       org.opencontainers.image.description="Kubernetes device plugin for RDMA HCAs (rdma/hca), shared or exclusive per node" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="${RDP_VERSION}" \
       org.opencontainers.image.base.name="debian:bookworm-slim"
 ENTRYPOINT ["/usr/bin/rdma-device-plugin"]
 CMD ["serve"]

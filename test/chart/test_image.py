@@ -25,8 +25,9 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 # In debian:bookworm-slim already (Priority: required, or apt's own dependencies).
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
 # What the build stage copies and runs: must survive .dockerignore.
-BUILD_INPUTS = ["CMakeLists.txt", "scripts/install-deps.sh", "cmd/main.cc", "topology/discovery.h",
-                "proto/CMakeLists.txt", "server/CMakeLists.txt", "allocator/allocator.h"]
+BUILD_INPUTS = ["CMakeLists.txt", "VERSION", "scripts/install-deps.sh", "cmd/main.cc",
+                "topology/discovery.h", "proto/CMakeLists.txt", "server/CMakeLists.txt",
+                "allocator/allocator.h"]
 
 
 def stages(dockerfile_text):
