@@ -29,6 +29,7 @@ except ImportError:
     sys.exit("test_chart: PyYAML is needed (Debian: apt-get install -y python3-yaml)")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_CHART = os.path.normpath(os.path.join(HERE, "..", "..", "charts", "rdma-device-plugin"))
 DEFAULT_KEY = "rdma.network.alibabacloud.com/exclusive"
 RELEASE = "rdp"
@@ -322,6 +323,13 @@ def check_probes(r, ds, name):
     c = container(ds)
     r.check(name + "liveness tolerates a kubelet restart (>= 2 misses)",
             c.get("livenessProbe", {}).get("failureThreshold", 0) >= 2)
+    readiness = c.get("readinessProbe", {})
+    r.check(name + "readiness tolerates a slow probe (>= 3 misses, its timeout >= 2 s)",
+            readiness.get("failureThreshold", 0) >= 3 and readiness.get("timeoutSeconds", 0) >= 2,
+            str(readiness))
+    for kind in ("livenessProbe", "readinessProbe"):
+        r.check(name + f"{kind} runs at most every 10 s (each probe starts a process)",
+                c.get(kind, {}).get("periodSeconds", 0) >= 10, str(c.get(kind)))
 
 
 def check_default(r, helm):
@@ -351,8 +359,9 @@ def check_default(r, helm):
             str(required_terms(exclusive)))
     check_complement(r, "default", shared, exclusive, DEFAULT_KEY, "true",
                      other_labels=[{}, {"kubernetes.io/os": "linux"}])
-    r.check("default: image defaults to appVersion",
-            container(shared)["image"].endswith(":0.1.0"), container(shared)["image"])
+    version = open(os.path.join(REPO, "VERSION"), encoding="utf-8").read().strip()
+    r.check("default: image defaults to appVersion (VERSION)",
+            container(shared)["image"].endswith(":" + version), container(shared)["image"])
     r.check("default: rolling update without surge",
             ds_surge(shared) in (None, 0, "0", "0%"), str(shared["spec"].get("updateStrategy")))
     check_test_pod(r, docs, "rdma/hca")
