@@ -174,6 +174,36 @@ def schedulable_on(ds, labels):
                for t in terms)
 
 
+def tolerates(tolerations, taint):
+    """Whether any toleration tolerates the taint ({key, value, effect}), as the scheduler
+    matches them: an empty key with Exists tolerates everything; an empty effect every effect."""
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint["key"]:
+                return True
+        elif t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+CRITICAL_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+RDMA_LABEL = {"feature.node.kubernetes.io/pci-15b3.present": "true"}
+RDMA_REQUIREMENT = {"key": "feature.node.kubernetes.io/pci-15b3.present", "operator": "In",
+                    "values": ["true"]}
+
+
+def check_tolerations(r, name, tolerations):
+    r.check(name + "tolerates GPU nodes' nvidia.com/gpu and CriticalAddonsOnly taints",
+            tolerates(tolerations, GPU_TAINT) and tolerates(tolerations, CRITICAL_TAINT),
+            str(tolerations))
+    r.check(name + "does not tolerate the control plane's taint (nor every taint)",
+            not tolerates(tolerations, CONTROL_PLANE_TAINT), str(tolerations))
+
+
 def mounts_by_name(ds):
     return {m["name"]: m for m in container(ds).get("volumeMounts", [])}
 
@@ -225,9 +255,7 @@ def check_daemonset_basics(r, ds, mode, scenario="default"):
             spec.get("automountServiceAccountToken") is False)
     r.check(name + "priorityClassName system-node-critical",
             spec.get("priorityClassName") == "system-node-critical")
-    r.check(name + "tolerates every taint",
-            {"operator": "Exists"} in (spec.get("tolerations") or []),
-            str(spec.get("tolerations")))
+    check_tolerations(r, name, spec.get("tolerations"))
     r.check(name + "no host namespaces",
             not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")))
 
@@ -349,16 +377,24 @@ def check_default(r, helm):
     r.check("default: each mode has its own socket",
             flag(shared, "--socket-name") != flag(exclusive, "--socket-name"),
             str([flag(shared, "--socket-name"), flag(exclusive, "--socket-name")]))
-    r.check("default: the shared affinity is exactly <key> NotIn [true]",
+    r.check("default: the shared affinity is exactly an RDMA NIC (NFD) and <key> NotIn [true]",
             required_terms(shared) == [{"matchExpressions": [
+                RDMA_REQUIREMENT,
                 {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
             str(required_terms(shared)))
-    r.check("default: the exclusive affinity is exactly <key> In [true]",
+    r.check("default: the exclusive affinity is exactly an RDMA NIC (NFD) and <key> In [true]",
             required_terms(exclusive) == [{"matchExpressions": [
+                RDMA_REQUIREMENT,
                 {"key": DEFAULT_KEY, "operator": "In", "values": ["true"]}]}],
             str(required_terms(exclusive)))
     check_complement(r, "default", shared, exclusive, DEFAULT_KEY, "true",
-                     other_labels=[{}, {"kubernetes.io/os": "linux"}])
+                     other_labels=[dict(RDMA_LABEL),
+                                   dict(RDMA_LABEL, **{"kubernetes.io/os": "linux"})])
+    cpu_only = [{}, {"kubernetes.io/os": "linux"}, {DEFAULT_KEY: "true"},
+                {"feature.node.kubernetes.io/pci-15b3.present": "false"}]
+    r.check("default: a node without an RDMA NIC label runs neither DaemonSet",
+            not any(schedulable_on(ds, labels) for ds in (shared, exclusive)
+                    for labels in cpu_only))
     version = open(os.path.join(REPO, "VERSION"), encoding="utf-8").read().strip()
     r.check("default: image defaults to appVersion (VERSION)",
             container(shared)["image"].endswith(":" + version), container(shared)["image"])
@@ -410,8 +446,27 @@ def check_test_pod(r, docs, resource_name):
     r.check("test hook: least privilege",
             sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop")
             == ["ALL"] and sc.get("readOnlyRootFilesystem") is True, str(sc))
-    r.check("test hook: tolerates every taint",
-            {"operator": "Exists"} in (spec.get("tolerations") or []))
+    check_tolerations(r, "test hook: ", spec.get("tolerations"))
+
+
+def check_rdma_node_requirements(r, helm):
+    """rdmaNodeRequirements: [] runs on every node the mode allows; another label replaces NFD's."""
+    modes = by_mode(helm.template({"rdmaNodeRequirements": []}))
+    if r.check("rdmaNodeRequirements=[]: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        r.check("rdmaNodeRequirements=[]: only the mode's requirement is left",
+                required_terms(modes["shared"]) == [{"matchExpressions": [
+                    {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
+                str(required_terms(modes["shared"])))
+        check_complement(r, "rdmaNodeRequirements=[]", modes["shared"], modes["exclusive"],
+                         DEFAULT_KEY, "true", other_labels=[{}, {"kubernetes.io/os": "linux"}])
+    own = {"key": "example.com/rdma", "operator": "Exists"}
+    modes = by_mode(helm.template({"rdmaNodeRequirements": [own]}))
+    if r.check("own RDMA label: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        r.check("own RDMA label: it replaces NFD's in every term",
+                all(own in t["matchExpressions"] and RDMA_REQUIREMENT not in t["matchExpressions"]
+                    for ds in modes.values() for t in required_terms(ds)))
+        check_complement(r, "own RDMA label", modes["shared"], modes["exclusive"], DEFAULT_KEY,
+                         "true", other_labels=[{"example.com/rdma": ""}])
 
 
 def check_single_mode(r, helm):
@@ -462,7 +517,11 @@ def check_custom_label(r, helm):
                 == user_affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
                 and aff.get("podAntiAffinity") == user_affinity["podAntiAffinity"])
     check_complement(r, "custom label", shared, exclusive, key, value,
-                     other_labels=[{"gpu": "h100"}, {"rdma": ""}, {"gpu": "h100", "rdma": "1"}])
+                     other_labels=[dict(RDMA_LABEL, gpu="h100"), dict(RDMA_LABEL, rdma=""),
+                                   dict(RDMA_LABEL, gpu="h100", rdma="1")])
+    r.check("custom label: each user term also requires an RDMA NIC (NFD)",
+            all(RDMA_REQUIREMENT in t["matchExpressions"] for ds in (shared, exclusive)
+                for t in required_terms(ds)))
     stray = {"gpu": "a100", key: value}
     r.check("custom label: a node outside the user's terms runs neither",
             not schedulable_on(shared, stray) and not schedulable_on(exclusive, stray)
@@ -535,6 +594,9 @@ def check_rejections(r, helm):
         ("unknown logLevel", {"logLevel": "verbose"}),
         ("gpuResources as a string", {"gpuResources": "nvidia.com/gpu"}),
         ("tolerations as a map", {"tolerations": {"operator": "Exists"}}),
+        ("an RDMA node requirement with an unknown operator",
+         {"rdmaNodeRequirements": [{"key": "x", "operator": "Maybe"}]}),
+        ("an RDMA node requirement without a key", {"rdmaNodeRequirements": [{"operator": "Exists"}]}),
         ("unknown pullPolicy", {"image": {"repository": "x", "pullPolicy": "Sometimes"}}),
         ("relative host path", {"hostPaths": {"kubeletDevicePlugins": "var/lib/kubelet"}}),
         ("misspelt top-level key", {"tolerration": []}),
@@ -565,6 +627,12 @@ def check_notes(r, helm):
     r.check("NOTES: how to verify", "kubectl describe node <node> | grep rdma/hca" in notes)
     r.check("NOTES: the MOFED hazard", "MOFED" in notes)
     r.check("NOTES: the mode-switch hazard", "Switch a node's mode only when" in notes)
+    r.check("NOTES: only nodes with RDMA NICs, and how to list them",
+            "They run only on nodes with RDMA NICs" in notes
+            and "kubectl get nodes -l feature.node.kubernetes.io/pci-15b3.present=true" in notes,
+            notes[:600])
+    r.check("NOTES: rdmaNodeRequirements=[] says nothing of it",
+            "RDMA NICs (rdmaNodeRequirements)" not in helm.notes({"rdmaNodeRequirements": []}))
     shared_only = helm.notes({"modes": ["shared"]})
     r.check("NOTES: shared-only does not tell to label nodes",
             "kubectl label node" not in shared_only)
@@ -625,8 +693,8 @@ def main():
     helm = Helm(binary, args.chart)
     r = Results()
     try:
-        checks = [check_lint, check_default, check_single_mode, check_custom_label,
-                  check_overrides, check_rejections, check_notes]
+        checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
+                  check_custom_label, check_overrides, check_rejections, check_notes]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

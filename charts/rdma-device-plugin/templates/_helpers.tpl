@@ -57,26 +57,28 @@ not the one its successor already serves on.
 {{- end }}
 
 {{/*
-The pod's affinity: .Values.affinity with the mode's requirement on the exclusive label added to
-every required nodeSelectorTerm (terms are ORed; a requirement in one term only would not bind).
+The pod's affinity: .Values.affinity with .Values.rdmaNodeRequirements (nodes with RDMA NICs) and
+the mode's requirement on the exclusive label added to every required nodeSelectorTerm (terms are
+ORed; a requirement in one term only would not bind).
 exclusive: <key> In [<value>]; shared: <key> NotIn [<value>], which also matches nodes without
 the label. The two select complementary sets of nodes, so each node runs exactly one of them.
 */}}
 {{- define "rdp.affinity" -}}
 {{- $values := .root.Values }}
 {{- $operator := ternary "In" "NotIn" (eq .mode "exclusive") }}
-{{- $requirement := dict "key" $values.exclusiveLabel.key "operator" $operator "values" (list $values.exclusiveLabel.value) }}
+{{- $mode := dict "key" $values.exclusiveLabel.key "operator" $operator "values" (list $values.exclusiveLabel.value) }}
+{{- $requirements := append (deepCopy ($values.rdmaNodeRequirements | default list)) $mode }}
 {{- $affinity := deepCopy ($values.affinity | default dict) }}
 {{- $nodeAffinity := get $affinity "nodeAffinity" | default dict }}
 {{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
 {{- $terms := list }}
 {{- range (get $required "nodeSelectorTerms" | default list) }}
 {{- $term := deepCopy . }}
-{{- $_ := set $term "matchExpressions" (append (get $term "matchExpressions" | default list) $requirement) }}
+{{- $_ := set $term "matchExpressions" (concat (get $term "matchExpressions" | default list) $requirements) }}
 {{- $terms = append $terms $term }}
 {{- end }}
 {{- if not $terms }}
-{{- $terms = list (dict "matchExpressions" (list $requirement)) }}
+{{- $terms = list (dict "matchExpressions" $requirements) }}
 {{- end }}
 {{- $_ := set $required "nodeSelectorTerms" $terms }}
 {{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required }}
