@@ -1,7 +1,6 @@
 #include "allocator/allocator.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cstdint>
 #include <map>
@@ -379,29 +378,16 @@ absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& reque
 
 namespace {
 
-// Lower-case hex digits -> their value, anything else -> -1 (upper case is not the canonical
-// spelling, so it takes the normalising path).
-constexpr std::array<std::int8_t, 256> HexTable() {
-  std::array<std::int8_t, 256> t{};
-  for (int c = 0; c < 256; ++c) {
-    t[c] = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-  }
-  return t;
-}
-constexpr std::array<std::int8_t, 256> kHex = HexTable();
-
-// "dddd:bb:dd.f" in lower-case hex, packed; -1 for anything else.
+// An address as topology::NormalizePci spells it ("dddd:bb:dd.f", lower-case hex), its nine hex
+// digits packed; -1 for any other spelling.
 std::int64_t PackPci(std::string_view id) {
-  if (id.size() != 12 || id[4] != ':' || id[7] != ':' || id[10] != '.') return -1;
-  constexpr int kDigits[] = {0, 1, 2, 3, 5, 6, 8, 9, 11};
+  if (!topology::IsCanonicalPci(id)) return -1;
   std::int64_t key = 0;
-  int bad = 0;
-  for (int i : kDigits) {
-    const int d = kHex[static_cast<unsigned char>(id[i])];
-    bad |= d;  // negative once any digit is not one
-    key = key * 16 + d;
+  for (char c : id) {
+    if (c == ':' || c == '.') continue;
+    key = key * 16 + (c <= '9' ? c - '0' : c - 'a' + 10);
   }
-  return bad < 0 ? -1 : key;
+  return key;
 }
 
 }  // namespace

@@ -137,7 +137,6 @@ class ExactSearch {
  public:
   const Scored& Run(const Problem& p, const ClassList& classes, long long budget,
                     Scorer& scorer) {
-    p_ = &p;
     classes_ = &classes;
     scorer_ = &scorer;
     scorer.Reset(p);
@@ -179,7 +178,6 @@ class ExactSearch {
     current_.resize(current_.size() - most);
   }
 
-  const Problem* p_ = nullptr;
   const ClassList* classes_ = nullptr;
   Scorer* scorer_ = nullptr;
   long long budget_ = 0;  // of Scorer::work()
@@ -647,12 +645,17 @@ Scratch& ThreadScratch() {
   return scratch;
 }
 
-// Into s.reduced, the classes of s.classes whose members can be in an answer with gpu_match >=
-// bar: gpu_match is at most the sum of the set's row maxima (Problem::gpu_best), so a candidate
-// h can only when the must-include HCAs, h and the best want - 1 other candidates, each at its
-// row maximum, reach it. Members of a class share their row, so classes are kept or dropped
-// whole.
-void Reaching(const Problem& p, int want, int bar, Scratch& s) {
+// ExactAmongReaching over s.classes, the problem's classes. gpu_match is at most the sum of the
+// set's row maxima (Problem::gpu_best), so a candidate h can be in an answer reaching a bar only
+// when the must-include HCAs, h and the best want - 1 other candidates, each at its row maximum,
+// reach it. A candidate at least as good as the want-th best is among the top want, which reach
+// any bar asked here; any other has the top want - 1 beside it. Members of a class share their
+// row, so classes are kept or dropped whole (s.reduced).
+std::optional<std::vector<int>> ExactAmongReaching(const Problem& p, int want,
+                                                   const Options& options, Scratch& s) {
+  if (p.gpus.empty() || want <= 0 || want > static_cast<int>(p.candidates.size())) {
+    return std::nullopt;
+  }
   s.best.clear();  // the candidates' row maxima, highest first
   for (int h : p.candidates) s.best.push_back(p.gpu_best[h]);
   std::sort(s.best.begin(), s.best.end(), std::greater<>());
@@ -660,32 +663,16 @@ void Reaching(const Problem& p, int want, int bar, Scratch& s) {
   for (int h : p.must) must += p.gpu_best[h];
   int top = 0;  // the best want - 1
   for (int i = 0; i + 1 < want; ++i) top += s.best[i];
-  // A candidate at least as good as the want-th best is among the top want, which reach
-  // must + top + best[want - 1] >= bar (callers ask at most that); any other has the top
-  // want - 1 beside it.
-  const int need = std::min(s.best[want - 1], bar - must - top);
-  s.reduced.Filter(s.classes, [&](int h) { return p.gpu_best[h] >= need; });
-}
-
-// ExactAmongReaching over s.classes, the problem's classes.
-std::optional<std::vector<int>> ExactAmongReaching(const Problem& p, int want,
-                                                   const Options& options, Scratch& s) {
-  if (p.gpus.empty() || want <= 0 || want > static_cast<int>(p.candidates.size())) {
-    return std::nullopt;
-  }
-  int bar = 0;  // the best conceivable: every HCA at its row maximum
-  for (int h : p.must) bar += p.gpu_best[h];
-  s.best.clear();
-  for (int h : p.candidates) s.best.push_back(p.gpu_best[h]);
-  std::nth_element(s.best.begin(), s.best.begin() + (want - 1), s.best.end(), std::greater<>());
-  for (int i = 0; i < want; ++i) bar += s.best[i];
+  const int kth = s.best[want - 1];
+  int bar = must + top + kth;  // the best conceivable: every HCA at its row maximum
   for (int round = 0; round < 2; ++round) {
-    Reaching(p, want, bar, s);
+    const int need = std::min(kth, bar - must - top);
+    s.reduced.Filter(s.classes, [&](int h) { return p.gpu_best[h] >= need; });
     if (CountAnswers(s.reduced, want, options.exact_limit, s) > options.exact_limit) break;
     const Scored& found = s.exact.Run(p, s.reduced, 2 * options.max_work, s.scorer);
     if (!s.exact.complete() || found.set.empty()) break;
     if (found.score.gpu_match >= bar) return found.set;
-    bar = found.score.gpu_match;  // the optimum reaches it, so it is among Reaching(bar)
+    bar = found.score.gpu_match;  // the optimum reaches it, so it is among those reaching it
   }
   return std::nullopt;
 }
