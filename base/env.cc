@@ -129,8 +129,8 @@ class NodeEnv : public Env {
     std::vector<std::pair<std::string, unsigned char>> entries;
   };
 
-  // The entries of the directory open as `fd`: open, getdents64 until it returns nothing, and
-  // the caller closes. nullopt when it cannot be read.
+  // The entries of the directory open as `fd` (getdents64 until it returns nothing; the caller
+  // closes it). nullopt when it cannot be read.
   static std::optional<std::vector<std::pair<std::string, unsigned char>>> ReadEntries(int fd) {
     std::vector<std::pair<std::string, unsigned char>> entries;
     alignas(8) char buf[16384];
@@ -186,10 +186,10 @@ class NodeEnv : public Env {
              o.st_ctim.tv_sec == st.st_ctim.tv_sec && o.st_ctim.tv_nsec == st.st_ctim.tv_nsec;
     };
     if (listing && !(listing->reusable && same(listing->st))) listing = nullptr;
-    const int fd = listing ? -1 : ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (!listing) {
       std::optional<std::vector<std::pair<std::string, unsigned char>>> entries;
       struct stat now_st;
+      const int fd = ::open(host.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (fd >= 0 && ::fstat(fd, &now_st) == 0) entries = ReadEntries(fd);
       if (fd >= 0) ::close(fd);
       if (!entries) {  // unreadable (searchable only, say): one stat per path

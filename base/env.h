@@ -42,9 +42,9 @@ class Env {
   // Whether anything (a file, a directory, a device node, a socket) is at `path`, links
   // followed.
   virtual bool Exists(const std::string& path) = 0;
-  // Exists() of each path, in order. The node's Env opens each parent directory once and looks
-  // the names up in it: a handful of device nodes under /dev/infiniband, checked on every
-  // Allocate, cost one short lookup each instead of a walk of the whole path.
+  // Exists() of each path, in order. The node's Env reads each parent directory once and keeps
+  // the listing while the directory is unchanged: the device nodes under /dev/infiniband that
+  // every Allocate checks then cost one stat of the directory (base/env.cc, LookUpIn).
   virtual std::vector<bool> ExistAll(const std::vector<std::string_view>& paths) {
     std::vector<bool> out;
     out.reserve(paths.size());

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/arena.h"
 #include "server/happens_before.h"
 #include "base/log.h"
 
@@ -230,6 +231,31 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
     return absl::OkStatus();
   });
   if (!deferred || !checked.ok()) finish(checked);
+}
+
+namespace {
+
+// One call's messages on one arena (DevicePluginService::PreferArena).
+class ArenaHolder final : public grpc::MessageHolder<v1beta1::PreferredAllocationRequest,
+                                                     v1beta1::PreferredAllocationResponse> {
+ public:
+  ArenaHolder() {
+    set_request(
+        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationRequest>(&arena_));
+    set_response(
+        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationResponse>(&arena_));
+  }
+  void Release() override { delete this; }
+
+ private:
+  google::protobuf::Arena arena_;
+};
+
+}  // namespace
+
+grpc::MessageHolder<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>*
+DevicePluginService::PreferArena::AllocateMessages() {
+  return new ArenaHolder;
 }
 
 DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
