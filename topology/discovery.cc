@@ -26,9 +26,9 @@ bool IsGpu(const HwlocPciDevice& d, const DiscoveryOptions& o) {
 }
 
 std::string Hex4(std::uint32_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  return {kDigits[(v >> 12) & 0xf], kDigits[(v >> 8) & 0xf], kDigits[(v >> 4) & 0xf],
-          kDigits[v & 0xf]};
+  std::string out;
+  AppendHex(out, v, 4);
+  return out;
 }
 
 void LogHca(spdlog::logger& log, const Hca& h) {

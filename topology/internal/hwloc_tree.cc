@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
+#include "topology/internal/sysfs_util.h"
 
 extern char** environ;
 
@@ -37,12 +38,6 @@ struct TopologyDeleter {
   void operator()(hwloc_topology_t t) const { hwloc_topology_destroy(t); }
 };
 using TopologyHandle = std::unique_ptr<hwloc_topology, TopologyDeleter>;
-
-// Lower-case hex of `v` in exactly `digits` digits, appended.
-void AppendHex(std::string& out, unsigned v, int digits) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out.push_back(kDigits[(v >> shift) & 0xf]);
-}
 
 // "dddd:bb:dd.f", as NormalizePci spells it (hand-formatted: every PCI object and bridge of the
 // tree is named this way on each discovery).

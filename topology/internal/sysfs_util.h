@@ -1,6 +1,6 @@
 #pragma once
 
-// Internal to topology/: helpers of the sysfs reader and of discovery.
+// Internal to topology/: helpers of the sysfs reader, the hwloc loader and discovery.
 
 #include <algorithm>
 #include <cstddef>
@@ -11,6 +11,15 @@
 #include "base/log.h"
 
 namespace rdp::topology {
+
+// Lower-case hex of `v` in exactly `digits` digits, appended (PCI addresses, roots and IDs are
+// named this way for every device of every discovery: no formatting library per call).
+inline void AppendHex(std::string& out, unsigned v, int digits) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) {
+    out.push_back(kDigits[(v >> shift) & 0xf]);
+  }
+}
 
 // Keeps the first of several entries with one PCI address (place.pci) and warns about the others:
 // a hand-edited or corrupt XML, or two names for one function, must never show the kubelet one
