@@ -1,6 +1,7 @@
 // RPC round trips against the real plugin server on a unix socket in a temp dir, beside the
 // empty RPC (GetDevicePluginOptions) on the same server as the floor; a no-op RPC with the same
-// IDs (the transport's share) and the handlers called in-process (the plugin's own share). Every benchmark reports
+// IDs (the transport's share) and the handlers called in-process (the plugin's own share). Every
+// RPC benchmark reports
 // x_floor: its mean round trip divided by that of empty RPCs interleaved with it, one after each
 // call, so that both are measured in the same time window.
 //
@@ -113,6 +114,23 @@ Rig* GetRig(Mode mode, int hcas) {
   return rig.get();
 }
 
+// One container asking for `size` of every advertised ID (1000 in shared mode).
+v1beta1::PreferredAllocationRequest PreferRequest(const Rig& rig, int size) {
+  v1beta1::PreferredAllocationRequest request;
+  auto* c = request.add_container_requests();
+  for (const auto& id : rig.ids) c->add_available_deviceids(id);
+  c->set_allocation_size(size);
+  return request;
+}
+
+// One container given the first `devices` advertised IDs.
+v1beta1::AllocateRequest AllocateRequest(const Rig& rig, int devices) {
+  v1beta1::AllocateRequest request;
+  auto* c = request.add_container_requests();
+  for (int i = 0; i < devices; ++i) c->add_devices_ids(rig.ids[i]);
+  return request;
+}
+
 Mode ModeArg(const benchmark::State& state) {
   return state.range(0) == 0 ? Mode::kExclusive : Mode::kShared;
 }
@@ -162,10 +180,7 @@ void BM_EmptyRpc(benchmark::State& state) {
 // args: mode, HCAs, allocation size. Available: every advertised ID (1000 in shared mode).
 void BM_GetPreferredAllocation(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  v1beta1::PreferredAllocationRequest request;
-  auto* c = request.add_container_requests();
-  for (const auto& id : rig->ids) c->add_available_deviceids(id);
-  c->set_allocation_size(state.range(2));
+  const v1beta1::PreferredAllocationRequest request = PreferRequest(*rig, state.range(2));
   RunBesideFloor(state, rig, [&] {
     grpc::ClientContext context;
     v1beta1::PreferredAllocationResponse response;
@@ -176,9 +191,7 @@ void BM_GetPreferredAllocation(benchmark::State& state) {
 // args: mode, HCAs, devices per container
 void BM_Allocate(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  v1beta1::AllocateRequest request;
-  auto* c = request.add_container_requests();
-  for (int i = 0; i < state.range(2); ++i) c->add_devices_ids(rig->ids[i]);
+  const v1beta1::AllocateRequest request = AllocateRequest(*rig, state.range(2));
   RunBesideFloor(state, rig, [&] {
     grpc::ClientContext context;
     v1beta1::AllocateResponse response;
@@ -206,10 +219,7 @@ void BM_PreStartSameIds(benchmark::State& state) {
 // args as BM_GetPreferredAllocation and BM_Allocate.
 void BM_PreferHandler(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  v1beta1::PreferredAllocationRequest request;
-  auto* c = request.add_container_requests();
-  for (const auto& id : rig->ids) c->add_available_deviceids(id);
-  c->set_allocation_size(state.range(2));
+  const v1beta1::PreferredAllocationRequest request = PreferRequest(*rig, state.range(2));
   for (auto _ : state) {
     v1beta1::PreferredAllocationResponse response;
     bool ok = false;
@@ -224,9 +234,7 @@ void BM_PreferHandler(benchmark::State& state) {
 
 void BM_AllocateHandler(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  v1beta1::AllocateRequest request;
-  auto* c = request.add_container_requests();
-  for (int i = 0; i < state.range(2); ++i) c->add_devices_ids(rig->ids[i]);
+  const v1beta1::AllocateRequest request = AllocateRequest(*rig, state.range(2));
   for (auto _ : state) {
     v1beta1::AllocateResponse response;
     if (!HandleAllocate(rig->plugin->node(), request, &response).ok()) {
