@@ -159,23 +159,7 @@ func (e *Env) checkAdmitted(pod *v1.Pod, xs []Exchange) int {
 			continue
 		}
 		gpas++
-		g := x.GPA
-		if g.Err != nil {
-			t.Errorf("%s: GetPreferredAllocation%+v failed: %v", desc, *g, g.Err)
-			continue
-		}
-		if err := e.validAnswer(g); err != nil {
-			t.Errorf("%s: GetPreferredAllocation(available %v, must %v, size %d) = %v: %v",
-				desc, g.Available, g.MustInclude, g.Size, g.Answer, err)
-			continue
-		}
-		// The answer is valid, so the device manager takes it whole: from the aligned set when
-		// the hint left enough there (available = aligned), otherwise after the aligned devices
-		// (passed as must-include).
-		if strings.Join(g.Answer, ",") != strings.Join(hcas, ",") {
-			t.Errorf("%s: kubelet allocated %v, our GetPreferredAllocation said %v (available %v, must %v)",
-				desc, hcas, g.Answer, g.Available, g.MustInclude)
-		}
+		checkAnswer(t, e, x, hcas, desc)
 	}
 	return gpas
 }

@@ -467,12 +467,14 @@ func (r *qualityRun) finish() {
 		share(tl.Covered, tl.MultiHCA), tl.AnswerNear, tl.AnswerCases, tl.GPACalls, calls)
 }
 
-// checkAnswer: a GetPreferredAllocation answer is valid, and the kubelet allocated exactly it.
+// checkAnswer: a GetPreferredAllocation answer is valid, and the kubelet allocated exactly it
+// (`hcas`). A valid answer is taken whole: from the aligned set when the hint left enough there
+// (available = aligned), otherwise after the aligned devices (passed as must-include).
 func checkAnswer(t *testing.T, e *Env, x Exchange, hcas []string, desc string) {
 	t.Helper()
 	g := x.GPA
 	if g.Err != nil {
-		t.Errorf("%s: GetPreferredAllocation failed: %v", desc, g.Err)
+		t.Errorf("%s: GetPreferredAllocation%+v failed: %v", desc, *g, g.Err)
 		return
 	}
 	if err := e.validAnswer(g); err != nil {
@@ -481,7 +483,8 @@ func checkAnswer(t *testing.T, e *Env, x Exchange, hcas []string, desc string) {
 		return
 	}
 	if strings.Join(g.Answer, ",") != strings.Join(hcas, ",") {
-		t.Errorf("%s: the answer was %v (available %v, must %v)", desc, g.Answer, g.Available, g.MustInclude)
+		t.Errorf("%s: kubelet allocated %v, our GetPreferredAllocation said %v (available %v, must %v)",
+			desc, hcas, g.Answer, g.Available, g.MustInclude)
 	}
 }
 
