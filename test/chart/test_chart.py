@@ -46,6 +46,11 @@ KNOWN_FLAGS = {
 
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
+# image.repository has no default (the chart fails without one): every render here passes this
+# first, as a values file that the case's own values override.
+TEST_REPOSITORY = "registry.example/rdma-device-plugin"
+BASE_VALUES = {"image": {"repository": TEST_REPOSITORY}}
+
 
 class Helm:
     def __init__(self, binary, chart):
@@ -63,8 +68,11 @@ class Helm:
             json.dump(values, f)
         return path
 
-    def run(self, args, values=None, chart=None):
+    def run(self, args, values=None, chart=None, base=True):
+        """helm <args> <chart> -f BASE_VALUES -f values; base=False leaves BASE_VALUES out."""
         cmd = [self.binary] + args + [chart or self.chart]
+        if base:
+            cmd += ["-f", self._values_file(BASE_VALUES)]
         if values is not None:
             cmd += ["-f", self._values_file(values)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -426,6 +434,8 @@ def check_complement(r, label, shared, exclusive, key, value, other_labels):
 
 
 def check_test_pod(r, docs, resource_name):
+    """The test hook under the default values: exclusive, so it gets the exclusive DaemonSet's
+    node affinity."""
     pods = test_pods(docs)
     r.check("test hook: one pod annotated helm.sh/hook=test", len(pods) == 1, str(len(pods)))
     if len(pods) != 1:
@@ -447,6 +457,52 @@ def check_test_pod(r, docs, resource_name):
             sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop")
             == ["ALL"] and sc.get("readOnlyRootFilesystem") is True, str(sc))
     check_tolerations(r, "test hook: ", spec.get("tolerations"))
+    r.check("test hook: has a deadline (activeDeadlineSeconds 300)",
+            spec.get("activeDeadlineSeconds") == 300, str(spec.get("activeDeadlineSeconds")))
+    exclusive = by_mode(docs).get("exclusive")
+    r.check("test hook: default mode exclusive, with the exclusive DaemonSet's node affinity",
+            exclusive is not None and spec.get("affinity") == pod_spec(exclusive).get("affinity")
+            and pod["metadata"]["labels"].get("rdma.network.alibabacloud.com/test-mode")
+            == "exclusive", str(spec.get("affinity")))
+
+
+def check_test_pod_modes(r, helm):
+    """test.mode picks the nodes the hook runs on; a mode that is not deployed is refused."""
+    cases = [("modes={shared}: shared", {"modes": ["shared"]}, "shared"),
+             ("test.mode=shared", {"test": {"mode": "shared"}}, "shared"),
+             ("test.mode=exclusive", {"test": {"mode": "exclusive"}}, "exclusive")]
+    for label, values, mode in cases:
+        docs = helm.template(values)
+        pods, ds = test_pods(docs), by_mode(docs).get(mode)
+        r.check(f"test hook ({label}): the {mode} DaemonSet's node affinity",
+                len(pods) == 1 and ds is not None
+                and pods[0]["spec"].get("affinity") == pod_spec(ds).get("affinity"),
+                str(pods[0]["spec"].get("affinity") if pods else None))
+    docs = helm.template({"test": {"activeDeadlineSeconds": 45}})
+    r.check("test hook: activeDeadlineSeconds from test.activeDeadlineSeconds",
+            test_pods(docs)[0]["spec"].get("activeDeadlineSeconds") == 45)
+    rc, _, err = helm.run(["template", RELEASE],
+                          {"modes": ["shared"], "test": {"mode": "exclusive"}})
+    r.check("test hook: test.mode not in modes is refused, naming both",
+            rc != 0 and "test.mode is exclusive, but modes (shared) does not deploy it" in err,
+            err.strip()[:300])
+
+
+def check_image_required(r, helm):
+    """No default image: rendering without image.repository fails saying how to set it; a
+    repository without a registry is refused by the schema."""
+    rc, _, err = helm.run(["template", RELEASE], base=False)
+    r.check("image: no repository fails, pointing at the Dockerfile and docs",
+            rc != 0 and "image.repository is not set" in err and "Dockerfile" in err
+            and "docs/install.md" in err, err.strip()[:300])
+    for repository in ["rdma-device-plugin", "library/rdma-device-plugin",
+                       "registry.example/rdp:1.0"]:
+        rc, _, err = helm.run(["template", RELEASE], {"image": {"repository": repository}})
+        r.check(f"image: schema refuses repository {repository!r} (no registry, or a tag)",
+                rc != 0 and SCHEMA_ERROR in err, err.strip()[:300])
+    for repository in ["localhost/rdma-device-plugin", "registry.example.com:5000/a/b"]:
+        rc, _, err = helm.run(["template", RELEASE], {"image": {"repository": repository}})
+        r.check(f"image: repository {repository!r} accepted", rc == 0, err.strip()[:300])
 
 
 def check_rdma_node_requirements(r, helm):
@@ -597,11 +653,14 @@ def check_rejections(r, helm):
         ("an RDMA node requirement with an unknown operator",
          {"rdmaNodeRequirements": [{"key": "x", "operator": "Maybe"}]}),
         ("an RDMA node requirement without a key", {"rdmaNodeRequirements": [{"operator": "Exists"}]}),
-        ("unknown pullPolicy", {"image": {"repository": "x", "pullPolicy": "Sometimes"}}),
+        ("unknown pullPolicy", {"image": {"repository": "localhost/x", "pullPolicy": "Sometimes"}}),
         ("relative host path", {"hostPaths": {"kubeletDevicePlugins": "var/lib/kubelet"}}),
         ("misspelt top-level key", {"tolerration": []}),
         ("extraArgs not a flag", {"extraArgs": ["serve"]}),
         ("test.enabled as a string", {"test": {"enabled": "yes"}}),
+        ("an unknown test.mode", {"test": {"mode": "both"}}),
+        ("test.activeDeadlineSeconds 0", {"test": {"activeDeadlineSeconds": 0}}),
+        ("podSecurityCheck as a string", {"podSecurityCheck": "no"}),
     ]
     for label, values in schema_cases:
         rc, _, err = helm.run(["template", RELEASE], values)
@@ -626,6 +685,12 @@ def check_notes(r, helm):
             "cpuManagerPolicy: static" in notes and "topologyManagerPolicy: best-effort" in notes)
     r.check("NOTES: how to verify", "kubectl describe node <node> | grep rdma/hca" in notes)
     r.check("NOTES: the MOFED hazard", "MOFED" in notes)
+    r.check("NOTES: Pod Security (privileged, and how a refusal shows)",
+            "pod-security.kubernetes.io/enforce=privileged" in notes
+            and "violates PodSecurity" in notes)
+    r.check("NOTES: the log lines of both modes",
+            all(line in notes for line in ['"hca-exclusive mode"', '"hca-shared mode"',
+                                           '"Registered device plugin with Kubelet"']))
     r.check("NOTES: the mode-switch hazard", "Switch a node's mode only when" in notes)
     r.check("NOTES: only nodes with RDMA NICs, and how to list them",
             "They run only on nodes with RDMA NICs" in notes
@@ -694,7 +759,8 @@ def main():
     r = Results()
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
-                  check_custom_label, check_overrides, check_rejections, check_notes]
+                  check_custom_label, check_overrides, check_rejections, check_notes,
+                  check_test_pod_modes, check_image_required]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

@@ -33,6 +33,9 @@ func helmBinary() string {
 	return ""
 }
 
+// testImageRepository stands for the registry an operator pushes to: the chart has no default.
+const testImageRepository = "registry.example/rdma-device-plugin"
+
 // Every manifest `helm template` renders decodes strictly (unknown or duplicate fields fail)
 // into the k8s.io/api types of the pinned release, under the default values and a few others.
 func TestHelmTemplateDecodesStrictly(t *testing.T) {
@@ -52,7 +55,8 @@ func TestHelmTemplateDecodesStrictly(t *testing.T) {
 		"shared-only":    {"--set", "modes={shared}", "--set", "logLevel=debug"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(helm, append([]string{"template", "rdp", chart, "--namespace", "kube-system"}, args...)...)
+			cmd := exec.Command(helm, append([]string{"template", "rdp", chart, "--namespace", "kube-system",
+				"--set", "image.repository=" + testImageRepository}, args...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()

@@ -24,7 +24,11 @@ characters of a DaemonSet's pod names' prefix.
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The image reference; image.repository has no default (the project publishes no image). */}}
 {{- define "rdp.image" -}}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is not set: build the image from the project's Dockerfile, push it to a registry your nodes pull from, and set image.repository=<registry>/rdma-device-plugin (docs/install.md, \"Build and push the image\")" }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
@@ -104,4 +108,33 @@ the label. The two select complementary sets of nodes, so each node runs exactly
 {{- if not .Values.modes }}
 {{- fail "modes is empty: list shared, exclusive or both" }}
 {{- end }}
+{{- include "rdp.checkPodSecurity" . }}
+{{- end }}
+
+{{/*
+hostPath volumes are allowed only at the Pod Security level "privileged". Against a cluster
+(install, upgrade, --dry-run=server) the release namespace's enforce label is read: at baseline or
+restricted the DaemonSets would be accepted but the controller's every pod refused, so fail now.
+A namespace not created yet, or without the label, gets the cluster's default level (privileged
+unless the admission configuration says otherwise; docs/install.md). `helm template` sees no
+cluster and checks nothing.
+*/}}
+{{- define "rdp.checkPodSecurity" -}}
+{{- if .Values.podSecurityCheck }}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- $labels := dig "metadata" "labels" dict ($ns | default dict) }}
+{{- $level := get $labels "pod-security.kubernetes.io/enforce" }}
+{{- if and $level (ne $level "privileged") }}
+{{- fail (printf "namespace %q enforces Pod Security level %q, which refuses the plugin's hostPath volumes (the kubelet's device-plugin directory, /sys, /dev/infiniband): install into kube-system, or into a namespace labelled pod-security.kubernetes.io/enforce=privileged (docs/install.md, \"Pod Security\"); podSecurityCheck=false skips this check" .Release.Namespace $level) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The mode the helm test pod runs under: test.mode, else exclusive when deployed, else shared. */}}
+{{- define "rdp.testMode" -}}
+{{- $mode := .Values.test.mode | default (ternary "exclusive" "shared" (has "exclusive" .Values.modes)) }}
+{{- if not (has $mode .Values.modes) }}
+{{- fail (printf "test.mode is %s, but modes (%s) does not deploy it: no node would serve the test pod" $mode (join ", " .Values.modes)) }}
+{{- end }}
+{{- $mode }}
 {{- end }}
