@@ -5,6 +5,7 @@
 #
 # Usage: test/kubelet/run.sh [--build-only] [BINARY] [go test flags...]
 #        test/kubelet/run.sh --proto [go test flags...]
+#        test/kubelet/run.sh --control-plane [go test flags...]
 #   BINARY defaults to $RDP_BINARY, then <repo>/build/cmd/rdma-device-plugin.
 #   --build-only: download the modules and compile the harness (fills Go's caches), run nothing.
 #   --proto: only TestProtoMatchesKubelet (proto/*.proto against the kubelet's descriptors); needs
@@ -13,6 +14,10 @@
 #   rdp_proto_descriptors); without one the full run skips that test and --proto fails.
 #   e.g. test/kubelet/run.sh build/cmd/rdma-device-plugin -run 'TestKubeletRestart'
 #   The chart test uses helm from PATH, $RDP_HELM or <build>/tools/bin/helm, else it skips.
+#   --control-plane: the package ./controlplane (a real kube-apiserver on an embedded etcd, the
+#   DaemonSet controller and the garbage collector; helm installs the chart into it); needs
+#   neither root nor the binary, only helm ($RDP_HELM, PATH or <repo>/build/tools/bin/helm).
+#   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
 # Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26; not root,
 # except for --proto), which ctest reports as skipped. The Go module and build caches stay in
 # Go's default places, so a second run on the same machine builds nothing.
@@ -22,11 +27,13 @@ repo=$(cd "$here/../.." && pwd)
 
 build_only=0
 proto_only=0
+control_plane=0
 case ${1:-} in
   --build-only) build_only=1; shift ;;
   --proto) proto_only=1; shift ;;
+  --control-plane) control_plane=1; shift ;;
 esac
-if ((!proto_only)) && [[ $# -gt 0 && $1 != -* ]]; then
+if ((!proto_only && !control_plane)) && [[ $# -gt 0 && $1 != -* ]]; then
   RDP_BINARY=$1
   shift
 fi
@@ -38,12 +45,29 @@ command -v go >/dev/null || skip "Go not found (needs Go >= 1.26)"
 version=$(go env GOVERSION)          # go1.26.8
 minor=${version#go1.}; minor=${minor%%.*}
 [[ $version == go1.* && $minor =~ ^[0-9]+$ && $minor -ge 26 ]] || skip "$version is older than Go 1.26"
+# The API server reports the Kubernetes version the way release builds stamp it (hack/lib/version.sh):
+# without it, /version says v0.0.0-master and helm refuses the chart's kubeVersion. Only the link
+# step depends on it.
+cd "$here"
+k8s_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)     # v1.37.2
+k8s_minor=${k8s_version#v1.}; k8s_minor=${k8s_minor%%.*}
+version_ldflags="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/component-base/version.gitTreeState=clean"
 if ((build_only)); then
-  cd "$here"
   start=$(date +%s)
   go test -count=1 -run '^$' .
+  go test -count=1 -ldflags "$version_ldflags" -run '^$' ./controlplane
   echo "kubelet conformance: harness built in $(( $(date +%s) - start ))s"
   exit 0
+fi
+if ((control_plane)); then
+  echo "control plane: $version, k8s.io/kubernetes $k8s_version, helm ${RDP_HELM:-from PATH or build/tools/bin}"
+  start=$(date +%s)
+  set +e
+  go test -count=1 -timeout 10m -v -ldflags "$version_ldflags" "$@" ./controlplane
+  rc=$?
+  set -e
+  echo "control plane: go test exited $rc after $(( $(date +%s) - start ))s"
+  exit $rc
 fi
 # go test runs in $here: the descriptor set's path made absolute, or left unset (the test skips).
 if [[ -f $RDP_PROTO_DESCRIPTORS ]]; then
