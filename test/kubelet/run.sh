@@ -15,7 +15,7 @@
 #   e.g. test/kubelet/run.sh build/cmd/rdma-device-plugin -run 'TestKubeletRestart'
 #   The chart test uses helm from PATH, $RDP_HELM or <build>/tools/bin/helm, else it skips.
 #   --control-plane: the package ./controlplane (a real kube-apiserver on an embedded etcd, the
-#   DaemonSet controller and the garbage collector; helm installs the chart into it); needs
+#   DaemonSet controller, the garbage collector and the scheduler; helm installs the chart into it); needs
 #   neither root nor the binary, only helm ($RDP_HELM, PATH or <repo>/build/tools/bin/helm).
 #   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
 # Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26; not root,
