@@ -12,6 +12,8 @@ build_packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libeigen3-dev libspdlog-dev libfmt-dev
   libcli11-dev nlohmann-json3-dev
+  # the DRA driver's API-server client (HTTPS, token auth)
+  libcurl4-openssl-dev
 )
 # What the tests add.
 test_packages=(

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The module graph, checked: which of our directories each module's sources may include.
 
-Dependencies run one way (README, Layout): base -> topology -> allocator -> server -> check ->
+Dependencies run one way (README, Layout): base -> topology -> allocator -> server -> dra, check ->
 cmd. sim/ (test doubles, the demo) and test/ are not product: no product library includes them.
 In the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for
 its floor), and topology/internal/ by topology/ (and tests).
@@ -12,15 +12,16 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"base", "topology", "allocator", "proto", "server", "check", "cmd", "sim", "bench", "test"}
+OURS = {"base", "topology", "allocator", "proto", "server", "dra", "check", "cmd", "sim", "bench", "test"}
 ALLOWED = {
     "base": {"base"},
     "topology": {"base", "topology"},
     "allocator": {"base", "topology", "allocator"},
     "server": {"base", "topology", "allocator", "proto", "server"},
+    "dra": {"base", "topology", "allocator", "proto", "server", "dra"},
     "check": {"base", "topology", "check"},
     "sim": {"base", "topology", "proto", "server", "sim"},
-    "cmd": {"base", "topology", "allocator", "proto", "server", "check", "sim", "cmd"},
+    "cmd": {"base", "topology", "allocator", "proto", "server", "dra", "check", "sim", "cmd"},
     "bench": OURS - {"cmd"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
