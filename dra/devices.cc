@@ -27,9 +27,7 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
   std::size_t end = 0;
   while (end < rate.size() && rate[end] >= '0' && rate[end] <= '9') ++end;
   std::int64_t gbps = 0;
-  if (end == 0 || !absl::SimpleAtoi(rate.substr(0, end), &gbps)) {
-    return std::nullopt;
-  }
+  if (end == 0 || !absl::SimpleAtoi(rate.substr(0, end), &gbps)) return std::nullopt;
   return gbps;
 }
 
@@ -74,7 +72,8 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
 absl::Status ValidateSubdomain(const std::string& name, std::size_t max) {
   if (name.empty()) return absl::InvalidArgumentError("must not be empty");
   if (name.size() > max) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is longer than ", max, " characters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' is longer than ", max, " characters"));
   }
   for (absl::string_view label : absl::StrSplit(name, '.')) {
     const bool ok = !label.empty() && absl::ascii_isalnum(label.front()) &&
@@ -128,7 +127,8 @@ std::string UnhealthyTaintKey(std::string_view driver_name) {
   return std::string(driver_name) + "/unhealthy";
 }
 
-std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo, const DeviceOptions& opts) {
+std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
+                                         const DeviceOptions& opts) {
   std::vector<nlohmann::json> devices;
   devices.reserve(topo.hcas().size());
   for (const topology::Hca& hca : topo.hcas()) {

@@ -98,6 +98,7 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 // declare no capacity, so each allocation consumes nothing and any number of claims, each
 // asking for every HCA, all fit; the allocator then gives each result a shareID. Taints still
 // apply to such a device.
-std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo, const DeviceOptions& opts);
+std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
+                                         const DeviceOptions& opts);
 
 }  // namespace rdp::dra

@@ -192,7 +192,8 @@ TEST(DRADevicesTest, OurAttributesLiveUnderTheDriversDomain) {
     // The identifier after the domain: a C identifier of at most 32 characters.
     const std::string id = key.substr(key.find('/') + 1);
     EXPECT_LE(id.size(), 32u) << key;
-    EXPECT_TRUE(std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(c) || c == '_'; }))
+    EXPECT_TRUE(std::all_of(id.begin(), id.end(),
+                            [](char c) { return std::isalnum(c) || c == '_'; }))
         << key;
   }
 }
@@ -319,8 +320,8 @@ class DRASlicesCmdTest : public ::testing::Test {
  protected:
   std::vector<std::string> Fixture(const std::string& xml) {
     const std::string out = dir_.Sub("node");
-    const RunResult r = RunBinary({"fixture", "--topology-xml", rdp::testing::TestData(xml), "--out", out,
-                             "--log-level", "warn"});
+    const RunResult r = RunBinary({"fixture", "--topology-xml", rdp::testing::TestData(xml),
+                                   "--out", out, "--log-level", "warn"});
     EXPECT_EQ(r.code, 0) << r.all;
     return {"--topology-xml", rdp::testing::TestData(xml), "--sysfs-root", out, "--dev-root", out,
             "--log-level", "warn"};
