@@ -41,6 +41,15 @@ std::string TaintValue(const std::string& reason) {
   return "Unusable";
 }
 
+// The outermost switch above a device: the switch_id of the first bridge, from the root port
+// down, that belongs to a switch. Under one level of switches it is PciPlacement::Switch().
+std::string TopSwitch(const topology::PciPlacement& place) {
+  for (const topology::Bridge& b : place.bridges) {
+    if (!b.switch_id.empty()) return b.switch_id;
+  }
+  return "";
+}
+
 nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
   nlohmann::json attrs = nlohmann::json::object();
   const std::string std_prefix = kStandardPrefix;
@@ -58,6 +67,7 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
   const std::string own = opts.driver_name + "/";
   PutString(attrs, own + "hcaName", hca.name);
   PutString(attrs, own + "pcieSwitch", hca.place.Switch());
+  PutString(attrs, own + "pcieTopSwitch", TopSwitch(hca.place));
   if (!hca.ports.empty()) {
     PutString(attrs, own + "linkLayer", hca.ports.front().link_layer);
     if (auto gbps = RateGbps(hca.ports.front().rate)) attrs[own + "rateGbps"] = {{"int", *gbps}};

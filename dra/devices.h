@@ -75,7 +75,13 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 //                                    reboot or bonding; the device name does not)
 //   <driver>/pcieSwitch      string  the upstream port of the nearest PCIe switch above the HCA,
 //                                    "0000:17:00.0" (PciPlacement::Switch()); left out when none.
-//                                    matchAttribute on it asks for HCAs under one switch.
+//                                    matchAttribute on it asks for HCAs under one switch
+//                                    (nvidia-smi's PIX between them).
+//   <driver>/pcieTopSwitch   string  the upstream port of the outermost switch (the one below
+//                                    the root port); equals pcieSwitch under one level of
+//                                    switches; left out when none. matchAttribute on it asks for
+//                                    HCAs below one top-level switch (PIX or PXB, never through
+//                                    the root complex) in two-level trees (DGX-2-like).
 //   <driver>/linkLayer       string  the first port's link layer: "InfiniBand" or "Ethernet"
 //   <driver>/rateGbps        int     the first port's rate in whole Gb/s ("400 Gb/sec (4X NDR)"
 //                                    -> 400; 1X SDR's 2.5 -> 2): ports of one HCA share a width

@@ -63,6 +63,7 @@ TEST(DRADevicesTest, AHealthyHcasAttributes) {
       {std::string(kStd) + "numaNode", {{"int", 0}}},
       {Own("hcaName"), {{"string", "mlx5_0"}}},
       {Own("pcieSwitch"), {{"string", "0000:16:00.0"}}},
+      {Own("pcieTopSwitch"), {{"string", "0000:16:00.0"}}},
       {Own("linkLayer"), {{"string", "InfiniBand"}}},
       {Own("rateGbps"), {{"int", 400}}},
       {Own("uverbs"), {{"string", "uverbs0"}}},
@@ -83,10 +84,24 @@ TEST(DRADevicesTest, UnknownNumaSwitchLinkAndRateAreLeftOut) {
   const json attrs = One(h)["attributes"];
   EXPECT_FALSE(attrs.contains(std::string(kStd) + "numaNode")) << attrs.dump();
   EXPECT_FALSE(attrs.contains(Own("pcieSwitch")));
+  EXPECT_FALSE(attrs.contains(Own("pcieTopSwitch")));
   EXPECT_FALSE(attrs.contains(Own("linkLayer")));
   EXPECT_FALSE(attrs.contains(Own("rateGbps")));
   EXPECT_FALSE(attrs.contains(Own("uverbs")));
   EXPECT_TRUE(attrs.contains(std::string(kStd) + "pcieRoot"));
+}
+
+TEST(DRADevicesTest, TwoLevelsOfSwitchesGiveTheNearestAndTheTopSwitch) {
+  topology::Hca h = HealthyHca();
+  // root port, top switch (upstream, downstream), leaf switch (upstream, downstream)
+  h.place.bridges = {{"0000:15:01.0", ""},
+                     {"0000:16:00.0", "0000:16:00.0"},
+                     {"0000:17:02.0", "0000:16:00.0"},
+                     {"0000:18:00.0", "0000:18:00.0"},
+                     {"0000:19:01.0", "0000:18:00.0"}};
+  const json attrs = One(h)["attributes"];
+  EXPECT_EQ(attrs[Own("pcieSwitch")]["string"], "0000:18:00.0");
+  EXPECT_EQ(attrs[Own("pcieTopSwitch")]["string"], "0000:16:00.0");
 }
 
 TEST(DRADevicesTest, TheFirstPortGivesLinkLayerAndRate) {
@@ -388,9 +403,11 @@ TEST_F(DRASlicesCmdTest, PrintsTheDgxH100LikeNodesSlices) {
     if (a[Own("hcaName")]["string"] == "mlx5_bond_0") {
       EXPECT_EQ(root, "pci0000:c8");
       EXPECT_FALSE(a.contains(Own("pcieSwitch")));
+      EXPECT_FALSE(a.contains(Own("pcieTopSwitch")));
       EXPECT_EQ(a[Own("linkLayer")]["string"], "Ethernet");
     } else {
       by_switch[a[Own("pcieSwitch")]["string"]].push_back(name);
+      EXPECT_EQ(a[Own("pcieTopSwitch")], a[Own("pcieSwitch")]) << "one level of switches";
       EXPECT_EQ(a[Own("linkLayer")]["string"], "InfiniBand");
     }
   }
@@ -398,6 +415,26 @@ TEST_F(DRASlicesCmdTest, PrintsTheDgxH100LikeNodesSlices) {
                                           "pci0000:c8"}));
   ASSERT_EQ(by_switch.size(), 4u);
   for (const auto& [sw, names] : by_switch) EXPECT_EQ(names.size(), 2u) << sw;
+}
+
+// test/data/README.md: two-level-switches has, per root, a top switch over two leaf switches of
+// 2 GPUs + 1 HCA each.
+TEST_F(DRASlicesCmdTest, TwoLevelSwitchesNodeHasOneHcaPerLeafTwoPerTopSwitch) {
+  std::vector<std::string> args = Fixture("two-level-switches.xml");
+  args.insert(args.end(), {"--node-name", "node-d"});
+  const std::vector<json> devices = Devices(Slices(args));
+  ASSERT_EQ(devices.size(), 8u);
+  std::map<std::string, int> leaf, top;
+  for (const json& d : devices) {
+    const json& a = d["attributes"];
+    ASSERT_TRUE(a.contains(Own("pcieSwitch")) && a.contains(Own("pcieTopSwitch"))) << d.dump();
+    EXPECT_NE(a[Own("pcieSwitch")], a[Own("pcieTopSwitch")]);
+    ++leaf[a[Own("pcieSwitch")]["string"]];
+    ++top[a[Own("pcieTopSwitch")]["string"]];
+  }
+  EXPECT_EQ(leaf.size(), 8u);
+  ASSERT_EQ(top.size(), 4u);
+  for (const auto& [sw, n] : top) EXPECT_EQ(n, 2) << sw;
 }
 
 TEST_F(DRASlicesCmdTest, SharedModeAndADriverName) {

@@ -506,6 +506,93 @@ func exactly(name, class string, count int64, selectors ...string) resourceapi.D
 	return r
 }
 
+// outermostSwitch is the upstream port of the switch right below the root port: the second
+// bridge of the chain when there are at least three. "" when there is none.
+func outermostSwitch(bridges []string) string {
+	if len(bridges) < 3 {
+		return ""
+	}
+	return bridges[1]
+}
+
+// checkSwitchPairs asks for two HCAs with matchAttribute on our attribute attr (a switch) and
+// checks the result against the node's own reading of its bridges (switchOf): two HCAs under one
+// switch when some switch has two, nothing otherwise. Then it takes one HCA of every such switch
+// down, one at a time: the tainted HCAs' switches must no longer be chosen, and with all of them
+// down the claim cannot be allocated. Ports are ACTIVE again at the end. Reports whether the node
+// has a switch with two HCAs.
+func checkSwitchPairs(t *testing.T, bin string, f draFixture, attr string, switchOf func([]string) string) bool {
+	t.Helper()
+	bySwitch := map[string][]string{}
+	for _, h := range f.Node.HCAs {
+		if sw := switchOf(h.Bridges); sw != "" {
+			bySwitch[sw] = append(bySwitch[sw], h.Name)
+		}
+	}
+	pairSwitches := 0
+	for _, names := range bySwitch {
+		if len(names) >= 2 {
+			pairSwitches++
+		}
+	}
+	two := claim("two-hcas", []resourceapi.DeviceRequest{exactly("hcas", draDriver, 2)},
+		resourceapi.DeviceConstraint{Requests: []string{"hcas"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(draDriver + "/" + attr))})
+	a := newDRAAllocator(t, bin, f)
+	results := a.allocate(two)
+	if pairSwitches == 0 {
+		if results != nil {
+			t.Errorf("%s %s: no switch holds two HCAs, yet got %+v", f.Name, attr, results)
+		}
+		return false
+	}
+	if len(results) != 1 {
+		t.Errorf("%s %s: no two HCAs on one switch allocated; the node has %v", f.Name, attr, bySwitch)
+		return true
+	}
+	hcas := a.hcasOf(results[0], "hcas")
+	if len(hcas) != 2 || switchOf(hcas[0].Bridges) != switchOf(hcas[1].Bridges) || hcas[0].PCI == hcas[1].PCI {
+		t.Errorf("%s %s: two HCAs on one switch: got %+v", f.Name, attr, hcas)
+	}
+
+	down := map[string]bool{} // switches with a DOWN HCA
+	defer func() {
+		for sw := range down {
+			h := hcaByName(f.Node, bySwitch[sw][0])
+			if err := f.Sys.SetPortState(h.Name, h.Ports[0], "ACTIVE"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
+	for sw, names := range bySwitch {
+		if len(names) < 2 {
+			continue
+		}
+		h := hcaByName(f.Node, names[0])
+		if err := f.Sys.SetPortState(h.Name, h.Ports[0], "DOWN"); err != nil {
+			t.Fatal(err)
+		}
+		down[sw] = true
+		a := newDRAAllocator(t, bin, f)
+		results := a.allocate(two)
+		if len(down) == pairSwitches {
+			if results != nil {
+				t.Errorf("%s %s: every switch has a DOWN HCA, yet got %+v", f.Name, attr, results)
+			}
+			break
+		}
+		if len(results) != 1 {
+			t.Errorf("%s %s: with HCAs down on %d of %d switches: no allocation", f.Name, attr, len(down), pairSwitches)
+			continue
+		}
+		for _, got := range a.hcasOf(results[0], "hcas") {
+			if down[switchOf(got.Bridges)] {
+				t.Errorf("%s %s: got %s on switch %s, which has a DOWN HCA", f.Name, attr, got.Name, switchOf(got.Bridges))
+			}
+		}
+	}
+	return true
+}
+
 // innermostSwitch is the upstream port of the nearest switch above a device, read off its bridge
 // chain (root port first): the second-last bridge when there are at least three, since the last
 // is then a downstream port of that switch. "" when there is none.
@@ -518,13 +605,14 @@ func innermostSwitch(bridges []string) string {
 
 // The scheduler's structured allocator on the slices the binary prints and a fake GPU driver's:
 // a GPU plus an HCA with matchAttribute pcieRoot gets an HCA under the GPU's root whenever the
-// node has one (and nothing when it has none); two HCAs with matchAttribute on our pcieSwitch get
-// two under one switch where the node has such a switch, avoiding a tainted (unhealthy) HCA;
-// shared mode lets two claims each take every HCA, exclusive mode does not.
+// node has one (and nothing when it has none); two HCAs with matchAttribute on our pcieSwitch
+// (pcieTopSwitch) get two under one nearest (top-level) switch where the node has such a switch,
+// never a tainted (unhealthy) HCA; shared mode lets two claims each take every HCA, exclusive mode
+// does not.
 func TestDRAStructuredAllocation(t *testing.T) {
 	bin := draBinary(t)
 	pcieRoot := ptr.To(resourceapi.FullyQualifiedName(deviceattribute.StandardDeviceAttributePCIeRoot))
-	pairs, unsatisfiable, switchPairs := 0, 0, 0
+	pairs, unsatisfiable, switchPairs := 0, 0, map[string]int{}
 	for _, xml := range draXMLs() {
 		f := newDRAFixture(t, xml, nil)
 		a := newDRAAllocator(t, bin, f)
@@ -558,74 +646,19 @@ func TestDRAStructuredAllocation(t *testing.T) {
 			}
 		}
 
-		bySwitch := map[string][]string{}
-		for _, h := range f.Node.HCAs {
-			if sw := innermostSwitch(h.Bridges); sw != "" {
-				bySwitch[sw] = append(bySwitch[sw], h.Name)
-			}
-		}
-		hasPair := false
-		for _, names := range bySwitch {
-			hasPair = hasPair || len(names) >= 2
-		}
-		two := claim("two-hcas", []resourceapi.DeviceRequest{exactly("hcas", draDriver, 2)},
-			resourceapi.DeviceConstraint{Requests: []string{"hcas"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(draDriver + "/pcieSwitch"))})
-		results := a.allocate(two)
-		if !hasPair {
-			if results != nil {
-				t.Errorf("%s: no switch holds two HCAs, yet got %+v", f.Name, results)
-			}
-			continue
-		}
-		switchPairs++
-		if len(results) != 1 {
-			t.Errorf("%s: no two HCAs on one switch allocated; the node has %v", f.Name, bySwitch)
-			continue
-		}
-		hcas := a.hcasOf(results[0], "hcas")
-		if len(hcas) != 2 || innermostSwitch(hcas[0].Bridges) != innermostSwitch(hcas[1].Bridges) || hcas[0].PCI == hcas[1].PCI {
-			t.Errorf("%s: two HCAs on one switch: got %+v", f.Name, hcas)
-		}
-
-		// An unhealthy HCA is tainted NoSchedule: the pair must come from another switch, and with
-		// one HCA of every switch down there is none.
-		pairSwitches := 0
-		for _, names := range bySwitch {
-			if len(names) >= 2 {
-				pairSwitches++
-			}
-		}
-		down := map[string]bool{} // switches with a DOWN HCA
-		for sw, names := range bySwitch {
-			if len(names) < 2 {
-				continue
-			}
-			h := hcaByName(f.Node, names[0])
-			if err := f.Sys.SetPortState(h.Name, h.Ports[0], "DOWN"); err != nil {
-				t.Fatal(err)
-			}
-			down[sw] = true
-			results := newDRAAllocator(t, bin, f).allocate(two)
-			if len(down) == pairSwitches {
-				if results != nil {
-					t.Errorf("%s: every switch has a DOWN HCA, yet got %+v", f.Name, results)
-				}
-				break
-			}
-			if len(results) != 1 {
-				t.Errorf("%s: with HCAs down on %d of %d switches: no allocation", f.Name, len(down), pairSwitches)
-				continue
-			}
-			for _, got := range a.hcasOf(results[0], "hcas") {
-				if down[innermostSwitch(got.Bridges)] {
-					t.Errorf("%s: got %s on switch %s, which has a DOWN HCA", f.Name, got.Name, innermostSwitch(got.Bridges))
-				}
+		for _, level := range []struct {
+			attr string
+			of   func([]string) string
+		}{{"pcieSwitch", innermostSwitch}, {"pcieTopSwitch", outermostSwitch}} {
+			if checkSwitchPairs(t, bin, f, level.attr, level.of) {
+				switchPairs[level.attr]++
 			}
 		}
 	}
-	t.Logf("GPU+HCA claims: %d satisfiable, %d unsatisfiable; nodes with two HCAs on a switch: %d", pairs, unsatisfiable, switchPairs)
-	if pairs == 0 || unsatisfiable == 0 || switchPairs == 0 {
-		t.Errorf("the fixtures tested %d satisfiable GPU pairs, %d unsatisfiable, %d switch pairs: each must be > 0", pairs, unsatisfiable, switchPairs)
+	t.Logf("GPU+HCA claims: %d satisfiable, %d unsatisfiable; nodes with two HCAs on one switch: %v", pairs, unsatisfiable, switchPairs)
+	if pairs == 0 || unsatisfiable == 0 || switchPairs["pcieSwitch"] == 0 || switchPairs["pcieTopSwitch"] <= switchPairs["pcieSwitch"] {
+		t.Errorf("the fixtures tested %d satisfiable GPU pairs, %d unsatisfiable, switch pairs %v: each must be > 0, more nodes with a top switch pair than a leaf one",
+			pairs, unsatisfiable, switchPairs)
 	}
 
 	// Shared mode: two claims that each want every HCA both fit; in exclusive mode they do not.
