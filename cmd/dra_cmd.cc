@@ -82,7 +82,8 @@ void PrintSlices(const SlicesFlags& f) {
       {"kind", "List"},
       {"items", dra::BuildResourceSlices(dra::BuildDevices(*topo, s->devices), meta)},
   };
-  std::cout << list.dump(2) << "\n";
+  // replace: a name read from sysfs that is not UTF-8 must not make dump() throw.
+  std::cout << list.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace
