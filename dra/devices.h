@@ -41,6 +41,7 @@ struct DeviceOptions {
   // The kernel's placement by PCI address. An HCA listed here takes pcieRoot and numaNode from
   // it alone (numaNode omitted when the kernel has none, even if hwloc inferred one); an HCA not
   // listed (an XML-only topology, a tree without /sys/bus/pci) takes them from the snapshot.
+  // On a node, fill it with ReadKernelPci(env, topo) (dra/kernel_pci.h) for each snapshot.
   std::map<std::string, KernelPci> kernel;
 };
 
