@@ -154,6 +154,8 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(cw, ".server \"", config.server, "\" is not an http(s) URL"));
   }
+  // Paths are appended to it: "https://host:6443/" would make "//api/v1/...".
+  while (absl::EndsWith(config.server, "/")) config.server.pop_back();
   config.ca_file = Resolve(config.ca_file, path);
   auto ca_data = Base64Field(c, "certificate-authority-data", cw);
   if (!ca_data.ok()) return ca_data.status();

@@ -113,11 +113,13 @@ TEST(DRAKubeConfigTest, KubeconfigFilesAreRelativeToIt) {
   nlohmann::json doc = Kubeconfig();
   doc["clusters"][0]["cluster"].erase("certificate-authority-data");
   doc["clusters"][0]["cluster"]["certificate-authority"] = "ca.crt";
+  doc["clusters"][0]["cluster"]["server"] = "https://lb.example:443/k8s/clusters/c1/";
   doc["users"][0]["user"] = {{"tokenFile", "/abs/token"},
                              {"client-certificate", "certs/client.crt"},
                              {"client-key-data", absl::Base64Escape("KEY")}};
   auto config = Load(dir, doc);
   ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server, "https://lb.example:443/k8s/clusters/c1") << "paths are appended";
   EXPECT_EQ(config->ca_file, dir.Sub("ca.crt"));
   EXPECT_EQ(config->token_file, "/abs/token");
   EXPECT_EQ(config->client_cert_file, dir.Sub("certs/client.crt"));
