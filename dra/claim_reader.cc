@@ -17,13 +17,14 @@ bool IsDnsName(const std::string& s) {
   return true;
 }
 
-// results[i].<key>: a non-empty string, else InvalidArgument naming the field.
+// results[i].<key>: a non-empty string, else InvalidArgument naming the claim and the field.
 absl::StatusOr<std::string> RequiredString(const nlohmann::json& result, const char* key,
-                                           const std::string& where) {
+                                           const std::string& prefix, const std::string& where) {
   const auto it = result.find(key);
   if (it == result.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ".", key, it == result.end() ? " is missing" : " is not a non-empty string"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, where, ".", key,
+                     it == result.end() ? " is missing" : " is not a non-empty string"));
   }
   return it->get<std::string>();
 }
@@ -41,7 +42,8 @@ absl::StatusOr<std::vector<AllocatedDevice>> ParseAllocation(const nlohmann::jso
   }
   const auto allocation = status ? status->find("allocation") : nlohmann::json::const_iterator();
   if (status == nullptr || allocation == status->end() || allocation->is_null()) {
-    return absl::FailedPreconditionError(absl::StrCat(prefix, "not allocated (no status.allocation)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(prefix, "not allocated (no status.allocation)"));
   }
   std::string where = "status.allocation";
   if (!allocation->is_object()) {
@@ -66,15 +68,16 @@ absl::StatusOr<std::vector<AllocatedDevice>> ParseAllocation(const nlohmann::jso
     if (!result.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, at, " is not an object"));
     }
-    auto result_driver = RequiredString(result, "driver", at);
-    if (!result_driver.ok()) return absl::InvalidArgumentError(prefix + std::string(result_driver.status().message()));
+    auto result_driver = RequiredString(result, "driver", prefix, at);
+    if (!result_driver.ok()) return result_driver.status();
     // Another driver's results are its business: not checked further.
     if (*result_driver != driver) continue;
     AllocatedDevice device;
-    for (auto [key, field] : {std::pair{"request", &device.request}, std::pair{"pool", &device.pool},
+    for (auto [key, field] : {std::pair{"request", &device.request},
+                              std::pair{"pool", &device.pool},
                               std::pair{"device", &device.device}}) {
-      auto value = RequiredString(result, key, at);
-      if (!value.ok()) return absl::InvalidArgumentError(prefix + std::string(value.status().message()));
+      auto value = RequiredString(result, key, prefix, at);
+      if (!value.ok()) return value.status();
       *field = *std::move(value);
     }
     out.push_back(std::move(device));
@@ -110,8 +113,9 @@ absl::StatusOr<std::vector<AllocatedDevice>> ApiClaimReader::Read(const ClaimRef
   }
   if (uid != ref.uid) {
     // Deleted and created again under the same name: the kubelet's claim is gone.
-    return absl::NotFoundError(absl::StrCat("resourceclaim ", claim_name, ": the kubelet asked for uid ",
-                                            ref.uid, ", the API server holds uid ",
+    return absl::NotFoundError(absl::StrCat("resourceclaim ", claim_name,
+                                            ": the kubelet asked for uid ", ref.uid,
+                                            ", the API server holds uid ",
                                             uid.empty() ? "(none)" : uid));
   }
   return ParseAllocation(claim, driver, claim_name);

@@ -110,8 +110,10 @@ std::map<TaintKey, nlohmann::json> TaintTimes(const std::vector<nlohmann::json>&
   return times;
 }
 
-std::vector<nlohmann::json> Stamped(const std::vector<nlohmann::json>& desired, std::int64_t generation,
-                                    const std::string& node_name, const std::string& node_uid,
+// `desired` with the pool's generation, the Node as owner and the taint times the server holds.
+std::vector<nlohmann::json> Stamped(const std::vector<nlohmann::json>& desired,
+                                    std::int64_t generation, const std::string& node_name,
+                                    const std::string& node_uid,
                                     const std::map<TaintKey, nlohmann::json>& times) {
   std::vector<nlohmann::json> out;
   for (nlohmann::json slice : desired) {
@@ -254,7 +256,8 @@ absl::Status ApiSlicePublisher::Publish(const std::vector<nlohmann::json>& slice
   if (!uid.is_string()) {
     return absl::InternalError(absl::StrCat("node ", node_, " has no metadata.uid"));
   }
-  const std::string pool = slices.empty() ? node_ : Field(slices[0], {"spec", "pool", "name"}).get<std::string>();
+  const std::string pool =
+      slices.empty() ? node_ : Field(slices[0], {"spec", "pool", "name"}).get<std::string>();
   absl::Status last;
   for (int round = 1; round <= kMaxRounds; ++round) {
     auto existing = List(deadline);

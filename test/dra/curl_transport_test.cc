@@ -126,7 +126,8 @@ TEST(DRACurlTransportTest, TlsServerNameStillConnectsToTheUrlsAddress) {
   request.timeout = absl::Seconds(2);
   auto r = transport->RoundTrip(request);
   EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
-  EXPECT_THAT(r.status().message(), ::testing::Not(HasSubstr("resolve"))) << "connected to 127.0.0.1";
+  EXPECT_THAT(r.status().message(), ::testing::Not(HasSubstr("resolve")))
+      << "connected to 127.0.0.1";
 }
 
 }  // namespace

@@ -245,8 +245,12 @@ inline HttpResponse FakeApiServer::ServeSlices(const std::string& method, const 
     }
     nlohmann::json items = nlohmann::json::array();
     for (const auto& [n, slice] : slices_) {
-      if (want.count("spec.nodeName") && slice["spec"].value("nodeName", "") != want["spec.nodeName"]) continue;
-      if (want.count("spec.driver") && slice["spec"].value("driver", "") != want["spec.driver"]) continue;
+      bool match = true;
+      for (const auto& [field, value] : want) {
+        const std::string key = field.substr(field.find('.') + 1);  // spec.nodeName -> nodeName
+        match = match && slice["spec"].value(key, "") == value;
+      }
+      if (!match) continue;
       items.push_back(slice);
     }
     const std::size_t from = params.count("continue") ? std::stoul(params["continue"]) : 0;
@@ -267,7 +271,8 @@ inline HttpResponse FakeApiServer::ServeSlices(const std::string& method, const 
       return StatusBody(409, "AlreadyExists", "resourceslices \"" + new_name + "\" already exists");
     }
     if (body["metadata"].contains("resourceVersion")) {
-      return StatusBody(500, "InternalError", "resourceVersion should not be set on objects to be created");
+      return StatusBody(500, "InternalError",
+                        "resourceVersion should not be set on objects to be created");
     }
     return Json(201, Store(body));
   }
@@ -280,11 +285,12 @@ inline HttpResponse FakeApiServer::ServeSlices(const std::string& method, const 
   }
   if (method == "PUT") {
     ++counters_.updates;
-    if (fail_updates_ > 0 ||
-        body["metadata"].value("resourceVersion", "") != it->second["metadata"]["resourceVersion"]) {
+    const std::string version = body["metadata"].value("resourceVersion", "");
+    if (fail_updates_ > 0 || version != it->second["metadata"]["resourceVersion"]) {
       if (fail_updates_ > 0) --fail_updates_;
-      return StatusBody(409, "Conflict", "Operation cannot be fulfilled on resourceslices.resource.k8s.io \"" + name +
-                                             "\": the object has been modified");
+      return StatusBody(409, "Conflict",
+                        "Operation cannot be fulfilled on resourceslices.resource.k8s.io \"" +
+                            name + "\": the object has been modified");
     }
     nlohmann::json stored = body;
     stored["metadata"]["uid"] = it->second["metadata"]["uid"];
@@ -321,12 +327,15 @@ inline absl::StatusOr<HttpResponse> FakeApiServer::Serve(const HttpRequest& requ
   if (path.rfind(kNodes, 0) == 0 && request.method == "GET") {
     ++counters_.gets;
     const auto it = nodes_.find(fake_internal::Decode(path.substr(kNodes.size())));
-    if (it == nodes_.end()) return StatusBody(404, "NotFound", "nodes \"" + path.substr(kNodes.size()) + "\" not found");
+    if (it == nodes_.end()) {
+      return StatusBody(404, "NotFound", "nodes \"" + path.substr(kNodes.size()) + "\" not found");
+    }
     return Json(200, it->second);
   }
   if (path == kSlices) return ServeSlices(request.method, "", query, body);
   if (path.rfind(kSlices + "/", 0) == 0) {
-    return ServeSlices(request.method, fake_internal::Decode(path.substr(kSlices.size() + 1)), query, body);
+    const std::string name = fake_internal::Decode(path.substr(kSlices.size() + 1));
+    return ServeSlices(request.method, name, query, body);
   }
   if (path.rfind(kClaims, 0) == 0 && request.method == "GET") {
     ++counters_.gets;
@@ -335,7 +344,9 @@ inline absl::StatusOr<HttpResponse> FakeApiServer::Serve(const HttpRequest& requ
     const std::size_t slash = rest.find('/');
     const std::string key = rest.substr(0, slash) + "/" + rest.substr(rest.rfind('/') + 1);
     const auto it = claims_.find(key);
-    if (it == claims_.end()) return StatusBody(404, "NotFound", "resourceclaims \"" + key + "\" not found");
+    if (it == claims_.end()) {
+      return StatusBody(404, "NotFound", "resourceclaims \"" + key + "\" not found");
+    }
     return Json(200, it->second);
   }
   return StatusBody(404, "NotFound", "the server could not find the requested resource");

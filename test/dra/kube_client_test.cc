@@ -76,7 +76,9 @@ TEST(DRAKubeClientTest, MapsStatusCodes) {
       {"GET", 302, "", absl::StatusCode::kUnknown},
   };
   for (const Case& c : cases) {
-    Harness h([&](const HttpRequest&) { return StatusBody(c.code, c.reason, "because " + c.reason); });
+    Harness h([&](const HttpRequest&) {
+      return StatusBody(c.code, c.reason, "because " + c.reason);
+    });
     auto r = h.client->Do(c.method, "/p", nullptr, h.Deadline(absl::Seconds(5)));
     EXPECT_EQ(r.status().code(), c.want) << c.method << " " << c.code << ": " << r.status();
     EXPECT_THAT(r.status().message(), HasSubstr(c.method + " /p: " + std::to_string(c.code)));
@@ -87,7 +89,8 @@ TEST(DRAKubeClientTest, MapsStatusCodes) {
 
 TEST(DRAKubeClientTest, ConflictWithoutReasonDependsOnTheMethod) {
   Harness h([](const HttpRequest&) { return HttpResponse{409, "", std::nullopt}; });
-  EXPECT_TRUE(absl::IsAlreadyExists(h.client->Post("/p", {}, h.Deadline(absl::Seconds(1))).status()));
+  EXPECT_TRUE(
+      absl::IsAlreadyExists(h.client->Post("/p", {}, h.Deadline(absl::Seconds(1))).status()));
   EXPECT_TRUE(absl::IsAborted(h.client->Put("/p", {}, h.Deadline(absl::Seconds(1))).status()));
 }
 
@@ -143,7 +146,8 @@ TEST(DRAKubeClientTest, StopsRetryingAtTheDeadlineAndEachAttemptGetsTheTimeLeft)
   for (std::size_t i = 0; i < h.requests->size(); ++i) {
     EXPECT_LE((*h.requests)[i].timeout, deadline - at) << "attempt " << i;
     EXPECT_GT((*h.requests)[i].timeout, absl::ZeroDuration());
-    at += absl::Milliseconds(300) + (i < h.clock.sleeps.size() ? h.clock.sleeps[i] : absl::ZeroDuration());
+    at += absl::Milliseconds(300);
+    if (i < h.clock.sleeps.size()) at += h.clock.sleeps[i];
   }
 }
 

@@ -61,7 +61,8 @@ TEST(DRAKubeConfigTest, InClusterNamesWhatIsMissing) {
   EXPECT_THAT(no_host.status().message(), HasSubstr("KUBERNETES_SERVICE_HOST"));
   auto no_port = InClusterConfig(root.path(), Env({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}}));
   EXPECT_THAT(no_port.status().message(), HasSubstr("KUBERNETES_SERVICE_PORT"));
-  const auto env = Env({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}});
+  const auto env =
+      Env({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}});
   auto no_token = InClusterConfig(root.path(), env);
   EXPECT_TRUE(absl::IsFailedPrecondition(no_token.status()));
   EXPECT_THAT(no_token.status().message(), HasSubstr("serviceaccount/token"));

@@ -119,9 +119,10 @@ TEST_F(DRASlicePublisherTest, StaleSlicesAreDeletedOthersLeftAlone) {
   ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
   ASSERT_TRUE(Publish(Slices(Devices(3))).ok());  // the pool shrinks to one slice
   const auto slices = server_.Slices();
+  const std::string node_b = "node-b-rdma.example.com-0";
   EXPECT_THAT(slices, ElementsAre(Pair("node-a-gpu", untouched.at("node-a-gpu")),
                                   Pair("node-a-rdma.example.com-0", _),
-                                  Pair("node-b-rdma.example.com-0", untouched.at("node-b-rdma.example.com-0"))));
+                                  Pair(node_b, untouched.at(node_b))));
   EXPECT_EQ(GenerationOf(slices.at("node-a-rdma.example.com-0")), 2);
   EXPECT_EQ(slices.at("node-a-rdma.example.com-0")["spec"]["pool"]["resourceSliceCount"], 1);
 }
@@ -153,7 +154,8 @@ TEST_F(DRASlicePublisherTest, ConflictStartsAnotherRound) {
   EXPECT_EQ(slice["spec"]["devices"][0]["attributes"]["model"]["string"], "cx8");
   EXPECT_EQ(GenerationOf(slice), 2);
   EXPECT_EQ(server_.counters().updates, 2) << "refused once, then written after a new list";
-  EXPECT_EQ(server_.counters().lists, 5) << "first publish: 2 lists; second: conflict, write, equal";
+  EXPECT_EQ(server_.counters().lists, 5)
+      << "first publish: 2 lists; second: conflict, write, equal";
 }
 
 TEST_F(DRASlicePublisherTest, EndlessConflictsAreAborted) {
