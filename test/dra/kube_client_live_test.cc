@@ -167,10 +167,42 @@ TEST_F(DRAKubeClientLiveTest, ReadsAllocatedAndPendingClaims) {
 TEST_F(DRAKubeClientLiveTest, WrongTokenIsPermissionDenied) {
   KubeConfig config = config_;
   config.token = "not-a-valid-token";
+  config.token_file.clear();  // it would win over the token
   KubeClient client(config, NewCurlTransport(config));
   auto r = client.Get("/api/v1/nodes/" + node_, Deadline());
   EXPECT_TRUE(absl::IsPermissionDenied(r.status())) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("401"));
+}
+
+TEST_F(DRAKubeClientLiveTest, ServerRefusalsMapToStatusesWithTheServersMessage) {
+  // Forbidden: the driver's identity may not list namespaces.
+  auto forbidden = client_->Get("/api/v1/namespaces", Deadline());
+  EXPECT_TRUE(absl::IsPermissionDenied(forbidden.status())) << forbidden.status();
+  EXPECT_THAT(forbidden.status().message(), HasSubstr("cannot list resource \"namespaces\""));
+  // Invalid: a device name that is not a DNS label.
+  nlohmann::json slice = Slices(1, false)[0];
+  slice["metadata"]["name"] = node_ + "-refusals";
+  slice["spec"]["pool"]["name"] = "refusals";
+  slice["spec"]["devices"][0]["name"] = "Not_A_Label";
+  const std::string path = "/apis/resource.k8s.io/v1/resourceslices";
+  auto invalid = client_->Post(path, slice, Deadline());
+  EXPECT_TRUE(absl::IsInvalidArgument(invalid.status())) << invalid.status();
+  EXPECT_THAT(invalid.status().message(), HasSubstr("422"));
+  EXPECT_THAT(invalid.status().message(), HasSubstr("spec.devices[0].name"));
+  // Created once, then AlreadyExists; updated with a stale resourceVersion: Aborted.
+  slice["spec"]["devices"][0]["name"] = "hca-0";
+  auto created = client_->Post(path, slice, Deadline());
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto again = client_->Post(path, slice, Deadline());
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  nlohmann::json stale = created->body;
+  stale["metadata"]["resourceVersion"] = "1";
+  auto conflict = client_->Put(path + "/" + node_ + "-refusals", stale, Deadline());
+  EXPECT_TRUE(absl::IsAborted(conflict.status())) << conflict.status();
+  auto deleted = client_->Delete(path + "/" + node_ + "-refusals", nullptr, Deadline());
+  EXPECT_TRUE(deleted.ok()) << deleted.status();
+  auto gone = client_->Delete(path + "/" + node_ + "-refusals", nullptr, Deadline());
+  EXPECT_TRUE(absl::IsNotFound(gone.status())) << gone.status();
 }
 
 TEST_F(DRAKubeClientLiveTest, WrongServerNameFailsCertificateVerification) {

@@ -10,11 +10,16 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 )
 
@@ -43,25 +48,25 @@ func draTestBinary(t *testing.T) string {
 	return path
 }
 
-// writeJSONKubeconfig writes the control plane's admin identity as a JSON kubeconfig (the C++
-// client reads JSON only): server, CA, tls-server-name and bearer token.
-func writeJSONKubeconfig(t *testing.T, cp *ControlPlane) string {
+// writeJSONKubeconfig writes a JSON kubeconfig (the C++ client reads JSON only) for the control
+// plane's server, CA and tls-server-name, with `user` as its user entry ("token", "tokenFile").
+func writeJSONKubeconfig(t *testing.T, cp *ControlPlane, user map[string]any) string {
 	t.Helper()
 	cfg := cp.Config
-	if cfg.BearerToken == "" || len(cfg.TLSClientConfig.CAData) == 0 {
-		t.Fatalf("control plane config has no bearer token or CA data")
+	if len(cfg.TLSClientConfig.CAData) == 0 || cfg.TLSClientConfig.ServerName == "" {
+		t.Fatalf("control plane config has no CA data or server name")
 	}
 	doc := map[string]any{
 		"apiVersion":      "v1",
 		"kind":            "Config",
-		"current-context": "admin",
-		"contexts":        []any{map[string]any{"name": "admin", "context": map[string]any{"cluster": "cp", "user": "admin"}}},
+		"current-context": "dra",
+		"contexts":        []any{map[string]any{"name": "dra", "context": map[string]any{"cluster": "cp", "user": "dra"}}},
 		"clusters": []any{map[string]any{"name": "cp", "cluster": map[string]any{
 			"server":                     cfg.Host,
 			"certificate-authority-data": cfg.TLSClientConfig.CAData, // []byte: base64 in JSON
 			"tls-server-name":            cfg.TLSClientConfig.ServerName,
 		}}},
-		"users": []any{map[string]any{"name": "admin", "user": map[string]any{"token": cfg.BearerToken}}},
+		"users": []any{map[string]any{"name": "dra", "user": user}},
 	}
 	data, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
@@ -72,6 +77,62 @@ func writeJSONKubeconfig(t *testing.T, cp *ControlPlane) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// draServiceAccount creates the driver's identity with only the rights the driver needs
+// (ResourceSlices: create, get, list, watch, update, delete; ResourceClaims: get; Nodes: get),
+// writes a token of it to a file (as a projected token is mounted) and waits until the RBAC
+// authorizer has seen the binding. Returns the token file.
+func draServiceAccount(t *testing.T, cp *ControlPlane) string {
+	t.Helper()
+	ctx := context.Background()
+	c := cp.Client
+	const name, ns = "rdma-dra", "default"
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("service account: %v", err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"create", "get", "list", "watch", "update", "delete"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+	}}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("cluster role: %v", err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("cluster role binding: %v", err)
+	}
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token: %v", err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The authorizer learns of the binding through its informers: wait until the identity may
+	// do what the driver does first, so that a 403 in the C++ tests is a real one.
+	saCfg := rest.AnonymousClientConfig(cp.Config)
+	saCfg.BearerToken = tr.Status.Token
+	sa, err := kubernetes.NewForConfig(saCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the service account's RBAC", func(ctx context.Context) (bool, string, error) {
+		if _, err := sa.CoreV1().Nodes().Get(ctx, draNode, metav1.GetOptions{}); err != nil {
+			return false, err.Error(), nil
+		}
+		if _, err := sa.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+	return tokenFile
 }
 
 func sliceFor(name, driver, pool string, devices ...string) *resourcev1.ResourceSlice {
@@ -133,10 +194,11 @@ func gtestResults(t *testing.T, path string) map[string]string {
 }
 
 // TestDRAKubeClientLive runs the C++ API client (dra/kube_client, dra/slice_publisher,
-// dra/claim_reader) against a real kube-apiserver: the gtests DRAKubeClientLive* publish this
-// node's pool (several times: first, unchanged, changed, unchanged), read an allocated and a
-// pending ResourceClaim, and meet a wrong token and a closed port; then client-go checks what
-// the server holds.
+// dra/claim_reader) against a real kube-apiserver, as a service account with only the driver's
+// RBAC rights and its token in a file: the gtests DRAKubeClientLive* publish this node's pool
+// (several times: first, unchanged, changed, unchanged), read an allocated and a pending
+// ResourceClaim, and meet a wrong token, a wrong tls-server-name and a closed port; then
+// client-go checks what the server holds.
 func TestDRAKubeClientLive(t *testing.T) {
 	binary := draTestBinary(t)
 	cp := Start(t)
@@ -184,7 +246,8 @@ func TestDRAKubeClientLive(t *testing.T) {
 	}
 	pending := newClaim("pending")
 
-	kubeconfig := writeJSONKubeconfig(t, cp)
+	// The driver's own least-privilege identity, its token in a file as a pod mounts it.
+	kubeconfig := writeJSONKubeconfig(t, cp, map[string]any{"tokenFile": draServiceAccount(t, cp)})
 	output := filepath.Join(t.TempDir(), "gtest.json")
 	cmd := exec.Command(binary, "--gtest_filter=DRAKubeClientLive*", "--gtest_output=json:"+output)
 	cmd.Env = append(os.Environ(),
@@ -202,6 +265,7 @@ func TestDRAKubeClientLive(t *testing.T) {
 		"DRAKubeClientLiveTest.PublishesThePoolAndKeepsIt",
 		"DRAKubeClientLiveTest.ReadsAllocatedAndPendingClaims",
 		"DRAKubeClientLiveTest.WrongTokenIsPermissionDenied",
+		"DRAKubeClientLiveTest.ServerRefusalsMapToStatusesWithTheServersMessage",
 		"DRAKubeClientLiveTest.WrongServerNameFailsCertificateVerification",
 		"DRAKubeClientLiveTest.ClosedPortIsUnavailableWithinTheDeadline",
 	} {
