@@ -110,12 +110,18 @@ std::map<TaintKey, nlohmann::json> TaintTimes(const std::vector<nlohmann::json>&
   return times;
 }
 
+// A desired slice made ready to write, and what it asks for before the server's taint times
+// were carried into it (as AppliedSlice records it: the server may stamp a time we never sent).
+struct Wanted {
+  nlohmann::json object;
+  nlohmann::json asked;
+};
+
 // `desired` with the pool's generation, the Node as owner and the taint times the server holds.
-std::vector<nlohmann::json> Stamped(const std::vector<nlohmann::json>& desired,
-                                    std::int64_t generation, const std::string& node_name,
-                                    const std::string& node_uid,
-                                    const std::map<TaintKey, nlohmann::json>& times) {
-  std::vector<nlohmann::json> out;
+std::vector<Wanted> Stamped(const std::vector<nlohmann::json>& desired, std::int64_t generation,
+                            const std::string& node_name, const std::string& node_uid,
+                            const std::map<TaintKey, nlohmann::json>& times) {
+  std::vector<Wanted> out;
   for (nlohmann::json slice : desired) {
     slice["spec"]["pool"]["generation"] = generation;
     if (!node_uid.empty()) {
@@ -125,8 +131,9 @@ std::vector<nlohmann::json> Stamped(const std::vector<nlohmann::json>& desired,
                                                                      {"uid", node_uid},
                                                                      {"controller", true}}});
     }
+    nlohmann::json asked = Comparable(slice);
     CarryTaintTimes(slice, times);
-    out.push_back(std::move(slice));
+    out.push_back({std::move(slice), std::move(asked)});
   }
   return out;
 }
@@ -135,7 +142,15 @@ std::vector<nlohmann::json> Stamped(const std::vector<nlohmann::json>& desired,
 
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
-                   const std::string& node_name, const std::string& node_uid) {
+                   const std::string& node_name, const std::string& node_uid,
+                   const AppliedSlices& applied) {
+  // Whether the server's slice `held` is `want`.
+  auto holds = [&applied](const nlohmann::json& held, const Wanted& want) {
+    if (Comparable(held) == Comparable(want.object)) return true;
+    const auto it = applied.find(Name(want.object));
+    return it != applied.end() && it->second.asked == want.asked &&
+           Field(held, {"metadata", "resourceVersion"}) == it->second.resource_version;
+  };
   std::map<std::string, const nlohmann::json*> by_name;
   std::int64_t current = 0;
   bool one_generation = true;
@@ -150,26 +165,29 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
 
   SlicePlan plan;
   bool same = one_generation && current != 0 && desired.size() == existing.size();
-  std::vector<nlohmann::json> want =
+  std::vector<Wanted> want =
       Stamped(desired, std::max<std::int64_t>(current, 1), node_name, node_uid, times);
   for (const auto& slice : want) {
     if (!same) break;
-    const auto it = by_name.find(Name(slice));
-    same = it != by_name.end() && Comparable(*it->second) == Comparable(slice);
+    const auto it = by_name.find(Name(slice.object));
+    same = it != by_name.end() && holds(*it->second, slice);
   }
   plan.generation = same ? current : current + 1;
   if (!same) want = Stamped(desired, plan.generation, node_name, node_uid, times);
 
   std::map<std::string, bool> wanted;
   for (auto& slice : want) {
-    const std::string name = Name(slice);
+    const std::string name = Name(slice.object);
     wanted[name] = true;
     const auto it = by_name.find(name);
+    if (it != by_name.end() && holds(*it->second, slice)) continue;
+    plan.asked[name] = std::move(slice.asked);
     if (it == by_name.end()) {
-      plan.create.push_back(std::move(slice));
-    } else if (Comparable(*it->second) != Comparable(slice)) {
-      slice["metadata"]["resourceVersion"] = Field(*it->second, {"metadata", "resourceVersion"});
-      plan.update.push_back(std::move(slice));
+      plan.create.push_back(std::move(slice.object));
+    } else {
+      slice.object["metadata"]["resourceVersion"] =
+          Field(*it->second, {"metadata", "resourceVersion"});
+      plan.update.push_back(std::move(slice.object));
     }
   }
   for (const auto& slice : existing) {
@@ -224,17 +242,25 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
     auto s = client_->Delete(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), options,
                              deadline)
                  .status();
-    if (absl::IsNotFound(s)) continue;  // gone already: what we wanted
+    if (s.ok() || absl::IsNotFound(s)) applied_.erase(Name(slice));  // gone, as wanted
+    if (absl::IsNotFound(s)) continue;
     if (note(s)) return s;
   }
+  // What the server answered a write with is what it holds at that resourceVersion.
+  auto remember = [&](const nlohmann::json& written, const absl::StatusOr<KubeResponse>& r) {
+    const std::string name = Name(written);
+    const auto& version = Field(r->body, {"metadata", "resourceVersion"});
+    if (version.is_string()) applied_[name] = {plan.asked.at(name), version};
+  };
   for (const auto& slice : plan.update) {
-    auto s = client_->Put(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), slice, deadline)
-                 .status();
-    if (note(s)) return s;
+    auto r = client_->Put(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), slice, deadline);
+    if (r.ok()) remember(slice, r);
+    if (note(r.status())) return r.status();
   }
   for (const auto& slice : plan.create) {
-    auto s = client_->Post(kSlices, slice, deadline).status();
-    if (note(s)) return s;
+    auto r = client_->Post(kSlices, slice, deadline);
+    if (r.ok()) remember(slice, r);
+    if (note(r.status())) return r.status();
   }
   return first_conflict;
 }
@@ -262,7 +288,8 @@ absl::Status ApiSlicePublisher::Publish(const std::vector<nlohmann::json>& slice
   for (int round = 1; round <= kMaxRounds; ++round) {
     auto existing = List(deadline);
     if (!existing.ok()) return existing.status();
-    const SlicePlan plan = PlanPool(slices, *existing, pool, node_, uid.get<std::string>());
+    const SlicePlan plan =
+        PlanPool(slices, *existing, pool, node_, uid.get<std::string>(), applied_);
     if (plan.empty()) {
       if (round > 1) {
         Logger("dra")->info("slices published node={} driver={} slices={} generation={} rounds={}",

@@ -4,6 +4,7 @@
 // ResourceSlices kept equal to what the driver offers.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,25 +21,39 @@ struct SlicePlan {
   std::vector<nlohmann::json> create;  // objects to POST
   std::vector<nlohmann::json> update;  // objects to PUT, each with the resourceVersion it replaces
   std::vector<nlohmann::json> remove;  // existing objects to DELETE
+  // By name, for each create and update: what it asks for, as AppliedSlice::asked records it.
+  std::map<std::string, nlohmann::json> asked;
   bool empty() const { return create.empty() && update.empty() && remove.empty(); }
 };
 
+// What a publisher last wrote of a slice: the object it asked for (as compared: spec, owner,
+// labels, annotations) and the resourceVersion the server answered with. A slice the server
+// still holds at that version is what was asked for, however the server normalised it
+// (defaults, canonical quantities: "1024Mi" is stored as "1Gi").
+struct AppliedSlice {
+  nlohmann::json asked;
+  std::string resource_version;
+};
+using AppliedSlices = std::map<std::string, AppliedSlice>;  // by slice name
+
 // Pure. The generation: the highest that `existing` of pool `pool_name` hold when every desired
-// slice is there, equal (spec, owner, labels, annotations) and of that one generation; that + 1
-// when anything differs; 1 when the pool has no slice yet. Every desired slice gets it and the
-// Node `node_uid` (when not empty) as controller owner. Existing slices not desired (stale
-// names, another pool) are removed. Equality ignores what the API server leaves out or adds
-// (null, empty lists and objects; the timeAdded it gives a taint, which is kept across
-// updates). Capacity quantities must be written canonically ("64Gi", not "65536Mi"), as the
-// server stores them, or every Publish is a write.
+// slice is there, equal and of that one generation; that + 1 when anything differs; 1 when the
+// pool has no slice yet. Every desired slice gets it and the Node `node_uid` (when not empty) as
+// controller owner. Existing slices not desired (stale names, another pool) are removed.
+// Equal: the same spec, owner, labels and annotations once what the server leaves out or adds is
+// set aside (null, empty lists and objects; the timeAdded it gives a taint, which is kept across
+// updates), or the slice is at the version `applied` records for the same object.
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
-                   const std::string& node_name, const std::string& node_uid);
+                   const std::string& node_name, const std::string& node_uid,
+                   const AppliedSlices& applied = {});
 
 // Publishes with the contract of SlicePublisher::Publish (dra/model.h): GETs the Node (its uid
 // is the slices' owner), LISTs the node's slices of the driver
 // (fieldSelector spec.nodeName, spec.driver), writes PlanPool's plan, and lists again until a
-// list needs no write: OK means the last list showed exactly the desired pool. A conflict
+// list needs no write: OK means the last list showed exactly the desired pool. It remembers
+// what it wrote (AppliedSlices), so that a server's normalisation is not taken for a change; a
+// new publisher (a restarted driver) facing such a slice writes it once more, then no more. A conflict
 // (another writer, a retried create) starts another round, at most a few. Publishing what the
 // server holds writes nothing. The slices must be this driver's and node's (else
 // InvalidArgument); an empty vector deletes the node's slices. Not thread-safe: one Publish at a
@@ -57,6 +72,7 @@ class ApiSlicePublisher : public SlicePublisher {
   std::shared_ptr<KubeClient> client_;
   const std::string driver_;
   const std::string node_;
+  AppliedSlices applied_;
 };
 
 }  // namespace rdp::dra

@@ -84,6 +84,8 @@ class FakeApiServer {
   void FailNextUpdates(int n);
   // LIST answers at most this many items per page (0: all).
   void SetPageSize(int n);
+  // Applied to every slice stored, after pruning: a server-side normalisation.
+  void SetNormalizer(std::function<void(nlohmann::json&)> normalize);
 
   std::unique_ptr<Transport> NewTransport();
   absl::StatusOr<HttpResponse> Serve(const HttpRequest& request);
@@ -101,6 +103,7 @@ class FakeApiServer {
   Counters counters_ ABSL_GUARDED_BY(mu_);
   int fail_updates_ ABSL_GUARDED_BY(mu_) = 0;
   int page_size_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(nlohmann::json&)> normalize_ ABSL_GUARDED_BY(mu_);
   std::int64_t version_ ABSL_GUARDED_BY(mu_) = 100;
 };
 
@@ -203,6 +206,11 @@ inline void FakeApiServer::SetPageSize(int n) {
   page_size_ = n;
 }
 
+inline void FakeApiServer::SetNormalizer(std::function<void(nlohmann::json&)> normalize) {
+  absl::MutexLock lock(&mu_);
+  normalize_ = std::move(normalize);
+}
+
 inline std::unique_ptr<Transport> FakeApiServer::NewTransport() {
   return std::make_unique<FuncTransport>(
       [this](const HttpRequest& request) { return Serve(request); });
@@ -211,6 +219,7 @@ inline std::unique_ptr<Transport> FakeApiServer::NewTransport() {
 // A stored copy: pruned, a uid, a new resourceVersion, timeAdded on taints without one.
 inline nlohmann::json FakeApiServer::Store(nlohmann::json slice) {
   slice = fake_internal::Prune(slice);
+  if (normalize_) normalize_(slice);
   const std::string name = slice["metadata"]["name"];
   if (!slice["metadata"].contains("uid")) slice["metadata"]["uid"] = "uid-" + name;
   slice["metadata"]["resourceVersion"] = std::to_string(++version_);

@@ -70,7 +70,8 @@ class DRAKubeClientLiveTest : public ::testing::Test {
            {{"resource.kubernetes.io/pcieRoot", {{"string", "pci0000:" + std::to_string(i % 4)}}},
             {"numaNode", {{"int", i % 2}}},
             {"rdma", {{"bool", true}}}}},
-          {"capacity", {{"ports", {{"value", "1"}}}}},
+          // The server stores "1Gi": publishing again must not count that as a change either.
+          {"capacity", {{"ports", {{"value", "1"}}}, {"memory", {{"value", "1024Mi"}}}}},
           {"taints", nlohmann::json::array()},  // empty: the server leaves it out
       };
       if (taint && i == n - 1) {
@@ -126,6 +127,7 @@ TEST_F(DRAKubeClientLiveTest, PublishesThePoolAndKeepsIt) {
   EXPECT_EQ(slice["spec"]["pool"]["generation"], 2);
   EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 1);
   EXPECT_TRUE(slice["spec"]["devices"][2]["taints"][0].contains("timeAdded")) << slice.dump();
+  EXPECT_EQ(slice["spec"]["devices"][0]["capacity"]["memory"]["value"], "1Gi");
   // The same again: nothing written, though the server added timeAdded and dropped [].
   ASSERT_TRUE(publisher.Publish(Slices(3, true), Deadline()).ok());
   EXPECT_EQ(ListSlices(), changed);

@@ -146,6 +146,59 @@ TEST_F(DRASlicePublisherTest, TaintTimeTheServerStampedIsKept) {
   EXPECT_EQ(server_.Slices(), before);
 }
 
+// The API server stores quantities canonically: "1024Mi" comes back as "1Gi".
+void CanonicalQuantities(nlohmann::json& slice) {
+  for (auto& device : slice["spec"]["devices"]) {
+    if (!device.contains("capacity")) continue;
+    for (auto& [name, capacity] : device["capacity"].items()) {
+      if (capacity["value"] == "1024Mi") capacity["value"] = "1Gi";
+    }
+  }
+}
+
+std::vector<nlohmann::json> WithMemory(std::vector<nlohmann::json> devices) {
+  for (auto& d : devices) d["capacity"] = {{"memory", {{"value", "1024Mi"}}}};
+  return devices;
+}
+
+TEST_F(DRASlicePublisherTest, ServerNormalisationIsNotAChange) {
+  server_.SetNormalizer(CanonicalQuantities);
+  ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
+  EXPECT_EQ(server_.counters().writes(), 1) << "written once, then the list settles";
+  const auto before = server_.Slices();
+  ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
+  EXPECT_EQ(server_.counters().writes(), 1);
+  EXPECT_EQ(server_.Slices(), before);
+}
+
+TEST_F(DRASlicePublisherTest, RestartedPublisherRewritesANormalisedSliceOnce) {
+  server_.SetNormalizer(CanonicalQuantities);
+  ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
+  KubeClient::Options options;
+  options.clock = &clock_;
+  ApiSlicePublisher restarted(
+      std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(), options),
+      kDriver, kNode);
+  const absl::Time deadline = clock_.Now() + absl::Seconds(10);
+  ASSERT_TRUE(restarted.Publish(Slices(WithMemory(Devices(3))), deadline).ok());
+  EXPECT_EQ(server_.counters().writes(), 2) << "it cannot tell \"1Gi\" from \"1024Mi\" unaided";
+  ASSERT_TRUE(restarted.Publish(Slices(WithMemory(Devices(3))), deadline).ok());
+  EXPECT_EQ(server_.counters().writes(), 2);
+  EXPECT_EQ(GenerationOf(server_.Slices(kNode).begin()->second), 2);
+}
+
+TEST_F(DRASlicePublisherTest, StampedTaintTimeAndNormalisationTogetherBumpOnce) {
+  server_.SetNormalizer(CanonicalQuantities);
+  auto devices = WithMemory(Devices(3));
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  devices[2]["taints"] = {{{"key", "rdma.example.com/unhealthy"}, {"effect", "NoSchedule"}}};
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(GenerationOf(server_.Slices(kNode).begin()->second), 2) << "one change, one bump";
+  EXPECT_EQ(server_.counters().writes(), 2);
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(server_.counters().writes(), 2);
+}
+
 TEST_F(DRASlicePublisherTest, ConflictStartsAnotherRound) {
   ASSERT_TRUE(Publish(Slices(Devices(3))).ok());
   server_.FailNextUpdates(1);  // someone else wrote the slice between our list and our update
