@@ -232,8 +232,9 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
     if (first_conflict.ok()) first_conflict = absl::AbortedError(s.message());
     return false;
   };
-  // Deletes first: a slice that moved to a new name frees its devices before the new one
-  // lists them (the scheduler ignores a device listed twice in a pool anyway).
+  // Deletes first, then updates, then creates: a device that moves from a stale slice to a
+  // new one is never listed twice in the pool, which would make the pool invalid to the
+  // scheduler until the stale slice went.
   for (const auto& slice : plan.remove) {
     const nlohmann::json options = {
         {"apiVersion", "v1"},
