@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,13 +31,17 @@ class FakeClock : public Clock {
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
 };
 
-// Every exchange is recorded and answered by `handler`.
+// Every exchange is recorded and answered by `handler` (which must be thread-safe when the
+// client is used from several threads; the record is).
 class FuncTransport : public Transport {
  public:
   using Handler = std::function<absl::StatusOr<HttpResponse>(const HttpRequest&)>;
   explicit FuncTransport(Handler handler) : handler_(std::move(handler)) {}
   absl::StatusOr<HttpResponse> RoundTrip(const HttpRequest& request) override {
-    requests->push_back(request);
+    {
+      absl::MutexLock lock(mu_.get());
+      requests->push_back(request);
+    }
     return handler_(request);
   }
   // Shared so that a test keeps reading it after the client took the transport.
@@ -45,6 +50,7 @@ class FuncTransport : public Transport {
 
  private:
   Handler handler_;
+  std::unique_ptr<absl::Mutex> mu_ = std::make_unique<absl::Mutex>();
 };
 
 inline HttpResponse Json(int status, const nlohmann::json& body) {

@@ -1,6 +1,9 @@
 #include "dra/kube_client.h"
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -203,6 +206,39 @@ TEST(DRAKubeClientTest, MissingTokenFileFromTheStartIsUnauthenticated) {
   EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/token"));
   EXPECT_TRUE(h.requests->empty());
+}
+
+TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
+  rdp::testing::TempDir dir;
+  WriteFile(dir.Sub("token"), "shared");
+  KubeConfig config;
+  config.server = "https://api.test";
+  config.token_file = dir.Sub("token");
+  std::atomic<int> calls{0};
+  auto transport = std::make_unique<FuncTransport>(
+      [&](const HttpRequest& r) -> absl::StatusOr<HttpResponse> {
+        // Every other first attempt fails, so that the back-off's random draws race too.
+        if (calls.fetch_add(1) % 2 == 0) return absl::UnavailableError("reset");
+        const bool bearer = std::find(r.headers.begin(), r.headers.end(),
+                                      "Authorization: Bearer shared") != r.headers.end();
+        return Json(200, {{"bearer", bearer}});
+      });
+  KubeClient::Options options;
+  options.retry.initial = absl::Microseconds(10);  // the real clock: keep the waits tiny
+  options.retry.max = absl::Microseconds(100);
+  KubeClient client(config, std::move(transport), options);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        auto r = client.Get("/p", absl::Now() + absl::Seconds(10));
+        if (r.ok() && r->body["bearer"] == true) ++ok;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(ok.load(), 200);
 }
 
 TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
