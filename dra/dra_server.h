@@ -77,8 +77,8 @@ class DraServer {
     int serves = 0;
     std::uint64_t seq = 0;  // when it was last served (DraServer::seq_)
   };
-  absl::Status Serve(Socket& socket);
-  void StopServing(Socket& socket);
+  absl::Status Serve(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopServing(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // (Re)watches both directories: those whose identity changed, or both when `force`. False
   // when one is not there or cannot be watched.
   bool WatchDirs(bool force);

@@ -97,6 +97,8 @@ void Driver::UnlockClaim(const std::string& uid) {
 std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepare(
     const std::vector<ClaimRef>& claims) {
   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> out;
+  // One deadline for the whole call: the kubelet waits for all claims together.
+  const absl::Time deadline = absl::Now() + config_.api_timeout;
   for (const ClaimRef& ref : claims) {
     if (out.count(ref.uid)) continue;
     if (ref.uid.empty() || ref.ns.empty() || ref.name.empty()) {
@@ -107,7 +109,7 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
     LockClaim(ref.uid);
     absl::StatusOr<std::vector<PreparedDevice>> r;
     try {
-      r = PrepareOne(ref);
+      r = PrepareOne(ref, deadline);
     } catch (const std::exception& e) {  // a library's throw stays this claim's error
       r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
     }
@@ -122,7 +124,8 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
   return out;
 }
 
-absl::StatusOr<std::vector<PreparedDevice>> Driver::PrepareOne(const ClaimRef& ref) {
+absl::StatusOr<std::vector<PreparedDevice>> Driver::PrepareOne(const ClaimRef& ref,
+                                                                absl::Time deadline) {
   std::optional<PreparedClaim> known;
   {
     absl::MutexLock lock(&mu_);
@@ -139,7 +142,7 @@ absl::StatusOr<std::vector<PreparedDevice>> Driver::PrepareOne(const ClaimRef& r
     return Answer(*known);
   }
   absl::StatusOr<std::vector<AllocatedDevice>> devices =
-      reader_.Read(ref, config_.driver_name, absl::Now() + config_.api_timeout);
+      reader_.Read(ref, config_.driver_name, deadline);
   if (!devices.ok()) return ReadError(ref, devices.status());
   if (devices->empty()) {
     return absl::FailedPreconditionError(

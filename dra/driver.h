@@ -5,10 +5,10 @@
 //
 // Prepare, per claim: a claim in the checkpoint is answered from it (its CDI spec re-written
 // from the checkpointed devices if the file is gone, e.g. /var/run/cdi after a reboot) without
-// the API server; otherwise the claim's allocation is read through the ClaimReader within
-// config.api_timeout, every result must be in this node's pool and name a device of the current
-// topology snapshot whose HCA is usable now (server::Assess, with its device nodes checked at the
-// call), then the CDI spec and the checkpoint are written. Any error leaves nothing written for
+// the API server; otherwise the claim's allocation is read through the ClaimReader by the call's
+// deadline (config.api_timeout from its start), every result must be in this node's pool and
+// name a device of the current topology snapshot whose HCA is usable now (server::Assess, with
+// its device nodes checked at the call), then the CDI spec and the checkpoint are written. Any error leaves nothing written for
 // that claim and is that claim's alone.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file removed; a claim
 // that is not prepared is OK (its spec file is removed if one was left behind).
@@ -37,7 +37,9 @@ namespace rdp::dra {
 struct DriverConfig {
   std::string driver_name = kDefaultDriverName;
   std::string node_name;  // our pool's name
-  absl::Duration api_timeout = absl::Seconds(10);  // one claim's read, retries included
+  // The API reads of one Prepare call, retries included, together: the kubelet gives a call
+  // 45 s; a claim answered from the checkpoint needs none.
+  absl::Duration api_timeout = absl::Seconds(10);
 };
 
 // One entry of a claim's NodePrepareResources answer.
@@ -75,7 +77,8 @@ class Driver {
   const DriverConfig& config() const { return config_; }
 
  private:
-  absl::StatusOr<std::vector<PreparedDevice>> PrepareOne(const ClaimRef& ref);
+  absl::StatusOr<std::vector<PreparedDevice>> PrepareOne(const ClaimRef& ref,
+                                                         absl::Time deadline);
   absl::Status UnprepareOne(const ClaimRef& ref);
   // The HCAs of `devices` in the snapshot, checked; the CDI spec for them.
   absl::StatusOr<nlohmann::json> SpecFor(const ClaimRef& ref,

@@ -178,6 +178,20 @@ TEST(DRADriverTest, MissingDeviceNodeRefusesTheClaim) {
   EXPECT_TRUE(n.CdiFiles().empty());
 }
 
+TEST(DRADriverTest, OneDeadlineForAllClaimsOfACall) {
+  DraNode n;
+  n.reader().SetDown(true);
+  const absl::Time before = absl::Now();
+  auto out = n.driver().Prepare({{"ns", "a", "a"}, {"ns", "b", "b"}, {"ns", "c", "c"}});
+  EXPECT_EQ(out.size(), 3u);
+  const std::vector<absl::Time> d = n.reader().deadlines();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], d[1]);
+  EXPECT_EQ(d[1], d[2]);
+  EXPECT_GE(d[0], before + absl::Seconds(1));  // DraNode's api_timeout
+  EXPECT_LE(d[0], absl::Now() + absl::Seconds(1));
+}
+
 TEST(DRADriverTest, ClaimWithoutUidIsInvalid) {
   DraNode n;
   auto out = n.driver().Prepare({{"ns", "", "x"}});

@@ -30,9 +30,10 @@ inline constexpr char kHca1[] = "hca-0000-3a-00-0";  // mlx5_1: uverbs1, umad1, 
 class FakeClaimReader : public ClaimReader {
  public:
   absl::StatusOr<std::vector<AllocatedDevice>> Read(const ClaimRef& ref, const std::string& driver,
-                                                    absl::Time) override {
+                                                    absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     ++reads_;
+    deadlines_.push_back(deadline);
     last_driver_ = driver;
     if (down_) return absl::UnavailableError("connection refused");
     auto it = claims_.find(ref.uid);
@@ -51,6 +52,10 @@ class FakeClaimReader : public ClaimReader {
     absl::MutexLock lock(&mu_);
     return reads_;
   }
+  std::vector<absl::Time> deadlines() const {
+    absl::MutexLock lock(&mu_);
+    return deadlines_;
+  }
   std::string last_driver() const {
     absl::MutexLock lock(&mu_);
     return last_driver_;
@@ -61,6 +66,7 @@ class FakeClaimReader : public ClaimReader {
   std::map<std::string, absl::StatusOr<std::vector<AllocatedDevice>>> claims_ ABSL_GUARDED_BY(mu_);
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   int reads_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::string last_driver_ ABSL_GUARDED_BY(mu_);
 };
 
