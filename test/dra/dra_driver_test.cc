@@ -98,6 +98,31 @@ TEST(DRADriverTest, RestartKeepsPreparedClaimsAndRewritesAMissingSpec) {
   EXPECT_TRUE(n.CdiFiles().empty());
 }
 
+TEST(DRADriverTest, CorruptCheckpointStartsWithWhatCanBeRecovered) {
+  DraNode n;
+  n.reader().Set("uid-a", std::vector<AllocatedDevice>{Dev(kHca0)});
+  n.reader().Set("uid-b", std::vector<AllocatedDevice>{Dev(kHca1)});
+  ASSERT_TRUE(n.driver().Prepare({{"ns", "uid-a", "a"}, {"ns", "uid-b", "b"}}).at("uid-b").ok());
+  nlohmann::json cp = ReadJson(n.checkpoint_path());
+  cp["claims"]["uid-b"]["devices"] = "garbage";
+  std::ofstream(n.checkpoint_path(), std::ios::trunc) << cp.dump();
+  n.reader().SetDown(true);
+  n.NewDriver();
+  const PreparedClaims prepared = n.driver().Prepared();
+  ASSERT_EQ(prepared.size(), 1u);
+  EXPECT_EQ(prepared.begin()->first, "uid-a");
+  EXPECT_TRUE(n.driver().Prepare({{"ns", "uid-a", "a"}}).at("uid-a").ok());  // no API server
+  // The recovered state is on disk again, valid; the corrupt file kept beside it.
+  EXPECT_EQ(ReadJson(n.checkpoint_path())["claims"].size(), 1u);
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(n.plugin_dir())) {
+    aside += e.path().filename().string().find(".corrupt-") != std::string::npos;
+  }
+  EXPECT_EQ(aside, 1);
+  // The claim that was lost from it fails (the API server is down), and is not half-prepared.
+  EXPECT_FALSE(n.driver().Prepare({{"ns", "uid-b", "b"}}).at("uid-b").ok());
+}
+
 TEST(DRADriverTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
   DraNode n;
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0)});

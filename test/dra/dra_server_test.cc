@@ -141,6 +141,20 @@ TEST_F(DRAServerTest, RemovedSocketsAreServedAgain) {
   Register();
 }
 
+TEST_F(DRAServerTest, RefusedRegistrationIsCountedNotRegistered) {
+  ASSERT_TRUE(server_->Start().ok());
+  auto stub = RegStub();
+  pluginregistration::RegistrationStatus status;
+  status.set_plugin_registered(false);
+  status.set_error("invalid supported gRPC versions");
+  pluginregistration::RegistrationStatusResponse r;
+  grpc::ClientContext c;
+  Deadline(c);
+  ASSERT_TRUE(stub->NotifyRegistrationStatus(&c, status, &r).ok());
+  EXPECT_EQ(server_->registration().refusals(), 1);
+  EXPECT_EQ(server_->registration().registrations(), 0);
+}
+
 TEST_F(DRAServerTest, StopRemovesBothSockets) {
   ASSERT_TRUE(server_->Start().ok());
   server_->Stop();
