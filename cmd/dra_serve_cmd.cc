@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
@@ -23,6 +26,7 @@
 #include "dra/driver.h"
 #include "dra/model.h"
 #include "server/config.h"
+#include "topology/discovery.h"
 
 namespace rdp::cmd {
 namespace {
@@ -109,10 +113,52 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   return r;
 }
 
+// The node as the driver sees it: a snapshot from discovery at start, discovered again when a
+// claim names a device it lacks (an HCA hot-plugged since), at most once per
+// kRediscoverInterval.
+constexpr absl::Duration kRediscoverInterval = absl::Seconds(2);
+
+class NodeSnapshot {
+ public:
+  NodeSnapshot(topology::DiscoveryOptions options, std::shared_ptr<Env> env)
+      : discoverer_(std::move(options), std::move(env)) {}
+
+  absl::Status Init() {
+    absl::StatusOr<topology::TopologyPtr> t = discoverer_.Discover();
+    if (!t.ok()) return t.status();
+    absl::MutexLock lock(&mu_);
+    current_ = *t;
+    return absl::OkStatus();
+  }
+  topology::TopologyPtr Current() const {
+    absl::MutexLock lock(&mu_);
+    return current_;
+  }
+  // A fresh snapshot, or null when the last try was too recent or discovery failed.
+  topology::TopologyPtr Rediscover() {
+    absl::MutexLock lock(&mu_);
+    if (absl::Now() - last_try_ < kRediscoverInterval) return nullptr;
+    last_try_ = absl::Now();
+    absl::StatusOr<topology::TopologyPtr> t = discoverer_.Discover();
+    if (!t.ok()) {
+      Log()->warn("discovering the node again failed: {}", t.status().ToString());
+      return nullptr;
+    }
+    current_ = *t;
+    return current_;
+  }
+
+ private:
+  topology::Discoverer discoverer_;
+  mutable absl::Mutex mu_;
+  topology::TopologyPtr current_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_try_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
 // The pieces every DRA run needs: the node, the CDI directory, the checkpoint, the driver.
 struct Node {
-  topology::TopologyPtr topology;
   std::shared_ptr<Env> env;
+  std::unique_ptr<NodeSnapshot> snapshot;
   std::unique_ptr<dra::CdiStore> cdi;
   std::unique_ptr<dra::Checkpoint> checkpoint;
   std::unique_ptr<dra::Driver> driver;
@@ -120,14 +166,19 @@ struct Node {
 
 Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader) {
   Node n;
-  n.topology = f.discovery.DiscoverOrExit();
   n.env = NewNodeEnv(r.discovery.Roots());
+  n.snapshot = std::make_unique<NodeSnapshot>(r.discovery, n.env);
+  if (absl::Status s = n.snapshot->Init(); !s.ok()) {
+    Log()->error("discovery failed: {}", std::string(s.message()));
+    Exit(1);
+  }
   n.cdi = std::make_unique<dra::CdiStore>(f.cdi_root, r.driver.driver_name);
   n.checkpoint = std::make_unique<dra::Checkpoint>(
       (std::filesystem::path(r.server.PluginDir()) / dra::kCheckpointFile).string());
-  topology::TopologyPtr snapshot = n.topology;
-  n.driver = std::make_unique<dra::Driver>(r.driver, reader, *n.cdi, *n.checkpoint,
-                                           [snapshot] { return snapshot; }, n.env);
+  NodeSnapshot* snapshot = n.snapshot.get();
+  n.driver = std::make_unique<dra::Driver>(
+      r.driver, reader, *n.cdi, *n.checkpoint, [snapshot] { return snapshot->Current(); }, n.env,
+      [snapshot] { return snapshot->Rediscover(); });
   if (absl::Status s = n.driver->Start(); !s.ok()) {
     Log()->error("cannot start: {}", s.ToString());
     Exit(1);
@@ -152,7 +203,8 @@ int Serve(const DraFlags& f, const Resolved& r) {
   }
   Node node = StartNode(f, r, reader);
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
-              r.driver.driver_name, r.driver.node_name, node.topology->hcas().size(), f.cdi_root,
+              r.driver.driver_name, r.driver.node_name, node.snapshot->Current()->hcas().size(),
+              f.cdi_root,
               f.mode);
   dra::DraServer server(r.server, node.driver.get());
   if (absl::Status s = server.Start(); !s.ok()) {

@@ -63,11 +63,13 @@ int FindHcaByDeviceName(const topology::Topology& topology, std::string_view dev
 }
 
 Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-               std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env)
+               std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
+               std::function<topology::TopologyPtr()> rediscover)
     : config_(std::move(config)),
       reader_(reader),
       cdi_(cdi),
       topology_(std::move(topology)),
+      rediscover_(std::move(rediscover)),
       env_(std::move(env)),
       checkpoint_(checkpoint) {}
 
@@ -171,15 +173,26 @@ absl::StatusOr<std::vector<PreparedDevice>> Driver::PrepareOne(const ClaimRef& r
 
 absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
                                                const std::vector<AllocatedDevice>& devices) {
-  const topology::TopologyPtr snapshot = topology_();
-  if (!snapshot) return absl::UnavailableError("no topology snapshot yet");
-  std::vector<const topology::Hca*> hcas;
   for (const AllocatedDevice& d : devices) {
     if (d.pool != config_.node_name) {
       return absl::FailedPreconditionError(absl::StrCat(
           "claim ", Describe(ref), ": device ", d.device, " is in pool ", d.pool,
           ", not in this node's pool ", config_.node_name));
     }
+  }
+  topology::TopologyPtr snapshot = topology_();
+  auto all_known = [&devices](const topology::Topology& t) {
+    return std::all_of(devices.begin(), devices.end(), [&t](const AllocatedDevice& d) {
+      return FindHcaByDeviceName(t, d.device) >= 0;
+    });
+  };
+  // A device we do not know may be an HCA plugged in since the snapshot was taken.
+  if ((!snapshot || !all_known(*snapshot)) && rediscover_) {
+    if (topology::TopologyPtr fresh = rediscover_()) snapshot = std::move(fresh);
+  }
+  if (!snapshot) return absl::UnavailableError("no topology snapshot yet");
+  std::vector<const topology::Hca*> hcas;
+  for (const AllocatedDevice& d : devices) {
     const int idx = FindHcaByDeviceName(*snapshot, d.device);
     if (idx < 0) {
       return absl::NotFoundError(absl::StrCat("claim ", Describe(ref), ": device ", d.device,

@@ -57,9 +57,12 @@ struct PreparedDevice {
 class Driver {
  public:
   // `reader`, `cdi` and `checkpoint` are not owned and must outlive the driver. `topology`
-  // returns the current snapshot (never null); `env` reads the node (device nodes, sysfs).
+  // returns the current snapshot; `env` reads the node (device nodes, sysfs). `rediscover`
+  // (optional; null when it fails or declines, e.g. rate-limited) is called when a claim names a
+  // device the snapshot does not have: an HCA hot-plugged since; it runs on the calling thread.
   Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-         std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env);
+         std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
+         std::function<topology::TopologyPtr()> rediscover = nullptr);
 
   // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered. Errors when
   // it cannot be read or written.
@@ -92,6 +95,7 @@ class Driver {
   ClaimReader& reader_;
   CdiStore& cdi_;
   const std::function<topology::TopologyPtr()> topology_;
+  const std::function<topology::TopologyPtr()> rediscover_;
   const std::shared_ptr<Env> env_;
 
   mutable absl::Mutex mu_;

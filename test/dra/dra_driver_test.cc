@@ -192,6 +192,38 @@ TEST(DRADriverTest, PerClaimErrorsWriteNothing) {
   }
 }
 
+TEST(DRADriverTest, HotPluggedHcaIsFoundByDiscoveringAgain) {
+  DraNode n;
+  int rediscovered = 0;
+  n.SetRediscover([&n, &rediscovered] {
+    ++rediscovered;
+    return n.ReadTopology();
+  });
+  n.NewDriver();
+  // Plugged in after the driver's snapshot was taken.
+  ASSERT_TRUE(n.node()
+                  .fixture()
+                  .AddHca(server::testing::FixtureCard("mlx5_4", "0000:da:00.0", 1, "pci0000:d7"))
+                  .ok());
+  n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0), Dev("hca-0000-da-00-0")});
+  auto r = n.driver().Prepare({kClaim}).at(kClaim.uid);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(rediscovered, 1);
+  const std::vector<std::string> paths = SpecPaths(n, kClaim.uid);
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/infiniband/uverbs4"), paths.end());
+  // A device that is nowhere: discovered again, still not found.
+  const ClaimRef bogus{"ns", "uid-bogus", "bogus"};
+  n.reader().Set(bogus.uid, std::vector<AllocatedDevice>{Dev("hca-0000-ee-00-0")});
+  auto b = n.driver().Prepare({bogus}).at(bogus.uid);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kNotFound) << b.status();
+  EXPECT_EQ(rediscovered, 2);
+  // Known devices need no discovery.
+  const ClaimRef known{"ns", "uid-known", "known"};
+  n.reader().Set(known.uid, std::vector<AllocatedDevice>{Dev(kHca1)});
+  EXPECT_TRUE(n.driver().Prepare({known}).at(known.uid).ok());
+  EXPECT_EQ(rediscovered, 2);
+}
+
 TEST(DRADriverTest, MissingDeviceNodeRefusesTheClaim) {
   DraNode n;
   ASSERT_TRUE(n.node().fixture().RemoveUverbs("mlx5_1").ok());

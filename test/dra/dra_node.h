@@ -97,8 +97,18 @@ class DraNode {
     config.api_timeout = absl::Seconds(1);
     topology::TopologyPtr snapshot = topology_;
     driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_,
-                                       [snapshot] { return snapshot; }, env_);
+                                       [snapshot] { return snapshot; }, env_, rediscover_);
     ASSERT_TRUE(driver_->Start().ok());
+  }
+
+  // What the next NewDriver's driver calls for a device its snapshot lacks.
+  void SetRediscover(std::function<topology::TopologyPtr()> f) { rediscover_ = std::move(f); }
+  // The node's topology read from sysfs now.
+  topology::TopologyPtr ReadTopology() const {
+    auto hcas = topology::ReadSysfsHcas(*env_);
+    if (!hcas.ok()) return nullptr;
+    return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
+                                                      std::vector<topology::Gpu>{});
   }
 
   Driver& driver() { return *driver_; }
@@ -131,6 +141,7 @@ class DraNode {
   std::unique_ptr<CdiStore> cdi_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
+  std::function<topology::TopologyPtr()> rediscover_;
 };
 
 }  // namespace rdp::dra::testing
