@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
+#include "server/file_watch.h"
 #include "server/unix_server.h"
 #include "base/log.h"
 
@@ -42,33 +43,9 @@ void Drain(int eventfd) {
   }
 }
 
-// Reads the queued events of a non-blocking inotify descriptor; calls on_event(mask, name) for
-// each (name "" for the watched directory itself).
-template <typename F>
-void ReadEvents(int fd, F on_event) {
-  alignas(struct inotify_event) char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n <= 0) break;
-    for (ssize_t off = 0; off < n;) {
-      const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
-      off += sizeof(struct inotify_event) + ev->len;
-      on_event(ev->mask, ev->len == 0 ? std::string() : std::string(ev->name));
-    }
-  }
-}
-
 }  // namespace
 
-// Identity of a file: inode plus change time, since tmpfs reuses a freed inode number at once.
-// 0 when the file does not exist.
-std::uint64_t PluginServer::FileId(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return 0;
-  const std::uint64_t ctime_ns = static_cast<std::uint64_t>(st.st_ctim.tv_sec) * 1000000000u +
-                                 static_cast<std::uint64_t>(st.st_ctim.tv_nsec);
-  return ((static_cast<std::uint64_t>(st.st_ino) * 1000003u) ^ ctime_ns) | 1u;
-}
+std::uint64_t PluginServer::FileId(const std::string& path) { return server::FileId(path); }
 
 PluginServer::PluginServer(Config config, NodeSources deps)
     : config_(std::move(config)),
@@ -253,7 +230,7 @@ bool PluginServer::TryRegister() {
 
 bool PluginServer::DrainInotify() {
   bool restart = false;
-  ReadEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+  ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
     Log()->debug("inotify: {} mask={:#x}", name.empty() ? config_.kubelet_dir : name, mask);
     if (mask & IN_IGNORED) watch_ = -1;  // the directory itself went away
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst
@@ -328,11 +305,7 @@ void PluginServer::LifecycleLoop() {
   }
 }
 
-std::uint64_t PluginServer::DirId(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-  return (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino);
-}
+std::uint64_t PluginServer::DirId(const std::string& path) { return server::DirId(path); }
 
 bool PluginServer::WatchKubeletDir() {
   const std::uint64_t dir = DirId(config_.kubelet_dir);
@@ -376,7 +349,7 @@ bool PluginServer::DrainPodsInotify() {
   const std::string socket =
       std::filesystem::path(config_.pod_resources_socket).filename().string();
   bool appeared = false;
-  ReadEvents(pods_inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+  ReadInotifyEvents(pods_inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
     if (mask & IN_IGNORED) pods_watch_ = -1;
     if (name == socket && (mask & (IN_CREATE | IN_MOVED_TO))) appeared = true;
   });

@@ -10,6 +10,14 @@ namespace rdp::sim {
 namespace fs = std::filesystem;
 namespace {
 
+// Device numbers as the kernel gives them: ib_uverbs and ib_umad share major 231 (uverbsN is
+// minor 192+N, umadN N, issmN 64+N); rdma_cm is a misc device (major 10, minor dynamic).
+constexpr int kIbMajor = 231;
+constexpr int kUverbsMinorBase = 192;
+constexpr int kIssmMinorBase = 64;
+constexpr int kMiscMajor = 10;
+constexpr int kRdmaCmMinor = 58;
+
 absl::Status Write(const fs::path& file, const std::string& content) {
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
@@ -121,6 +129,8 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
   const std::string uverbs = fmt::format("uverbs{}", laid.uverbs);
   const fs::path vd = dev_dir / "infiniband_verbs" / uverbs;
   RDP_RETURN_IF_ERROR(Write(vd / "ibdev", hca.name));
+  RDP_RETURN_IF_ERROR(
+      Write(vd / "dev", fmt::format("{}:{}", kIbMajor, kUverbsMinorBase + laid.uverbs)));
   RDP_RETURN_IF_ERROR(Symlink(dev_dir, vd / "device"));
   RDP_RETURN_IF_ERROR(Symlink(vd, sys / "class" / "infiniband_verbs" / uverbs));
   RDP_RETURN_IF_ERROR(Write(sys / "class" / "infiniband_verbs" / "abi_version", "6"));
@@ -134,6 +144,8 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
         const fs::path md = dev_dir / "infiniband_mad" / name;
         RDP_RETURN_IF_ERROR(Write(md / "ibdev", hca.name));
         RDP_RETURN_IF_ERROR(Write(md / "port", std::to_string(p.number)));
+        RDP_RETURN_IF_ERROR(Write(
+            md / "dev", fmt::format("{}:{}", kIbMajor, (kind[0] == 'i' ? kIssmMinorBase : 0) + n)));
         RDP_RETURN_IF_ERROR(Symlink(md, sys / "class" / "infiniband_mad" / name));
         RDP_RETURN_IF_ERROR(Write(devib / name, ""));
       }
@@ -145,6 +157,10 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
 }
 
 absl::Status SysfsFixture::AddRdmaCm() {
+  const fs::path sys = fs::path(root_) / "sys";
+  const fs::path misc = sys / "devices" / "virtual" / "misc" / "rdma_cm";
+  RDP_RETURN_IF_ERROR(Write(misc / "dev", fmt::format("{}:{}", kMiscMajor, kRdmaCmMinor)));
+  RDP_RETURN_IF_ERROR(Symlink(misc, sys / "class" / "misc" / "rdma_cm"));
   return Write(fs::path(root_) / "dev" / "infiniband" / "rdma_cm", "");
 }
 

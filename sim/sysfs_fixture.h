@@ -9,8 +9,11 @@
 //   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
 //   R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
 //   R/sys/devices/.../<pci>/net/<netdev>/
-//   R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,device -> ../../../<pci>}
-//   R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port}
+//   R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,dev,device -> ../../../<pci>}
+//   R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port,dev}
+//   R/sys/devices/virtual/misc/rdma_cm/dev, R/sys/class/misc/rdma_cm -> ...
+//     (dev: "major:minor" as the kernel numbers them: uverbsN 231:192+N, umadN 231:N,
+//     issmN 231:64+N, rdma_cm 10:58)
 //   R/sys/class/infiniband/<name> -> ../../devices/.../<pci>/infiniband/<name>
 //   R/sys/class/infiniband_verbs/uverbsN -> ../../devices/.../infiniband_verbs/uverbsN
 //   R/sys/class/infiniband_mad/{umadN,issmN} -> ...

@@ -255,8 +255,10 @@ func (n *Node) HCAByPCI(pci string) (HCA, bool) {
 //	R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
 //	R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
 //	R/sys/devices/.../<pci>/net/<netdev>/
-//	R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,device -> ../../../<pci>}
-//	R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port}
+//	R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,dev,device -> ../../../<pci>}
+//	R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port,dev}
+//	R/sys/devices/virtual/misc/rdma_cm/dev, R/sys/class/misc/rdma_cm -> ...
+//	  (dev: "major:minor": uverbsN 231:192+N, umadN 231:N, issmN 231:64+N, rdma_cm 10:58)
 //	R/sys/class/infiniband/<name> -> ../../devices/.../<pci>/infiniband/<name>
 //	R/sys/class/infiniband_verbs/uverbsN -> ../../devices/.../infiniband_verbs/uverbsN
 //	R/sys/class/infiniband_mad/{umadN,issmN} -> ...
@@ -282,8 +284,24 @@ func WriteSysfs(root string, n *Node) (*Sysfs, error) {
 			return nil, err
 		}
 	}
+	misc := filepath.Join(root, "sys", "devices", "virtual", "misc", "rdma_cm")
+	if err := writeFile(filepath.Join(misc, "dev"), RdmaCmDev); err != nil {
+		return nil, err
+	}
+	if err := symlink(misc, filepath.Join(root, "sys", "class", "misc", "rdma_cm")); err != nil {
+		return nil, err
+	}
 	return s, writeFile(filepath.Join(root, "dev", "infiniband", "rdma_cm"), "")
 }
+
+// Device numbers the fixture gives the nodes, as the kernel numbers them: ib_uverbs and ib_umad
+// share major 231; rdma_cm is a misc device (major 10, minor dynamic).
+const (
+	IBMajor         = 231
+	UverbsMinorBase = 192
+	IssmMinorBase   = 64
+	RdmaCmDev       = "10:58"
+)
 
 func writeFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -361,6 +379,9 @@ func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
 	vd := filepath.Join(devDir, "infiniband_verbs", uverbs)
 	steps := []func() error{
 		func() error { return writeFile(filepath.Join(vd, "ibdev"), h.Name) },
+		func() error {
+			return writeFile(filepath.Join(vd, "dev"), fmt.Sprintf("%d:%d", IBMajor, UverbsMinorBase+n))
+		},
 		func() error { return symlink(devDir, filepath.Join(vd, "device")) },
 		func() error { return symlink(vd, filepath.Join(sys, "class", "infiniband_verbs", uverbs)) },
 		func() error { return writeFile(filepath.Join(sys, "class", "infiniband_verbs", "abi_version"), "6") },
@@ -375,9 +396,14 @@ func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
 				name := fmt.Sprintf("%s%d", kind, m)
 				md := filepath.Join(devDir, "infiniband_mad", name)
 				port := p
+				minor := m
+				if kind == "issm" {
+					minor += IssmMinorBase
+				}
 				steps = append(steps,
 					func() error { return writeFile(filepath.Join(md, "ibdev"), h.Name) },
 					func() error { return writeFile(filepath.Join(md, "port"), strconv.Itoa(port)) },
+					func() error { return writeFile(filepath.Join(md, "dev"), fmt.Sprintf("%d:%d", IBMajor, minor)) },
 					func() error { return symlink(md, filepath.Join(sys, "class", "infiniband_mad", name)) },
 					func() error { return writeFile(filepath.Join(devIB, name), "") })
 			}

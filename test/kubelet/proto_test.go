@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registrationapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -34,6 +36,10 @@ var protoUpstreams = []struct {
 		pluginapi.File_staging_src_k8s_io_kubelet_pkg_apis_deviceplugin_v1beta1_api_proto},
 	{"proto/podresources.proto", "pkg/apis/podresources/v1/api.proto",
 		podresourcesapi.File_staging_src_k8s_io_kubelet_pkg_apis_podresources_v1_api_proto},
+	{"proto/pluginregistration.proto", "pkg/apis/pluginregistration/v1/api.proto",
+		registrationapi.File_staging_src_k8s_io_kubelet_pkg_apis_pluginregistration_v1_api_proto},
+	{"proto/dra.proto", "pkg/apis/dra/v1/api.proto",
+		drapb.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1_api_proto},
 }
 
 type serviceRole string
@@ -45,12 +51,16 @@ const (
 
 // protoServiceRoles says, for every service we declare, what the plugin binary does with it
 // (serves DevicePlugin; calls Registration to register and PodResourcesLister for the node's
-// pods). It decides which omissions fail (see TestProtoMatchesKubelet); the kubelet simulator's
+// pods; in DRA mode serves pluginregistration.Registration, which the kubelet's plugin watcher
+// calls, and the DRAPlugin service). It decides which omissions fail (see TestProtoMatchesKubelet); the kubelet simulator's
 // test servers do not count.
 var protoServiceRoles = map[protoreflect.FullName]serviceRole{
 	"v1beta1.DevicePlugin":  serves,
 	"v1beta1.Registration":  calls,
 	"v1.PodResourcesLister": calls,
+
+	"pluginregistration.Registration":          serves,
+	"k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": serves,
 }
 
 // TestProtoMatchesKubelet compares our proto/*.proto, as protoc compiled them (the descriptor set

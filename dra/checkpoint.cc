@@ -1,0 +1,123 @@
+#include "dra/checkpoint.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/log.h"
+#include "dra/atomic_file.h"
+#include "nlohmann/json.hpp"
+
+namespace rdp::dra {
+namespace {
+
+constexpr int kVersion = 1;
+constexpr unsigned kMode = 0600;
+
+std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
+
+nlohmann::json ToJson(const PreparedClaim& c) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const AllocatedDevice& d : c.devices) {
+    devices.push_back({{"request", d.request}, {"pool", d.pool}, {"device", d.device}});
+  }
+  return {{"namespace", c.ref.ns},
+          {"name", c.ref.name},
+          {"devices", std::move(devices)},
+          {"cdiDeviceIds", c.cdi_ids}};
+}
+
+bool IsString(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() && !j[key].get<std::string>().empty();
+}
+
+// One entry, or why it is not valid.
+absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::json& j) {
+  if (uid.empty()) return absl::InvalidArgumentError("an entry without uid");
+  if (!j.is_object() || !IsString(j, "namespace") || !IsString(j, "name") ||
+      !j.contains("devices") || !j["devices"].is_array() || !j.contains("cdiDeviceIds") ||
+      !j["cdiDeviceIds"].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " is malformed"));
+  }
+  PreparedClaim c;
+  c.ref = {j["namespace"].get<std::string>(), uid, j["name"].get<std::string>()};
+  for (const nlohmann::json& d : j["devices"]) {
+    if (!d.is_object() || !d.contains("request") || !d["request"].is_string() ||
+        !IsString(d, "pool") || !IsString(d, "device")) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed device"));
+    }
+    c.devices.push_back({d["request"].get<std::string>(), d["pool"].get<std::string>(),
+                         d["device"].get<std::string>()});
+  }
+  for (const nlohmann::json& id : j["cdiDeviceIds"]) {
+    if (!id.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed CDI ID"));
+    }
+    c.cdi_ids.push_back(id.get<std::string>());
+  }
+  return c;
+}
+
+}  // namespace
+
+Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {}
+
+absl::StatusOr<PreparedClaims> Checkpoint::Load() {
+  std::ifstream in(path_);
+  if (!in) {
+    if (errno == ENOENT) return PreparedClaims{};
+    return absl::InternalError(absl::StrCat("cannot read ", path_, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  PreparedClaims out;
+  std::vector<std::string> problems;
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    problems.push_back("not JSON");
+  } else if (!j.is_object() || !j.contains("version") || j["version"] != kVersion) {
+    problems.push_back(absl::StrCat("not a version ", kVersion, " checkpoint"));
+  } else if (!j.contains("claims") || !j["claims"].is_object()) {
+    problems.push_back("no claims object");
+  } else {
+    for (const auto& [uid, entry] : j["claims"].items()) {
+      absl::StatusOr<PreparedClaim> c = FromJson(uid, entry);
+      if (c.ok()) {
+        out.emplace(uid, *std::move(c));
+      } else {
+        problems.push_back(std::string(c.status().message()));
+      }
+    }
+  }
+  if (problems.empty()) return out;
+  const std::string aside =
+      absl::StrCat(path_, ".corrupt-", absl::ToUnixNanos(absl::Now()));
+  if (std::rename(path_.c_str(), aside.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("checkpoint ", path_, " is corrupt (",
+                                            problems.front(), ") and cannot be moved aside: ",
+                                            std::strerror(errno)));
+  }
+  Log()->error(
+      "checkpoint {} is corrupt ({}; {} problem(s)); moved it to {} and go on with the {} "
+      "claim(s) that could be read",
+      path_, problems.front(), problems.size(), aside, out.size());
+  return out;
+}
+
+absl::Status Checkpoint::Save(const PreparedClaims& claims) {
+  nlohmann::json all = nlohmann::json::object();
+  for (const auto& [uid, c] : claims) all[uid] = ToJson(c);
+  const nlohmann::json doc = {{"version", kVersion}, {"claims", std::move(all)}};
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create the directory of ", path_));
+  return WriteFileAtomically(path_, doc.dump(1) + "\n", kMode);
+}
+
+}  // namespace rdp::dra

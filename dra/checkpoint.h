@@ -1,0 +1,53 @@
+#pragma once
+
+// The driver's record of prepared claims, in a JSON file in its plugin directory
+// (<kubelet-dir>/plugins/<driver>/checkpoint.json), so that a restarted plugin answers
+// NodePrepareResources for a claim it prepared before without the API server, and
+// NodeUnprepareResources knows what to remove.
+//
+// File format (version 1):
+//   {"version": 1, "claims": {"<uid>": {"namespace": ..., "name": ...,
+//     "devices": [{"request": ..., "pool": ..., "device": ...}], "cdiDeviceIds": [...]}}}
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dra/model.h"
+
+namespace rdp::dra {
+
+inline constexpr char kCheckpointFile[] = "checkpoint.json";
+
+struct PreparedClaim {
+  ClaimRef ref;
+  std::vector<AllocatedDevice> devices;  // the claim's results for this driver, in order
+  std::vector<std::string> cdi_ids;      // what each device was answered with
+};
+
+using PreparedClaims = std::map<std::string, PreparedClaim>;  // by claim UID
+
+// Not thread-safe: the driver serialises Load and Save.
+class Checkpoint {
+ public:
+  explicit Checkpoint(std::string path);
+
+  // The claims in the file; none when there is no file. A file that is not a valid checkpoint
+  // (not JSON, another version, an entry without uid/namespace/name/devices...) is renamed aside
+  // to "<path>.corrupt-<unix-nanos>" with an error log naming both paths, and what could be
+  // read from it (each valid entry) is returned: nothing is silently lost, and the plugin starts.
+  // Errors only when the file cannot be read or renamed.
+  absl::StatusOr<PreparedClaims> Load();
+
+  // Replaces the file with `claims`, atomically and durably (fsync of the file and directory);
+  // creates the directory when missing.
+  absl::Status Save(const PreparedClaims& claims);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;
+};
+
+}  // namespace rdp::dra

@@ -1,0 +1,264 @@
+#include "dra/dra_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "server/file_watch.h"
+#include "server/unix_server.h"
+
+namespace rdp::dra {
+namespace {
+
+constexpr absl::Duration kShutdownGrace = absl::Seconds(2);
+constexpr std::uint32_t kDirEvents =
+    IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF;
+
+std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
+
+void Signal(int eventfd) {
+  const std::uint64_t one = 1;
+  if (::write(eventfd, &one, sizeof one) < 0) Log()->warn("eventfd write failed");
+}
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+std::string DraServerConfig::PluginDir() const {
+  return (std::filesystem::path(kubelet_dir) / "plugins" / driver_name).string();
+}
+std::string DraServerConfig::DraSocket() const {
+  return (std::filesystem::path(PluginDir()) / "dra.sock").string();
+}
+std::string DraServerConfig::RegistrationDir() const {
+  return (std::filesystem::path(kubelet_dir) / "plugins_registry").string();
+}
+std::string DraServerConfig::RegistrationSocket() const {
+  return (std::filesystem::path(RegistrationDir()) / absl::StrCat(driver_name, "-reg.sock"))
+      .string();
+}
+
+DraServer::DraServer(DraServerConfig config, Driver* driver)
+    : config_(std::move(config)),
+      dra_service_(driver),
+      registration_(
+          std::make_unique<RegistrationService>(config_.driver_name, config_.DraSocket())) {
+  absl::MutexLock lock(&mu_);
+  dra_.path = config_.DraSocket();
+  dra_.service = &dra_service_;
+  reg_.path = config_.RegistrationSocket();
+  reg_.service = registration_.get();
+}
+
+DraServer::~DraServer() { Stop(); }
+
+absl::Status DraServer::Start() {
+  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  fatal_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (stop_fd_ < 0 || fatal_fd_ < 0 || inotify_fd_ < 0) return Errno("inotify/eventfd");
+  absl::MutexLock lock(&mu_);
+  // The endpoint first: the kubelet dials it as soon as it has read GetInfo.
+  if (absl::Status s = Serve(dra_); !s.ok()) return s;
+  if (absl::Status s = Serve(reg_); !s.ok()) {
+    StopServing(dra_);
+    return s;
+  }
+  if (!WatchDirs(/*force=*/true)) {
+    StopServing(reg_);
+    StopServing(dra_);
+    return Errno(absl::StrCat("watching ", config_.PluginDir(), " and ",
+                              config_.RegistrationDir()));
+  }
+  started_ = true;
+  thread_ = std::thread([this] {
+    try {
+      Loop();
+    } catch (const std::exception& e) {
+      Fatal(absl::InternalError(absl::StrCat("the DRA lifecycle thread failed: ", e.what())));
+    }
+  });
+  return absl::OkStatus();
+}
+
+void DraServer::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    if (started_) Signal(stop_fd_);
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  // Registration first: the kubelet unregisters the driver before its endpoint goes.
+  for (Socket* s : {&reg_, &dra_}) {
+    StopServing(*s);
+    if (s->id != 0 && server::FileId(s->path) == s->id) ::unlink(s->path.c_str());
+    s->id = 0;
+  }
+  for (int* fd : {&inotify_fd_, &stop_fd_, &fatal_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+absl::Status DraServer::Wait(int stop_fd) {
+  for (;;) {
+    struct pollfd fds[2] = {{stop_fd, POLLIN, 0}, {fatal_fd_, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, -1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return Errno("waiting for a stop signal");
+    if (fds[1].revents & POLLIN) {
+      absl::MutexLock lock(&mu_);
+      return fatal_;
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) return absl::OkStatus();
+  }
+}
+
+void DraServer::Fatal(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return;
+    fatal_ = status;
+  }
+  Log()->error("{}; the driver cannot go on and exits so that it is restarted",
+               std::string(status.message()));
+  Signal(fatal_fd_);
+}
+
+absl::Status DraServer::Serve(Socket& socket) {
+  StopServing(socket);
+  std::error_code ec;
+  const std::string dir = std::filesystem::path(socket.path).parent_path().string();
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      server::StartUnixServer(socket.path, {socket.service});
+  if (!server.ok()) return server.status();
+  socket.server = *std::move(server);
+  socket.id = server::FileId(socket.path);
+  if (socket.id == 0) {
+    StopServing(socket);
+    return absl::UnavailableError(absl::StrCat(socket.path, " vanished as it was created"));
+  }
+  ++socket.serves;
+  socket.seq = ++seq_;
+  served_.SignalAll();
+  Log()->info("serving {} on {}", socket.service == &dra_service_ ? "DRAPlugin" : "Registration",
+              socket.path);
+  return absl::OkStatus();
+}
+
+void DraServer::StopServing(Socket& socket) {
+  if (socket.server) socket.server->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  socket.server.reset();
+}
+
+bool DraServer::WatchDirs(bool force) {
+  bool ok = true;
+  struct Dir {
+    std::string path;
+    int* watch;
+    std::uint64_t* id;
+  };
+  for (const Dir& d : {Dir{config_.PluginDir(), &plugin_watch_, &plugin_dir_id_},
+                       Dir{config_.RegistrationDir(), &reg_watch_, &reg_dir_id_}}) {
+    const std::uint64_t id = server::DirId(d.path);
+    if (!force && *d.watch >= 0 && id == *d.id) continue;
+    // No inotify_rm_watch: adding a watch on a path that is watched returns the same descriptor
+    // and queues nothing, and a watch of a directory that went away ends by itself.
+    *d.watch = id == 0 ? -1 : ::inotify_add_watch(inotify_fd_, d.path.c_str(), kDirEvents);
+    *d.id = *d.watch >= 0 ? id : 0;
+    ok = ok && *d.watch >= 0;
+  }
+  return ok;
+}
+
+void DraServer::Loop() {
+  absl::Duration backoff = config_.retry_min;
+  absl::Time next_try = absl::InfiniteFuture();  // a failed serve is retried then
+  for (;;) {
+    const absl::Time wake = std::min(next_try, absl::Now() + config_.recheck);
+    struct pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
+    const std::int64_t ms = std::clamp<std::int64_t>(
+        absl::ToInt64Milliseconds(wake - absl::Now()) + 1, 0, INT_MAX);
+    const int ready = ::poll(fds, 2, static_cast<int>(ms));
+    if (ready < 0 && errno != EINTR) return Fatal(Errno("poll"));
+    if (fds[0].revents != 0) return;
+    if (fds[1].revents & (POLLERR | POLLNVAL)) {
+      return Fatal(absl::InternalError("poll: the inotify descriptor is not usable"));
+    }
+    bool lost_watch = false;  // a watched directory went away: watch it again when back
+    if (fds[1].revents & POLLIN) {
+      server::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+        Log()->debug("inotify: {} mask={:#x}", name, mask);
+        if (mask & (IN_IGNORED | IN_Q_OVERFLOW)) lost_watch = true;
+      });
+    }
+    absl::MutexLock lock(&mu_);
+    bool failed = false;
+    // The endpoint before the registration socket, as at Start; and when the endpoint had to be
+    // served again, the registration socket too: a kubelet that registered us while the endpoint
+    // was gone sees a new socket and registers us again, now that the endpoint is there.
+    bool dra_again = false;
+    for (Socket* s : {&dra_, &reg_}) {
+      const bool gone = server::FileId(s->path) != s->id;
+      if (!gone && !(s == &reg_ && dra_again)) continue;
+      if (gone && s->id != 0) Log()->info("{} was removed or replaced: serving it again", s->path);
+      if (s == &dra_) dra_again = true;
+      if (absl::Status st = Serve(*s); !st.ok()) {
+        Log()->warn("{}; retrying", st.ToString());
+        s->id = 0;
+        failed = true;
+        break;  // no registration socket without its endpoint
+      }
+    }
+    WatchDirs(lost_watch);  // directories re-created by Serve, or replaced
+    if (failed) {
+      next_try = absl::Now() + backoff;
+      backoff = std::min(backoff * 2, config_.recheck);
+    } else {
+      next_try = absl::InfiniteFuture();
+      backoff = config_.retry_min;
+    }
+  }
+}
+
+int DraServer::dra_serves() const {
+  absl::MutexLock lock(&mu_);
+  return dra_.serves;
+}
+
+int DraServer::registration_serves() const {
+  absl::MutexLock lock(&mu_);
+  return reg_.serves;
+}
+
+bool DraServer::WaitServes(int dra, int registration, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return dra_.serves >= dra && reg_.serves >= registration && reg_.seq > dra_.seq;
+  };
+  while (!done()) {
+    if (served_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return done();
+}
+
+}  // namespace rdp::dra

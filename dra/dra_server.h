@@ -1,0 +1,111 @@
+#pragma once
+
+// The DRA driver's serving lifecycle on a node: DRAPlugin on <kubelet-dir>/plugins/<driver>/
+// dra.sock, then pluginregistration.Registration on <kubelet-dir>/plugins_registry/
+// <driver>-reg.sock, whose appearance makes the kubelet's plugin watcher register us (it calls
+// GetInfo, dials the endpoint, and tells us NotifyRegistrationStatus).
+//
+// A socket of ours that is removed or replaced (a kubelet restart wiping its directories, an
+// operator) is served again at once: one background thread waits with poll(2) on an inotify
+// watch of both directories (re-watched when they come back) and, as a safety net for missed
+// events, re-checks every config.recheck. The registration socket is re-created last, and
+// whenever the DRA socket was, so that the kubelet's last registration is always one made while
+// the endpoint was there. Sockets are bound under a hidden name
+// and renamed into place (server::StartUnixServer): the plugin watcher ignores dot files, so it
+// sees each socket once, complete.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dra/dra_service.h"
+#include "dra/driver.h"
+#include "grpcpp/grpcpp.h"
+
+namespace rdp::dra {
+
+struct DraServerConfig {
+  std::string kubelet_dir = "/var/lib/kubelet";
+  std::string driver_name = kDefaultDriverName;
+  absl::Duration recheck = absl::Seconds(5);
+  absl::Duration retry_min = absl::Milliseconds(100);  // serving again after a failure
+
+  std::string PluginDir() const;           // <kubelet_dir>/plugins/<driver>
+  std::string DraSocket() const;           // <PluginDir>/dra.sock
+  std::string RegistrationDir() const;     // <kubelet_dir>/plugins_registry
+  std::string RegistrationSocket() const;  // <RegistrationDir>/<driver>-reg.sock
+};
+
+class DraServer {
+ public:
+  // `driver` is not owned and must outlive the server.
+  DraServer(DraServerConfig config, Driver* driver);
+  ~DraServer();  // Stop()
+  DraServer(const DraServer&) = delete;
+  DraServer& operator=(const DraServer&) = delete;
+
+  // Creates the directories, serves both sockets, starts the lifecycle thread. Errors when a
+  // socket cannot be served or the directories cannot be watched; then nothing keeps running.
+  absl::Status Start();
+  // Removes the registration socket (the kubelet unregisters us), stops serving, removes the
+  // DRA socket, joins the thread. Idempotent.
+  void Stop();
+  // Blocks until `stop_fd` is readable (OK) or the lifecycle thread failed (its error).
+  absl::Status Wait(int stop_fd);
+
+  // Times the sockets were (re)created so far; both count 1 after Start.
+  int dra_serves() const;
+  int registration_serves() const;
+  // Blocks until the counts are at least `dra` and `registration` and the registration socket
+  // was last served after the DRA socket (the state the kubelet must find), or `timeout`
+  // passes; true when it is so.
+  bool WaitServes(int dra, int registration, absl::Duration timeout) const;
+  RegistrationService& registration() { return *registration_; }
+  const DraServerConfig& config() const { return config_; }
+
+ private:
+  struct Socket {
+    std::string path;
+    grpc::Service* service = nullptr;
+    std::unique_ptr<grpc::Server> server;
+    std::uint64_t id = 0;  // server::FileId of what we bound
+    int serves = 0;
+    std::uint64_t seq = 0;  // when it was last served (DraServer::seq_)
+  };
+  absl::Status Serve(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopServing(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (Re)watches both directories: those whose identity changed, or both when `force`. False
+  // when one is not there or cannot be watched.
+  bool WatchDirs(bool force);
+  void Loop();
+  void Fatal(const absl::Status& status);
+
+  const DraServerConfig config_;
+  DraService dra_service_;
+  std::unique_ptr<RegistrationService> registration_;
+
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar served_;
+  Socket dra_ ABSL_GUARDED_BY(mu_);
+  Socket reg_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;  // serves so far, both sockets
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+
+  int stop_fd_ = -1;   // eventfd written by Stop()
+  int fatal_fd_ = -1;  // eventfd written by Fatal()
+  int inotify_fd_ = -1;
+  int plugin_watch_ = -1;  // lifecycle thread (and Start) only
+  int reg_watch_ = -1;
+  std::uint64_t plugin_dir_id_ = 0;
+  std::uint64_t reg_dir_id_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace rdp::dra

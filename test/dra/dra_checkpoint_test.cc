@@ -1,0 +1,114 @@
+#include "dra/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "test/support/temp_dir.h"
+
+namespace rdp::dra {
+namespace {
+
+PreparedClaims Two() {
+  PreparedClaims c;
+  c["uid-1"] = {{"ns", "uid-1", "claim-1"},
+                {{"hca", "node-a", "hca-0000-1a-00-0"}, {"hca/x", "node-a", "hca-0000-3a-00-0"}},
+                {"rdma.example.com/hca=uid-1"}};
+  c["uid-2"] = {{"other", "uid-2", "claim-2"}, {{"r", "node-a", "hca-0000-9a-00-0"}},
+                {"rdma.example.com/hca=uid-2"}};
+  return c;
+}
+
+bool Same(const PreparedClaims& a, const PreparedClaims& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [uid, c] : a) {
+    auto it = b.find(uid);
+    if (it == b.end()) return false;
+    const PreparedClaim& d = it->second;
+    if (c.ref.ns != d.ref.ns || c.ref.uid != d.ref.uid || c.ref.name != d.ref.name ||
+        !(c.devices == d.devices) || c.cdi_ids != d.cdi_ids) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+TEST(DRACheckpointTest, NoFileIsEmpty) {
+  rdp::testing::TempDir dir;
+  Checkpoint cp(dir.Sub("p/checkpoint.json"));
+  auto loaded = cp.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty());
+}
+
+TEST(DRACheckpointTest, RoundTrip) {
+  rdp::testing::TempDir dir;
+  Checkpoint cp(dir.Sub("p/checkpoint.json"));  // the directory is created
+  ASSERT_TRUE(cp.Save(Two()).ok());
+  auto loaded = Checkpoint(dir.Sub("p/checkpoint.json")).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(Same(*loaded, Two()));
+  EXPECT_EQ(Files(dir.Sub("p")), std::vector<std::string>{"checkpoint.json"});  // no temp left
+  ASSERT_TRUE(cp.Save({}).ok());
+  EXPECT_TRUE(cp.Load()->empty());
+}
+
+TEST(DRACheckpointTest, NotJsonIsMovedAsideAndStartsEmpty) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  WriteText(path, "{\"version\": 1, \"claims\": {\"uid-1\": ");  // torn
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty());
+  const auto files = Files(dir.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].rfind("checkpoint.json.corrupt-", 0), 0u) << files[0];
+  std::ifstream in(dir.Sub(files[0]));
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "{\"version\": 1, \"claims\": {\"uid-1\": ");  // nothing lost
+}
+
+TEST(DRACheckpointTest, ABadEntryKeepsTheGoodOnesAndTheFileAside) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  Checkpoint cp(path);
+  ASSERT_TRUE(cp.Save(Two()).ok());
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["claims"]["uid-2"].erase("namespace");
+  WriteText(path, j.dump());
+  auto loaded = cp.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ(loaded->begin()->first, "uid-1");
+  EXPECT_EQ(loaded->begin()->second.devices.size(), 2u);
+  const auto files = Files(dir.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find(".corrupt-"), std::string::npos);
+}
+
+TEST(DRACheckpointTest, OtherVersionIsMovedAside) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  WriteText(path, R"({"version": 2, "claims": {}})");
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE(loaded->empty());
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace rdp::dra

@@ -1,0 +1,147 @@
+#pragma once
+
+// Shared pieces of the DRA driver tests: a fake node (SysfsFixture, four HCAs, RoCE ones
+// without umad), its topology from sysfs, a fake ClaimReader, and a Driver over them.
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "dra/cdi.h"
+#include "dra/checkpoint.h"
+#include "dra/driver.h"
+#include "dra/model.h"
+#include "gtest/gtest.h"
+#include "test/server/test_node.h"
+#include "topology/discovery.h"
+
+namespace rdp::dra::testing {
+
+inline constexpr char kDriver[] = "rdma.example.com";
+inline constexpr char kNode[] = "node-a";
+// Device names of server::testing::FourCards().
+inline constexpr char kHca0[] = "hca-0000-1a-00-0";  // mlx5_0: uverbs0, umad0, issm0
+inline constexpr char kHca1[] = "hca-0000-3a-00-0";  // mlx5_1: uverbs1, umad1, issm1
+
+// Claims by UID; counts the reads; Unavailable for every claim while `down`.
+class FakeClaimReader : public ClaimReader {
+ public:
+  absl::StatusOr<std::vector<AllocatedDevice>> Read(const ClaimRef& ref, const std::string& driver,
+                                                    absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    ++reads_;
+    deadlines_.push_back(deadline);
+    last_driver_ = driver;
+    if (down_) return absl::UnavailableError("connection refused");
+    auto it = claims_.find(ref.uid);
+    if (it == claims_.end()) return absl::NotFoundError("resourceclaims \"x\" not found");
+    return it->second;
+  }
+  void Set(const std::string& uid, absl::StatusOr<std::vector<AllocatedDevice>> devices) {
+    absl::MutexLock lock(&mu_);
+    claims_.insert_or_assign(uid, std::move(devices));
+  }
+  void SetDown(bool down) {
+    absl::MutexLock lock(&mu_);
+    down_ = down;
+  }
+  int reads() const {
+    absl::MutexLock lock(&mu_);
+    return reads_;
+  }
+  std::vector<absl::Time> deadlines() const {
+    absl::MutexLock lock(&mu_);
+    return deadlines_;
+  }
+  std::string last_driver() const {
+    absl::MutexLock lock(&mu_);
+    return last_driver_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, absl::StatusOr<std::vector<AllocatedDevice>>> claims_ ABSL_GUARDED_BY(mu_);
+  bool down_ ABSL_GUARDED_BY(mu_) = false;
+  int reads_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
+  std::string last_driver_ ABSL_GUARDED_BY(mu_);
+};
+
+inline AllocatedDevice Dev(const std::string& device, const std::string& request = "hca") {
+  return {request, kNode, device};
+}
+
+// A node (four HCAs, rdma_cm), a CDI dir and a plugin dir in a temp dir, and a Driver.
+class DraNode {
+ public:
+  DraNode() : env_(node_.NodeEnv()) {
+    auto hcas = topology::ReadSysfsHcas(*env_);
+    EXPECT_TRUE(hcas.ok()) << hcas.status();
+    topology_ = std::make_shared<const topology::Topology>(
+        std::vector<int>{0, 1}, hcas.ok() ? *hcas : std::vector<topology::Hca>{},
+        std::vector<topology::Gpu>{});
+    NewDriver();
+  }
+
+  // A driver as after a plugin restart: a new CdiStore, Checkpoint and Driver on the same dirs.
+  void NewDriver() {
+    driver_.reset();
+    cdi_ = std::make_unique<CdiStore>(cdi_dir(), kDriver);
+    checkpoint_ = std::make_unique<Checkpoint>(checkpoint_path());
+    DriverConfig config;
+    config.driver_name = kDriver;
+    config.node_name = kNode;
+    config.api_timeout = absl::Seconds(1);
+    topology::TopologyPtr snapshot = topology_;
+    driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_,
+                                       [snapshot] { return snapshot; }, env_, rediscover_);
+    ASSERT_TRUE(driver_->Start().ok());
+  }
+
+  // What the next NewDriver's driver calls for a device its snapshot lacks.
+  void SetRediscover(std::function<topology::TopologyPtr()> f) { rediscover_ = std::move(f); }
+  // The node's topology read from sysfs now.
+  topology::TopologyPtr ReadTopology() const {
+    auto hcas = topology::ReadSysfsHcas(*env_);
+    if (!hcas.ok()) return nullptr;
+    return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
+                                                      std::vector<topology::Gpu>{});
+  }
+
+  Driver& driver() { return *driver_; }
+  FakeClaimReader& reader() { return reader_; }
+  CdiStore& cdi() { return *cdi_; }
+  server::testing::TestNode& node() { return node_; }
+  Env& env() { return *env_; }
+  const topology::Topology& topology() const { return *topology_; }
+  std::string cdi_dir() const { return node_.dir().Sub("cdi"); }
+  std::string plugin_dir() const { return node_.dir().Sub("plugins/" + std::string(kDriver)); }
+  std::string checkpoint_path() const { return plugin_dir() + "/" + kCheckpointFile; }
+  std::string root() const { return node_.dir().path(); }
+
+  // The files in the CDI dir (names), sorted.
+  std::vector<std::string> CdiFiles() const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(cdi_dir(), ec)) {
+      out.push_back(e.path().filename().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  server::testing::TestNode node_;
+  std::shared_ptr<Env> env_;
+  topology::TopologyPtr topology_;
+  FakeClaimReader reader_;
+  std::unique_ptr<CdiStore> cdi_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Driver> driver_;
+  std::function<topology::TopologyPtr()> rediscover_;
+};
+
+}  // namespace rdp::dra::testing

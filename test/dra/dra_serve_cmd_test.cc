@@ -1,0 +1,107 @@
+// The built binary end to end in DRA mode: `dra` against a fake node, stopped by SIGTERM; bad
+// flags; `dra prepare-local` then `dra` answering that claim from its checkpoint.
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "proto/dra.grpc.pb.h"
+#include "proto/pluginregistration.grpc.pb.h"
+#include "server/unix_server.h"
+#include "test/dra/dra_node.h"
+#include "test/support/child.h"
+
+namespace rdp::dra {
+namespace {
+
+namespace drapb = ::k8s::io::kubelet::pkg::apis::dra::v1;
+using testing::kDriver;
+using testing::kHca1;
+
+constexpr absl::Duration kTimeout = absl::Seconds(20);
+
+int RunBinary(const std::vector<std::string>& args) {
+  return rdp::testing::RunToEnd(RDP_BINARY, args, kTimeout);
+}
+
+class DRAServeCmdTest : public ::testing::Test {
+ protected:
+  std::vector<std::string> Flags() const {
+    const std::string root = node_.dir().Sub("node");
+    return {"--kubelet-dir", kubelet_dir_, "--cdi-root", cdi_root_, "--driver-name", kDriver,
+            "--node-name",   "node-a",     "--sysfs-root", root,   "--dev-root",    root,
+            "--log-level",   "info"};
+  }
+  std::string RegSocket() const {
+    return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
+  }
+
+  server::testing::TestNode node_;
+  const std::string kubelet_dir_ = node_.dir().Sub("kubelet");
+  const std::string cdi_root_ = node_.dir().Sub("cdi");
+};
+
+TEST_F(DRAServeCmdTest, BadFlagsExitTwo) {
+  auto with = [this](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"dra"};
+    for (const std::string& a : Flags()) args.push_back(a);
+    for (std::string& a : extra) args.push_back(std::move(a));
+    return RunBinary(args);
+  };
+  EXPECT_EQ(with({"--mode", "both"}), 2);
+  EXPECT_EQ(with({"--driver-name", "a/b"}), 2);
+  EXPECT_EQ(with({"--log-level", "loud"}), 2);
+  EXPECT_EQ(RunBinary({"dra", "--sysfs-root", "/nonexistent-rdp-root"}), 2);
+  EXPECT_EQ(RunBinary({"dra", "prepare-local", "--device", "hca-x"}), 2);  // no --claim-uid
+}
+
+TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnSigterm) {
+  std::vector<std::string> local = {"dra", "prepare-local"};
+  for (const std::string& a : Flags()) local.push_back(a);
+  for (const char* a : {"--claim-uid", "uid-local", "--device", kHca1}) local.push_back(a);
+  rdp::testing::Child prep(RDP_BINARY, local);
+  ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
+  const nlohmann::json answer = nlohmann::json::parse(prep.stdout_text(), nullptr, false);
+  EXPECT_EQ(answer["devices"][0]["cdiDeviceIds"][0], "rdma.example.com/hca=uid-local")
+      << prep.stdout_text();
+  struct stat st;
+  ASSERT_EQ(::stat(answer["cdiSpec"].get<std::string>().c_str(), &st), 0);
+
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+
+  auto reg = pluginregistration::Registration::NewStub(server::UnixChannel(RegSocket()));
+  pluginregistration::PluginInfo info;
+  grpc::ClientContext c1;
+  c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+  ASSERT_TRUE(reg->GetInfo(&c1, {}, &info).ok());
+  EXPECT_EQ(info.type(), "DRAPlugin");
+  EXPECT_EQ(info.endpoint(), kubelet_dir_ + "/plugins/rdma.example.com/dra.sock");
+
+  auto dra = drapb::DRAPlugin::NewStub(server::UnixChannel(info.endpoint()));
+  drapb::NodePrepareResourcesRequest req;
+  drapb::Claim* claim = req.add_claims();
+  claim->set_namespace_("default");
+  claim->set_uid("uid-local");
+  claim->set_name("local");
+  drapb::NodePrepareResourcesResponse resp;
+  grpc::ClientContext c2;
+  c2.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+  ASSERT_TRUE(dra->NodePrepareResources(&c2, req, &resp).ok());
+  const auto& entry = resp.claims().at("uid-local");
+  EXPECT_EQ(entry.error(), "");
+  ASSERT_EQ(entry.devices_size(), 1);
+  EXPECT_EQ(entry.devices(0).device_name(), kHca1);
+
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
+  EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "registration socket left behind";
+  EXPECT_NE(::stat(info.endpoint().c_str(), &st), 0) << "DRA socket left behind";
+}
+
+}  // namespace
+}  // namespace rdp::dra
