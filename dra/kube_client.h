@@ -17,8 +17,13 @@
 //   409 on POST (AlreadyExists)       -> AlreadyExists
 //   409 otherwise (Conflict), 410     -> Aborted (re-read and try again)
 //   429                               -> ResourceExhausted (retried)
-//   5xx                               -> Unavailable (retried)
-//   anything else                     -> Unknown
+//   5xx but 501                       -> Unavailable (retried)
+//   anything else (501, 3xx, ...)     -> Unknown
+//   a 2xx body that is not JSON       -> Internal
+//   a bad server URL                  -> InvalidArgument
+//   an answer over 64 MiB             -> ResourceExhausted
+//   the token file unreadable before  -> Unauthenticated (nothing sent)
+//     any token was read
 
 #include <cstdint>
 #include <functional>

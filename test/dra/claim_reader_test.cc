@@ -54,7 +54,8 @@ TEST_F(DRAClaimReaderTest, KeepsOurResultsInOrder) {
 }
 
 TEST_F(DRAClaimReaderTest, AllocatedWithNothingOfOursIsEmpty) {
-  auto devices = Read(Claim({Result("gpu.example.com", "gpu-0")}));
+  // json::array: a braced list of one json is a copy of it to clang, an array to gcc.
+  auto devices = Read(Claim(nlohmann::json::array({Result("gpu.example.com", "gpu-0")})));
   ASSERT_TRUE(devices.ok()) << devices.status();
   EXPECT_TRUE(devices->empty());
   nlohmann::json no_results = Claim(nullptr);
@@ -65,7 +66,8 @@ TEST_F(DRAClaimReaderTest, AllocatedWithNothingOfOursIsEmpty) {
 }
 
 TEST_F(DRAClaimReaderTest, UidMismatchIsNotFoundNamingBoth) {
-  auto devices = Read(Claim({Result(kDriver, "hca-0")}), {"team", "uid-old", "claim-1"});
+  auto devices = Read(Claim(nlohmann::json::array({Result(kDriver, "hca-0")})),
+                      {"team", "uid-old", "claim-1"});
   EXPECT_TRUE(absl::IsNotFound(devices.status())) << devices.status();
   EXPECT_THAT(devices.status().message(), HasSubstr("uid-old"));
   EXPECT_THAT(devices.status().message(), HasSubstr("uid-1"));

@@ -217,8 +217,11 @@ TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
   std::atomic<int> calls{0};
   auto transport = std::make_unique<FuncTransport>(
       [&](const HttpRequest& r) -> absl::StatusOr<HttpResponse> {
-        // Every other first attempt fails, so that the back-off's random draws race too.
-        if (calls.fetch_add(1) % 2 == 0) return absl::UnavailableError("reset");
+        // Each request's first attempt fails (a thread's attempts are sequential), so that
+        // the back-off's random draws race too.
+        thread_local int attempts = 0;
+        calls.fetch_add(1);
+        if (attempts++ % 2 == 0) return absl::UnavailableError("reset");
         const bool bearer = std::find(r.headers.begin(), r.headers.end(),
                                       "Authorization: Bearer shared") != r.headers.end();
         return Json(200, {{"bearer", bearer}});
@@ -233,12 +236,17 @@ TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
     threads.emplace_back([&] {
       for (int i = 0; i < 50; ++i) {
         auto r = client.Get("/p", absl::Now() + absl::Seconds(10));
-        if (r.ok() && r->body["bearer"] == true) ++ok;
+        if (r.ok() && r->body["bearer"] == true) {
+          ++ok;
+        } else {
+          ADD_FAILURE() << (r.ok() ? r->body.dump() : r.status().ToString());
+        }
       }
     });
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(ok.load(), 200);
+  EXPECT_EQ(calls.load(), 400);
 }
 
 TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
