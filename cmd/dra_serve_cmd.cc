@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,10 +24,18 @@
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
 #include "dra/cdi.h"
+#include "absl/synchronization/notification.h"
 #include "dra/checkpoint.h"
+#include "dra/claim_reader.h"
+#include "dra/devices.h"
 #include "dra/dra_server.h"
 #include "dra/driver.h"
+#include "dra/kernel_pci.h"
+#include "dra/kube_client.h"
 #include "dra/model.h"
+#include "dra/slice_publisher.h"
+#include "dra/slice_sync.h"
+#include "dra/slices.h"
 #include "server/config.h"
 #include "topology/discovery.h"
 
@@ -39,6 +50,8 @@ struct DraFlags {
   std::string cdi_root = dra::kDefaultCdiRoot;
   std::string kubeconfig;
   std::string mode = "exclusive";
+  std::string health_interval = "5s";
+  std::string resync = "30s";
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -47,19 +60,6 @@ struct DraFlags {
 };
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("dra"); }
-
-// WIRING POINT (dra-api): the API server's claims. dra/claim_reader.h (ApiClaimReader, on branch
-// dra-api) replaces this with a client built from --kubeconfig or the in-cluster service account;
-// until then every claim that is not in the checkpoint fails with Unavailable, which the
-// kubelet retries (Unprepare and claims already prepared work).
-class NoApiClaimReader final : public dra::ClaimReader {
- public:
-  absl::StatusOr<std::vector<dra::AllocatedDevice>> Read(const dra::ClaimRef&,
-                                                         const std::string&,
-                                                         absl::Time) override {
-    return absl::UnavailableError("this build has no API-server client (dra/claim_reader.h)");
-  }
-};
 
 // `dra prepare-local`: the claim given on the command line, allocated as given.
 class StaticClaimReader final : public dra::ClaimReader {
@@ -80,6 +80,9 @@ class StaticClaimReader final : public dra::ClaimReader {
 
 struct Resolved {
   topology::DiscoveryOptions discovery;
+  dra::Mode mode = dra::Mode::kExclusive;
+  absl::Duration health_interval;
+  absl::Duration resync;
   dra::DriverConfig driver;
   dra::DraServerConfig server;
 };
@@ -89,8 +92,19 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   auto discovery = f.discovery.Options();
   if (!discovery.ok()) return discovery.status();
   r.discovery = *discovery;
-  if (absl::StatusOr<server::Mode> mode = server::ParseMode(f.mode); !mode.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
+  if (std::optional<dra::Mode> mode = dra::ParseMode(f.mode); mode) {
+    r.mode = *mode;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode '", f.mode, "': not shared or exclusive"));
+  }
+  for (auto [flag, text, out] : {std::make_tuple("--health-interval", &f.health_interval,
+                                                 &r.health_interval),
+                                 std::make_tuple("--slice-resync", &f.resync, &r.resync)}) {
+    if (!absl::ParseDuration(*text, out) || *out <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", *text, "': not a positive duration such as 5s"));
+    }
   }
   if (f.node_name.empty()) {
     char host[256] = {};
@@ -99,9 +113,11 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   if (f.node_name.empty()) {
     return absl::InvalidArgumentError("--node-name (or NODE_NAME) is required");
   }
-  if (f.driver_name.empty() || f.driver_name.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--driver-name '", f.driver_name, "': not a DNS subdomain"));
+  if (absl::Status s = dra::ValidateDriverName(f.driver_name); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--driver-name: ", s.message()));
+  }
+  if (absl::Status s = dra::ValidateNodeName(f.node_name); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--node-name: ", s.message()));
   }
   if (f.kubelet_dir.empty() || f.cdi_root.empty()) {
     return absl::InvalidArgumentError("--kubelet-dir and --cdi-root must not be empty");
@@ -133,6 +149,19 @@ class NodeSnapshot {
   topology::TopologyPtr Current() const {
     absl::MutexLock lock(&mu_);
     return current_;
+  }
+  // Discovers the node again (the health poll: port states, device nodes, hotplug). False when
+  // discovery failed (logged; the snapshot stays).
+  bool Refresh() {
+    absl::StatusOr<topology::TopologyPtr> t = discoverer_.Discover();
+    absl::MutexLock lock(&mu_);
+    last_try_ = absl::Now();
+    if (!t.ok()) {
+      Log()->warn("discovering the node again failed: {}", t.status().ToString());
+      return false;
+    }
+    current_ = *t;
+    return true;
   }
   // A fresh snapshot, or null when the last try was too recent or discovery failed.
   topology::TopologyPtr Rediscover() {
@@ -186,6 +215,31 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader) {
   return n;
 }
 
+// The API server: --kubeconfig, else the in-cluster service account.
+absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
+  absl::StatusOr<dra::KubeConfig> config =
+      f.kubeconfig.empty() ? dra::InClusterConfig("/") : dra::LoadKubeconfig(f.kubeconfig);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
+                                          : "--kubeconfig: ",
+                     config.status().message()));
+  }
+  auto transport = dra::NewCurlTransport(*config);
+  return std::make_shared<dra::KubeClient>(*std::move(config), std::move(transport));
+}
+
+// The pool this node publishes now: its HCAs as devices (health as taints), in slices.
+std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Topology& topo,
+                                          Env& env) {
+  dra::DeviceOptions options;
+  options.driver_name = r.driver.driver_name;
+  options.mode = r.mode;
+  options.kernel = dra::ReadKernelPci(env, topo);
+  return dra::BuildResourceSlices(dra::BuildDevices(topo, options),
+                                  {r.driver.driver_name, r.driver.node_name, "", 1});
+}
+
 int Serve(const DraFlags& f, const Resolved& r) {
   sigset_t stop;
   sigemptyset(&stop);
@@ -197,17 +251,52 @@ int Serve(const DraFlags& f, const Resolved& r) {
     Log()->error("cannot start: signalfd: {}", std::strerror(errno));
     return 1;
   }
-  NoApiClaimReader reader;  // WIRING POINT (dra-api), see above; f.kubeconfig goes to it
-  if (!f.kubeconfig.empty()) {
-    Log()->warn("--kubeconfig {} is not used: this build has no API-server client", f.kubeconfig);
+  absl::StatusOr<std::shared_ptr<dra::KubeClient>> client = ApiClient(f);
+  if (!client.ok()) {
+    Log()->error("{}", std::string(client.status().message()));
+    ::close(signals);
+    return kExitUsage;
   }
+  dra::ApiClaimReader reader(*client);
   Node node = StartNode(f, r, reader);
+  // Publishing runs on its own thread: an API server that is slow or down delays the slices,
+  // never a kubelet RPC.
+  dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
+  NodeSnapshot* snapshot = node.snapshot.get();
+  Env* env = node.env.get();
+  dra::SliceSync sync(
+      publisher, [&r, snapshot, env] { return DesiredSlices(r, *snapshot->Current(), *env); },
+      {r.resync, absl::Seconds(10), absl::Seconds(1)});
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
               r.driver.driver_name, r.driver.node_name, node.snapshot->Current()->hcas().size(),
               f.cdi_root,
               f.mode);
   dra::DraServer server(r.server, node.driver.get());
+  // A kubelet that (re)registers us has wiped the node's slices at its start: publish again.
+  server.registration().SetOnStatus([&sync] { sync.Trigger(); });
+  sync.Start();
+  // The health poll: the node discovered again every --health-interval; a change of the
+  // devices (an HCA's ports, its device nodes, hotplug) is published at once.
+  absl::Notification stop_poll;
+  std::thread poll([&] {
+    std::vector<nlohmann::json> last = DesiredSlices(r, *snapshot->Current(), *env);
+    while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
+      if (!snapshot->Refresh()) continue;
+      std::vector<nlohmann::json> now = DesiredSlices(r, *snapshot->Current(), *env);
+      if (now != last) {
+        Log()->info("the node's HCAs changed: publishing the pool again");
+        last = std::move(now);
+        sync.Trigger();
+      }
+    }
+  });
+  auto stop_background = [&] {
+    stop_poll.Notify();
+    poll.join();
+    sync.Stop();
+  };
   if (absl::Status s = server.Start(); !s.ok()) {
+    stop_background();
     Log()->error("cannot start: {}", s.ToString());
     ::close(signals);
     return 1;
@@ -220,6 +309,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   }
   ::close(signals);
   server.Stop();
+  stop_background();
   Log()->info("stopped; removed {} and {}", r.server.RegistrationSocket(), r.server.DraSocket());
   if (!why.ok()) {
     Log()->error("exiting: {}", std::string(why.message()));
@@ -280,6 +370,15 @@ void AddDraServeFlags(CLI::App* dra) {
       ->envname("KUBECONFIG");
   dra->add_option("--mode", f->mode, "shared or exclusive")
       ->envname("RDP_MODE")
+      ->capture_default_str();
+  dra->add_option("--health-interval", f->health_interval,
+                  "How often the HCAs are discovered again (health as device taints, hotplug)")
+      ->envname("RDP_HEALTH_INTERVAL")
+      ->capture_default_str();
+  dra->add_option("--slice-resync", f->resync,
+                  "How often the published ResourceSlices are checked against the node's even "
+                  "when nothing changed")
+      ->envname("RDP_SLICE_RESYNC")
       ->capture_default_str();
   dra->callback([f, dra] {
     if (!dra->get_subcommands().empty()) return;  // `dra slices` and the like

@@ -7,6 +7,8 @@
 
 #include "absl/time/time.h"
 #include "cmd/discovery_flags.h"
+#include "dra/model.h"
+#include "dra/probe.h"
 #include "server/probe.h"
 
 namespace rdp::cmd {
@@ -16,12 +18,23 @@ void AddProbeCommand(CLI::App& app) {
     std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
     std::string socket_name = "rdma-hca.sock";
     std::string timeout = "1s";
+    bool dra = false;
+    std::string driver_name = dra::kDefaultDriverName;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* sub =
       app.add_subcommand("probe", "Exit 0 when the running plugin answers on its socket");
-  sub->add_option("--kubelet-dir", f->kubelet_dir, "The kubelet's device-plugin directory")
-      ->envname("RDP_KUBELET_DIR")
+  CLI::Option* kubelet_dir =
+      sub->add_option("--kubelet-dir", f->kubelet_dir,
+                      "The kubelet's device-plugin directory (with --dra: the kubelet's root "
+                      "directory, default /var/lib/kubelet)")
+          ->envname("RDP_KUBELET_DIR")
+          ->capture_default_str();
+  sub->add_flag("--dra", f->dra,
+                "Probe the DRA driver (`dra`): GetInfo on its registration socket, then an "
+                "empty NodeUnprepareResources on its DRA socket");
+  sub->add_option("--driver-name", f->driver_name, "With --dra: the driver's name")
+      ->envname("RDP_DRIVER_NAME")
       ->capture_default_str();
   sub->add_option("--socket-name", f->socket_name, "The plugin's socket file name")
       ->envname("RDP_SOCKET_NAME")
@@ -29,12 +42,22 @@ void AddProbeCommand(CLI::App& app) {
   sub->add_option("--timeout", f->timeout, "How long to wait for the answer")
       ->envname("RDP_PROBE_TIMEOUT")
       ->capture_default_str();
-  sub->callback([f] {
+  sub->callback([f, kubelet_dir] {
     absl::Duration timeout;
     if (!absl::ParseDuration(f->timeout, &timeout) || timeout <= absl::ZeroDuration()) {
       std::cerr << "rdma-device-plugin probe: --timeout '" << f->timeout
                 << "': not a positive duration such as 1s\n";
       Exit(kExitUsage);
+    }
+    if (f->dra) {
+      const std::string root = kubelet_dir->count() > 0 ? f->kubelet_dir : "/var/lib/kubelet";
+      absl::Status status = dra::Probe(root, f->driver_name, timeout);
+      if (!status.ok()) {
+        std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
+        Exit(1);
+      }
+      std::cout << "ok: " << dra::RegistrationSocket(root, f->driver_name) << " answers\n";
+      return;
     }
     const std::string path = (std::filesystem::path(f->kubelet_dir) / f->socket_name).string();
     absl::Status status = server::Probe(path, timeout);

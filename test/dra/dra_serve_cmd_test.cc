@@ -1,9 +1,11 @@
 // The built binary end to end in DRA mode: `dra` against a fake node, stopped by SIGTERM; bad
 // flags; `dra prepare-local` then `dra` answering that claim from its checkpoint.
 
+#include <fstream>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -28,11 +30,21 @@ int RunBinary(const std::vector<std::string>& args) {
 
 class DRAServeCmdTest : public ::testing::Test {
  protected:
+  DRAServeCmdTest() {
+    // An API server that is never there (port 1): the driver serves the kubelet regardless and
+    // answers claims it has prepared from its checkpoint.
+    std::ofstream(kubeconfig_)
+        << R"({"apiVersion":"v1","kind":"Config","current-context":"x",)"
+        << R"("clusters":[{"name":"c","cluster":{"server":"https://127.0.0.1:1"}}],)"
+        << R"("users":[{"name":"u","user":{"token":"t"}}],)"
+        << R"("contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}]})";
+  }
   std::vector<std::string> Flags() const {
     const std::string root = node_.dir().Sub("node");
-    return {"--kubelet-dir", kubelet_dir_, "--cdi-root", cdi_root_, "--driver-name", kDriver,
-            "--node-name",   "node-a",     "--sysfs-root", root,   "--dev-root",    root,
-            "--log-level",   "info"};
+    return {"--kubelet-dir", kubelet_dir_, "--cdi-root",   cdi_root_, "--driver-name",
+            kDriver,         "--node-name", "node-a",      "--sysfs-root", root,
+            "--dev-root",    root,          "--log-level", "info",    "--kubeconfig",
+            kubeconfig_};
   }
   std::string RegSocket() const {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
@@ -41,6 +53,7 @@ class DRAServeCmdTest : public ::testing::Test {
   server::testing::TestNode node_;
   const std::string kubelet_dir_ = node_.dir().Sub("kubelet");
   const std::string cdi_root_ = node_.dir().Sub("cdi");
+  const std::string kubeconfig_ = node_.dir().Sub("kubeconfig.json");
 };
 
 TEST_F(DRAServeCmdTest, BadFlagsExitTwo) {

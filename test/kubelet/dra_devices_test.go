@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -140,18 +139,6 @@ func draDevices(slices []resourceapi.ResourceSlice) []resourceapi.Device {
 		out = append(out, s.Spec.Devices...)
 	}
 	return out
-}
-
-func draBinary(t *testing.T) string {
-	t.Helper()
-	bin := binaryPath()
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no plugin binary at %s (set RDP_BINARY)", bin)
-	}
-	if out, _ := exec.Command(bin, "dra", "slices", "--help").CombinedOutput(); !strings.Contains(string(out), "--driver-name") {
-		t.Skipf("%s has no `dra slices`", bin)
-	}
-	return bin
 }
 
 // upstreamStandard is what deviceattribute's helpers publish for a PCI function of the tree

@@ -10,17 +10,19 @@ import (
 // DRADriver is the driver name the DRA tests run the binary with.
 const DRADriver = "rdma.example.com"
 
-// draBinary returns the plugin binary when it has the DRA driver (`dra prepare-local`), else
-// skips the test.
+// draBinary returns the plugin binary; a binary without the DRA driver (`dra prepare-local`,
+// `dra slices`) fails the test.
 func draBinary(t *testing.T) string {
 	t.Helper()
 	bin := binaryPath()
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no plugin binary at %s (set RDP_BINARY)", bin)
+		t.Fatalf("no plugin binary at %s (set RDP_BINARY)", bin)
 	}
-	out, _ := exec.Command(bin, "dra", "prepare-local", "--help").CombinedOutput()
-	if !strings.Contains(string(out), "--claim-uid") {
-		t.Skipf("%s has no `dra prepare-local`: build the DRA driver first", bin)
+	for sub, flag := range map[string]string{"prepare-local": "--claim-uid", "slices": "--driver-name"} {
+		out, _ := exec.Command(bin, "dra", sub, "--help").CombinedOutput()
+		if !strings.Contains(string(out), flag) {
+			t.Fatalf("%s has no `dra %s`: build the DRA driver first", bin, sub)
+		}
 	}
 	return bin
 }
@@ -54,7 +56,15 @@ func usableHCAs(n *Node) (ib, roce []HCA) {
 
 // draArgs are the flags every DRA run of the binary gets on the fixture node.
 func draArgs(kubeletDir, cdiRoot string, sys *Sysfs, n *Node) []string {
+	// No API server here: one that is never there (port 1). The driver serves the kubelet
+	// regardless; claims not in its checkpoint fail with an error naming the API server.
+	kubeconfig := kubeletDir + ".kubeconfig.json"
+	_ = os.WriteFile(kubeconfig, []byte(`{"apiVersion":"v1","kind":"Config","current-context":"x",`+
+		`"clusters":[{"name":"c","cluster":{"server":"https://127.0.0.1:1"}}],`+
+		`"users":[{"name":"u","user":{"token":"t"}}],`+
+		`"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}]}`), 0o600)
 	return []string{
+		"--kubeconfig", kubeconfig,
 		"--kubelet-dir", kubeletDir,
 		"--cdi-root", cdiRoot,
 		"--driver-name", DRADriver,

@@ -16,7 +16,8 @@
 #   The chart test uses helm from PATH, $RDP_HELM or <build>/tools/bin/helm, else it skips.
 #   --control-plane: the package ./controlplane (a real kube-apiserver on an embedded etcd, the
 #   DaemonSet controller, the garbage collector and the scheduler; helm installs the chart into it); needs
-#   neither root nor the binary, only helm ($RDP_HELM, PATH or <repo>/build/tools/bin/helm).
+#   no root; helm ($RDP_HELM, PATH or <repo>/build/tools/bin/helm), and for its DRA tests the binary
+#   ($RDP_BINARY or <repo>/build/cmd/rdma-device-plugin).
 #   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
 # Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26; not root,
 # except for --proto), which ctest reports as skipped. The Go module and build caches stay in
@@ -60,7 +61,11 @@ if ((build_only)); then
   exit 0
 fi
 if ((control_plane)); then
-  echo "control plane: $version, k8s.io/kubernetes $k8s_version, helm ${RDP_HELM:-from PATH or build/tools/bin}"
+  # The DRA tests run the plugin binary (they fail without it; the helm tests do not need it).
+  if [[ -x $RDP_BINARY ]]; then
+    export RDP_BINARY=$(cd "$(dirname "$RDP_BINARY")" && pwd)/$(basename "$RDP_BINARY")
+  fi
+  echo "control plane: $version, k8s.io/kubernetes $k8s_version, helm ${RDP_HELM:-from PATH or build/tools/bin}, plugin ${RDP_BINARY}"
   start=$(date +%s)
   set +e
   go test -count=1 -timeout 10m -v -ldflags "$version_ldflags" "$@" ./controlplane

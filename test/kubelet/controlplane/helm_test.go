@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -688,6 +689,8 @@ func TestHelmControlPlane(t *testing.T) {
 			"overrides":         {"--set", "image.tag=1.2.3", "--set", "image.pullPolicy=Always", "--set", "sharedDevices=64", "--set", "healthInterval=2s", "--set", "gpuResources={nvidia.com/gpu}", "--set-json", `extraArgs=["--topology-xml=/etc/rdp/node.xml"]`, "--set-json", `extraEnv=[{"name":"RDP_X","value":"1"}]`, "--set-json", `podAnnotations={"a":"b"}`},
 			"custom-affinity":   {"--set-json", `affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}}`, "--set-json", `nodeSelector={"kubernetes.io/os":"linux"}`},
 			"maxUnavailable-10": {"--set", "updateStrategy.rollingUpdate.maxUnavailable=10%"},
+			"dra":               {"--set", "driver=dra"},
+			"dra-no-extended":   {"--set", "driver=dra", "--set", "dra.deviceClass.extendedResource=false"},
 		} {
 			out, err := h.run(append([]string{"install", "dry-" + strings.ToLower(name), h.chart,
 				"-n", "kube-system", "--dry-run=server", "--set", repo}, args...)...)
@@ -696,6 +699,68 @@ func TestHelmControlPlane(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The chart in DRA mode (issue 16), as the real API server admits it: the DeviceClass (CEL
+// selector compiled and extendedResourceName validated by the server), the DaemonSets placed as
+// in device-plugin mode, and the ServiceAccount allowed exactly what the driver does, asked of
+// the server's RBAC authorizer (SubjectAccessReview), not read off the manifest.
+func TestHelmControlPlaneDRA(t *testing.T) {
+	helmBinary(t)
+	cp := Start(t)
+	h := newHelm(t, cp)
+	c := cp.Client
+	ctx := context.Background()
+	for _, n := range testNodes() {
+		addReadyNode(t, c, n)
+	}
+	h.must("install", "rdp", h.chart, "-n", "kube-system", "--set", "image.repository="+testRepository, "--set", "driver=dra")
+	waitSettled(t, c, "kube-system", "rdp", placement{gpuNode: {"exclusive"}, rdmaNode: {"shared"}}, func(p *v1.Pod) string {
+		if len(p.Spec.Containers[0].Args) == 0 || p.Spec.Containers[0].Args[0] != "dra" {
+			return fmt.Sprintf("runs %v, not dra", p.Spec.Containers[0].Args)
+		}
+		return ""
+	})
+	class, err := c.ResourceV1().DeviceClasses().Get(ctx, "hca.rdma.network.alibabacloud.com", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("DeviceClass: %v", err)
+	}
+	if class.Spec.ExtendedResourceName == nil || *class.Spec.ExtendedResourceName != "rdma/hca" {
+		t.Errorf("DeviceClass extendedResourceName = %v, want rdma/hca", class.Spec.ExtendedResourceName)
+	}
+	sa := "system:serviceaccount:kube-system:rdp-rdma-device-plugin"
+	for _, tc := range []struct {
+		group, resource, verb string
+		allowed               bool
+	}{
+		{"resource.k8s.io", "resourceslices", "create", true},
+		{"resource.k8s.io", "resourceslices", "list", true},
+		{"resource.k8s.io", "resourceslices", "update", true},
+		{"resource.k8s.io", "resourceslices", "delete", true},
+		{"resource.k8s.io", "resourceclaims", "get", true},
+		{"", "nodes", "get", true},
+		{"resource.k8s.io", "resourceclaims", "update", false},
+		{"resource.k8s.io", "deviceclasses", "create", false},
+		{"", "nodes", "update", false},
+		{"", "secrets", "get", false},
+		{"", "pods", "list", false},
+	} {
+		review, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   sa,
+				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Group: tc.group, Resource: tc.resource, Verb: tc.verb, Namespace: "default"},
+			}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed != tc.allowed {
+			t.Errorf("%s %s.%s: allowed=%v, want %v (%s)", tc.verb, tc.resource, tc.group, review.Status.Allowed, tc.allowed, review.Status.Reason)
+		}
+	}
+	h.must("uninstall", "rdp", "-n", "kube-system", "--wait", "--timeout", "60s")
+	waitForNothingLeft(t, cp, "rdp")
 }
 
 func chartVersion(t *testing.T) string {

@@ -1,0 +1,320 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
+	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+)
+
+// allSourcesReady: the kubelet's pod sources, all seen (there is one: the test).
+type allSourcesReady struct{}
+
+func (allSourcesReady) AddSource(string) {}
+func (allSourcesReady) AllReady() bool   { return true }
+
+// draKubelet is the part of a kubelet that DRA uses, from k8s.io/kubernetes itself: the DRA
+// manager (claim cache and checkpoint in stateDir, the DRA plugin manager that wipes the node's
+// slices at start and talks to drivers) and the plugin manager whose watcher registers drivers
+// from <root>/plugins_registry.
+type draKubelet struct {
+	manager *dra.Manager
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func startDRAKubelet(t *testing.T, cp *ControlPlane, node, root, stateDir string, pods func() []*v1.Pod) *draKubelet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
+	m, err := dra.NewManager(klog.Background(), cp.Client, stateDir)
+	if err != nil {
+		t.Fatalf("DRA manager: %v", err)
+	}
+	getNode := func(ctx context.Context) (*v1.Node, error) {
+		return cp.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	}
+	if err := m.Start(ctx, pods, getNode, allSourcesReady{}); err != nil {
+		t.Fatalf("DRA manager start: %v", err)
+	}
+	pm := pluginmanager.NewPluginManager(filepath.Join(root, "plugins_registry"), &record.FakeRecorder{})
+	pm.AddHandler(registerapi.DRAPlugin, m.GetWatcherHandler())
+	k := &draKubelet{manager: m, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(k.done)
+		pm.Run(ctx, allSourcesReady{}, ctx.Done())
+	}()
+	return k
+}
+
+func (k *draKubelet) stop() {
+	k.cancel()
+	<-k.done
+	k.manager.Stop()
+}
+
+// draDriver runs `rdma-device-plugin dra` against the control plane.
+type draProcess struct {
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan error
+}
+
+func startDRADriver(t *testing.T, kubeconfig, node, root, cdiRoot string, discovery []string) *draProcess {
+	t.Helper()
+	logFile, err := os.CreateTemp(t.TempDir(), "dra-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"dra", "--mode", "exclusive", "--node-name", node, "--kubeconfig", kubeconfig,
+		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug"}, discovery...)
+	cmd := exec.Command(draBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &draProcess{cmd: cmd, log: logFile, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("driver %v log:\n%s", args, p.output())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for the exit (bounded); a driver that does not stop fails the test.
+func (p *draProcess) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("the DRA driver did not exit within 20 s of SIGTERM")
+	}
+}
+
+func (p *draProcess) output() string {
+	b, _ := os.ReadFile(p.log.Name())
+	return string(b)
+}
+
+func nodeSlices(ctx context.Context, cp *ControlPlane, node string) ([]resourcev1.ResourceSlice, error) {
+	list, err := cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{resourcev1.ResourceSliceSelectorNodeName: node, resourcev1.ResourceSliceSelectorDriver: draDriver}.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// cdiSpecs: the CDI spec files in dir, by file name, decoded.
+func cdiSpecs(t *testing.T, dir string) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec map[string]any
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		out[e.Name()] = spec
+	}
+	return out
+}
+
+// TestDRAKubeletPrepare: our binary as a DRA driver, end to end with Kubernetes' own pieces: it
+// publishes its slices to the real API server; the real scheduler allocates a claim on them
+// and binds the pod; the kubelet's plugin manager registers the driver from its registration
+// socket, and the kubelet's DRA manager prepares and unprepares the pod's claim through it. Then
+// the restarts: a plugin restart (with the API server unreachable for it) keeps the prepared
+// claim, a kubelet restart (which wipes the node's slices) re-registers the driver, which
+// publishes again, and unprepare removes the claim's CDI spec.
+func TestDRAKubeletPrepare(t *testing.T) {
+	helmBinary(t)
+	cp := Start(t)
+	h := newHelm(t, cp)
+	c := cp.Client
+	ctx := context.Background()
+	const node = "dra-node"
+	addDRANode(t, c, node)
+	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, chartDeviceClass(t, h), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("DeviceClass: %v", err)
+	}
+	discovery := draFixtureNode(t, "dgx-h100-like.xml")
+	root := t.TempDir()
+	cdiRoot := filepath.Join(t.TempDir(), "cdi")
+	stateDir := t.TempDir()
+
+	var pods []*v1.Pod
+	activePods := func() []*v1.Pod { return pods }
+	kubelet := startDRAKubelet(t, cp, node, root, stateDir, activePods)
+	defer func() { kubelet.stop() }()
+	// The driver as the chart runs it: a service account with only the DRA rights, its token in
+	// a file, in a JSON kubeconfig (the C++ client reads JSON).
+	kubeconfig := writeJSONKubeconfig(t, cp, map[string]any{"tokenFile": draServiceAccount(t, cp)})
+	driver := startDRADriver(t, kubeconfig, node, root, cdiRoot, discovery)
+
+	want := draNodeSlices(t, node, "exclusive", discovery)
+	waitFor(t, settle, "the driver's slices in the API server", func(ctx context.Context) (bool, string, error) {
+		got, err := nodeSlices(ctx, cp, node)
+		if err != nil {
+			return false, "", err
+		}
+		n := 0
+		for _, s := range got {
+			n += len(s.Spec.Devices)
+		}
+		return len(got) == len(want) && n == len(want[0].Spec.Devices), fmt.Sprintf("%d slices, %d devices", len(got), n), nil
+	})
+
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "hca", Namespace: "default"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "hca", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "hca." + draDriver}}}}},
+	}
+	if _, err := c.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "default"},
+		Spec: v1.PodSpec{
+			ResourceClaims: []v1.PodResourceClaim{{Name: "hca", ResourceClaimName: &claim.Name}},
+			Containers: []v1.Container{{Name: "c", Image: "localhost/x",
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "hca"}}}}},
+		},
+	}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settle, "the pod bound", func(ctx context.Context) (bool, string, error) {
+		p, err := c.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		pod = p
+		return p.Spec.NodeName == node, "node " + p.Spec.NodeName, nil
+	})
+	pods = []*v1.Pod{pod}
+	allocated, err := c.ResourceV1().ResourceClaims("default").Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil || allocated.Status.Allocation == nil || len(allocated.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim after scheduling: %v %+v", err, allocated.Status)
+	}
+	device := allocated.Status.Allocation.Devices.Results[0].Device
+
+	// The kubelet's DRA manager prepares the claim through our driver (it waits for the
+	// registration itself, within its own deadline, and errors when the driver is not there).
+	prepare := func(what string) []string {
+		t.Helper()
+		var lastErr error
+		waitFor(t, settle, what, func(ctx context.Context) (bool, string, error) {
+			lastErr = kubelet.manager.PrepareResources(ctx, pod)
+			if lastErr != nil {
+				return false, lastErr.Error(), nil
+			}
+			return true, "", nil
+		})
+		info, err := kubelet.manager.GetResources(pod, &pod.Spec.Containers[0])
+		if err != nil {
+			t.Fatalf("GetResources: %v", err)
+		}
+		var ids []string
+		for _, d := range info.CDIDevices {
+			ids = append(ids, d.Name)
+		}
+		return ids
+	}
+	ids := prepare("PrepareResources through the driver")
+	wantID := draDriver + "/hca=" + string(allocated.UID)
+	if len(ids) != 1 || ids[0] != wantID {
+		t.Fatalf("CDI devices %v, want [%s]", ids, wantID)
+	}
+	specs := cdiSpecs(t, cdiRoot)
+	if len(specs) != 1 {
+		t.Fatalf("CDI specs after prepare: %v", specs)
+	}
+	t.Logf("prepared %s (device %s): CDI %v", claim.Name, device, ids)
+
+	// Kubelet restart: a new manager on the same state directory (its own checkpoint says the
+	// claim is prepared) and a new plugin watcher, which must find and register the driver again:
+	// the manager refuses a claim whose driver is not registered.
+	kubelet.stop()
+	kubelet = startDRAKubelet(t, cp, node, root, stateDir, activePods)
+	if got := prepare("PrepareResources after a kubelet restart"); len(got) != 1 || got[0] != wantID {
+		t.Fatalf("after a kubelet restart: CDI devices %v, want [%s]", got, wantID)
+	}
+
+	// Plugin restart with the API server unreachable for the driver, and a kubelet that has
+	// lost its own state (a fresh state directory), so that it does call NodePrepareResources:
+	// the driver answers from its checkpoint, the same CDI device, without the API server.
+	driver.stop(t)
+	deadKubeconfig := filepath.Join(t.TempDir(), "dead.kubeconfig")
+	deadConfig := `{"apiVersion":"v1","kind":"Config","clusters":[{"name":"c","cluster":{"server":"https://127.0.0.1:1","insecure-skip-tls-verify":true}}],"users":[{"name":"u","user":{"token":"x"}}],"contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}],"current-context":"x"}`
+	if err := os.WriteFile(deadKubeconfig, []byte(deadConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	driver = startDRADriver(t, deadKubeconfig, node, root, cdiRoot, discovery)
+	kubelet.stop()
+	kubelet = startDRAKubelet(t, cp, node, root, t.TempDir(), activePods)
+	if got := prepare("PrepareResources from the driver's checkpoint, API server unreachable"); len(got) != 1 || got[0] != wantID {
+		t.Fatalf("after a plugin restart: CDI devices %v, want [%s]\ndriver log:\n%s", got, wantID, driver.output())
+	}
+	if len(cdiSpecs(t, cdiRoot)) != 1 {
+		t.Fatalf("CDI specs after restarts: %v", cdiSpecs(t, cdiRoot))
+	}
+
+	// Back to a reachable API server; the kubelet restarts wiped the node's slices (the DRA
+	// plugin manager does at start), and the driver publishes them again.
+	driver.stop(t)
+	driver = startDRADriver(t, kubeconfig, node, root, cdiRoot, discovery)
+	waitFor(t, settle, "the slices published again after the kubelet's wipe", func(ctx context.Context) (bool, string, error) {
+		got, err := nodeSlices(ctx, cp, node)
+		if err != nil {
+			return false, "", err
+		}
+		return len(got) == len(want), fmt.Sprintf("%d slices", len(got)), nil
+	})
+
+	// Unprepare: the kubelet's manager calls NodeUnprepareResources; the CDI spec goes.
+	pods = nil
+	waitFor(t, settle, "UnprepareResources through the driver", func(ctx context.Context) (bool, string, error) {
+		if err := kubelet.manager.UnprepareResources(ctx, pod); err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
+	if specs := cdiSpecs(t, cdiRoot); len(specs) != 0 {
+		t.Errorf("CDI specs after unprepare: %v\ndriver log:\n%s", specs, driver.output())
+	}
+}
