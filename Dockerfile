@@ -31,12 +31,13 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
  && /out/rdma-device-plugin --version
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
-ARG RDP_VERSION=0.3.0
+ARG RDP_VERSION=0.4.0
 # Exactly the runtime packages of the libraries the binary links (libc6, libgcc-s1 and
 # libstdc++6 are already in the base image); apt brings their own dependencies.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 \
+      libcurl4 \
       libfmt9 \
       libgrpc++1.51 \
       libgrpc29 \

@@ -44,6 +44,15 @@ KNOWN_FLAGS = {
     "--gpu-classes", "--gpu-vendors", "--admission-window",
 }
 
+# The flags `rdma-device-plugin dra` accepts that the chart renders (cmd/dra_serve_cmd.cc).
+KNOWN_DRA_FLAGS = {
+    "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
+    "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
+    "--gpu-vendors",
+}
+DRA_DRIVER = "rdma.network.alibabacloud.com"
+DRA_VALUES = {"driver": "dra"}
+
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
 # image.repository has no default (the chart fails without one): every render here passes this
@@ -677,6 +686,112 @@ def check_rejections(r, helm):
     r.check("template accepts maxSurge 0%", rc == 0, err.strip()[:300])
 
 
+def check_dra(r, helm):
+    """driver: dra: the DaemonSets run the DRA driver with the kubelet's plugin directories and
+    the CDI directory (and nothing of device-plugin mode), a ServiceAccount with exactly the API
+    access the driver needs, and the DeviceClass with the extended resource."""
+    docs = helm.template(DRA_VALUES)
+    modes = by_mode(docs)
+    r.check("DRA: two DaemonSets, shared and exclusive", sorted(modes) == ["exclusive", "shared"],
+            str(sorted(modes)))
+    accounts = [d for d in docs if d.get("kind") == "ServiceAccount"]
+    r.check("DRA: one ServiceAccount", len(accounts) == 1, str(len(accounts)))
+    account = accounts[0]["metadata"]["name"] if accounts else None
+    for mode, ds in sorted(modes.items()):
+        name = f"DRA/{mode}: "
+        spec = pod_spec(ds)
+        c = container(ds)
+        args = c.get("args", [])
+        f = flags(ds)
+        r.check(name + "runs dra", args[:1] == ["dra"], str(args))
+        r.check(name + "only flags the dra command knows", not set(f) - KNOWN_DRA_FLAGS,
+                str(sorted(set(f) - KNOWN_DRA_FLAGS)))
+        r.check(name + f"--mode={mode}", flag(ds, "--mode") == mode)
+        r.check(name + "--driver-name", flag(ds, "--driver-name") == DRA_DRIVER)
+        r.check(name + "runs as the ServiceAccount, with its token",
+                spec.get("serviceAccountName") == account
+                and spec.get("automountServiceAccountToken") is True, str(spec.get("serviceAccountName")))
+        hm = host_mounts(ds)
+        root = flag(ds, "--kubelet-dir")
+        for sub in ("plugins_registry", "plugins"):
+            m = hm.get(f"/var/lib/kubelet/{sub}")
+            r.check(name + f"{sub} mounted read-write at <--kubelet-dir>/{sub}",
+                    m is not None and m["mountPath"] == f"{root}/{sub}" and not m.get("readOnly"),
+                    str(m))
+        cdi = hm.get("/var/run/cdi")
+        r.check(name + "/var/run/cdi mounted read-write at --cdi-root",
+                cdi is not None and cdi["mountPath"] == flag(ds, "--cdi-root")
+                and not cdi.get("readOnly"), str(cdi))
+        r.check(name + "/sys and /dev/infiniband read-only under the roots",
+                hm.get("/sys", {}).get("mountPath") == "/host/sys"
+                and hm["/sys"].get("readOnly") is True
+                and hm.get("/dev/infiniband", {}).get("mountPath") == "/host/dev/infiniband"
+                and hm["/dev/infiniband"].get("readOnly") is True, str(sorted(hm)))
+        r.check(name + "nothing of device-plugin mode mounted",
+                not ({"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
+                     & set(hm)), str(sorted(hm)))
+        writable = sorted(m["mountPath"] for m in mounts_by_name(ds).values()
+                          if not m.get("readOnly"))
+        r.check(name + "only the plugin directories and the CDI directory are writable",
+                writable == sorted([f"{root}/plugins", f"{root}/plugins_registry",
+                                    flag(ds, "--cdi-root")]), str(writable))
+        expected = ["rdma-device-plugin", "probe", "--dra", f"--kubelet-dir={root}",
+                    f"--driver-name={DRA_DRIVER}"]
+        for kind, command in probe_commands(ds).items():
+            r.check(name + f"{kind} probes the driver's sockets", command == expected,
+                    f"{command} != {expected}")
+        sc = c.get("securityContext", {})
+        r.check(name + "not privileged, no escalation, drops ALL",
+                sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False
+                and sc.get("capabilities", {}).get("drop") == ["ALL"], str(sc))
+    roles = [d for d in docs if d.get("kind") == "ClusterRole"]
+    rules = sorted((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(sorted(rule["verbs"])))
+                   for role in roles for rule in role.get("rules", []))
+    r.check("DRA: the ClusterRole grants exactly slices CRUD, claims get, nodes get",
+            rules == sorted([(("resource.k8s.io",), ("resourceslices",),
+                              ("create", "delete", "get", "list", "update")),
+                             (("resource.k8s.io",), ("resourceclaims",), ("get",)),
+                             (("",), ("nodes",), ("get",))]), str(rules))
+    bindings = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
+    r.check("DRA: the ClusterRoleBinding binds the role to the ServiceAccount",
+            len(bindings) == 1 and len(roles) == 1
+            and bindings[0]["roleRef"]["name"] == roles[0]["metadata"]["name"]
+            and bindings[0]["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                             "namespace": NAMESPACE}], str(bindings))
+    classes = [d for d in docs if d.get("kind") == "DeviceClass"]
+    r.check("DRA: a DeviceClass selecting the driver's devices, extendedResourceName rdma/hca",
+            len(classes) == 1 and classes[0]["apiVersion"] == "resource.k8s.io/v1"
+            and classes[0]["metadata"]["name"] == "hca." + DRA_DRIVER
+            and classes[0]["spec"]["selectors"] == [
+                {"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]
+            and classes[0]["spec"].get("extendedResourceName") == "rdma/hca", str(classes))
+    r.check("DRA: the helm test pod (rdma/hca through the DeviceClass)", len(test_pods(docs)) == 1)
+
+    docs = helm.template(dict(DRA_VALUES, dra={"driverName": DRA_DRIVER, "deviceClass": {
+        "create": True, "extendedResource": False}}))
+    classes = [d for d in docs if d.get("kind") == "DeviceClass"]
+    r.check("DRA: extendedResource false: the class without extendedResourceName, no test pod",
+            len(classes) == 1 and "extendedResourceName" not in classes[0]["spec"]
+            and not test_pods(docs), str(classes))
+    docs = helm.template()
+    r.check("DRA: device-plugin mode renders no ServiceAccount, RBAC or DeviceClass",
+            not [d for d in docs if d.get("kind") in ("ServiceAccount", "ClusterRole",
+                                                      "ClusterRoleBinding", "DeviceClass")])
+    for label, values in [("an unknown driver", {"driver": "csi"}),
+                          ("a driver name that is not a DNS subdomain",
+                           dict(DRA_VALUES, dra={"driverName": "RDMA_hca",
+                                                 "deviceClass": {"create": True,
+                                                                 "extendedResource": True}}))]:
+        rc, _, err = helm.run(["template", RELEASE], values)
+        r.check(f"DRA: schema rejects {label}", rc != 0 and SCHEMA_ERROR in err,
+                f"rc={rc} {err.strip()[:300]}")
+    rc, out, err = helm.run(["lint", "--strict"], DRA_VALUES)
+    r.check("DRA: lint --strict", rc == 0, (out + err).strip()[-800:])
+    notes = helm.notes(DRA_VALUES)
+    r.check("DRA: NOTES say how to see the slices",
+            f"kubectl get resourceslices --field-selector spec.driver={DRA_DRIVER}" in notes, notes)
+
+
 def check_notes(r, helm):
     notes = helm.notes()
     r.check("NOTES: how to label a node",
@@ -726,6 +841,21 @@ def check_against_binary(r, helm, binary):
         rc, out = run([binary] + command[1:])
         r.check(f"binary/{mode}: the probe command parses (exit 1 without a plugin, not 2)",
                 rc == 1, f"rc={rc} {out.strip()[:300]}")
+    rc, out = run([binary, "dra", "--help"])
+    dra_accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
+    r.check("binary: dra --help lists its flags", rc == 0 and "--driver-name" in dra_accepted,
+            out[:300])
+    for mode, ds in sorted(by_mode(helm.template(DRA_VALUES)).items()):
+        unknown = sorted(set(flags(ds)) - dra_accepted)
+        r.check(f"binary/DRA/{mode}: every rendered flag is one dra accepts", not unknown,
+                str(unknown))
+        # The rendered command with its kubelet directory moved to an empty one: what answers
+        # under this machine's /var/lib/kubelet is not the test's business.
+        command = [f"--kubelet-dir={helm.tmp}/no-kubelet" if c.startswith("--kubelet-dir=") else c
+                   for c in probe_commands(ds)["livenessProbe"]]
+        rc, out = run([binary] + command[1:])
+        r.check(f"binary/DRA/{mode}: the probe command parses (exit 1 without a driver, not 2)",
+                rc == 1, f"rc={rc} {out.strip()[:300]}")
     pods = test_pods(docs)
     if pods:
         command = pods[0]["spec"]["containers"][0]["command"]
@@ -760,7 +890,7 @@ def main():
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
-                  check_test_pod_modes, check_image_required]
+                  check_test_pod_modes, check_image_required, check_dra]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

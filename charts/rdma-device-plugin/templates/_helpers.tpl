@@ -90,12 +90,22 @@ the label. The two select complementary sets of nodes, so each node runs exactly
 {{- toYaml $affinity }}
 {{- end }}
 
-{{/* The probe command: GetDevicePluginOptions on our own socket, 1 s deadline. */}}
+{{/*
+The probe command. Device-plugin mode: GetDevicePluginOptions on our own socket. DRA mode: GetInfo
+on the driver's registration socket, then an empty NodeUnprepareResources on its DRA socket. 1 s
+deadline each.
+*/}}
 {{- define "rdp.probeCommand" -}}
 - rdma-device-plugin
 - probe
+{{- if eq .root.Values.driver "dra" }}
+- --dra
+- --kubelet-dir={{ .root.Values.hostPaths.kubeletRoot }}
+- --driver-name={{ .root.Values.dra.driverName }}
+{{- else }}
 - --kubelet-dir={{ .root.Values.hostPaths.kubeletDevicePlugins }}
 - --socket-name={{ include "rdp.socketName" . }}
+{{- end }}
 {{- end }}
 
 {{/* A DaemonSet's maxSurge would start the new pod beside the old one on one socket. */}}
