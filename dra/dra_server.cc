@@ -217,13 +217,16 @@ void DraServer::Loop() {
     // was gone sees a new socket and registers us again, now that the endpoint is there.
     bool dra_again = false;
     for (Socket* s : {&dra_, &reg_}) {
-      const bool gone = server::FileId(s->path) != s->id;
+      // id 0: not served (the last attempt failed).
+      const bool gone = s->id == 0 || server::FileId(s->path) != s->id;
       if (!gone && !(s == &reg_ && dra_again)) continue;
       if (gone && s->id != 0) Log()->info("{} was removed or replaced: serving it again", s->path);
       if (s == &dra_) dra_again = true;
       if (absl::Status st = Serve(*s); !st.ok()) {
         Log()->warn("{}; retrying", st.ToString());
         s->id = 0;
+        ++serve_failures_;
+        served_.SignalAll();
         failed = true;
         break;  // no registration socket without its endpoint
       }
@@ -237,6 +240,15 @@ void DraServer::Loop() {
       backoff = config_.retry_min;
     }
   }
+}
+
+bool DraServer::WaitServeFailures(int n, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (serve_failures_ < n) {
+    if (served_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return serve_failures_ >= n;
 }
 
 int DraServer::dra_serves() const {
