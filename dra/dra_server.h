@@ -80,7 +80,8 @@ class DraServer {
     std::uint64_t seq = 0;  // when it was last served (DraServer::seq_)
   };
   absl::Status Serve(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopServing(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the socket's server; calls in flight may run until `deadline`.
+  void StopServing(Socket& socket, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // (Re)watches both directories: those whose identity changed, or both when `force`. False
   // when one is not there or cannot be watched.
   bool WatchDirs(bool force);
