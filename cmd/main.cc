@@ -7,10 +7,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "cmd/discovery_flags.h"
-#include "cmd/dra_serve_cmd.h"
 #include "cmd/check_cmd.h"
 #include "cmd/demo_cmd.h"
+#include "cmd/discovery_flags.h"
+#include "cmd/dra_cmd.h"
+#include "cmd/dra_serve_cmd.h"
 #include "cmd/fixture_cmd.h"
 #include "cmd/probe_cmd.h"
 #include "cmd/serve_cmd.h"
@@ -31,10 +32,7 @@ int main(int argc, char** argv) {
   rdp::cmd::AddProbeCommand(app);
   rdp::cmd::AddFixtureCommand(app);
   rdp::cmd::AddCheckCommand(app);
-  // Until cmd/dra_cmd.cc (branch dra-node) registers the `dra` App and calls AddDraServeFlags on
-  // it: a minimal `dra` App here. When merging, keep dra_cmd.cc's and drop these lines.
-  rdp::cmd::AddDraServeFlags(
-      app.add_subcommand("dra", "Run the DRA driver (resource.k8s.io/v1) for this node's HCAs"));
+  rdp::cmd::AddDraServeFlags(rdp::cmd::AddDraCommand(app));
 
   std::vector<std::string> args(argv + 1, argv + argc);
   // `serve` is the default subcommand: flags without a subcommand name go to it.

@@ -1,0 +1,16 @@
+#pragma once
+
+#include "CLI/CLI.hpp"
+
+namespace rdp::cmd {
+
+// Registers `rdma-device-plugin dra` and its `slices` subcommand:
+//   dra slices [discovery flags] [--node-name N] [--driver-name D] [--mode exclusive|shared]
+// prints this node's ResourceSlices (generation 1, no owner) as a JSON v1 List, without an API
+// server: what the driver would publish. Exit 2 for a bad flag (the message names it), 1 when
+// discovery fails.
+// Returns the `dra` App, which has no callback of its own and requires a subcommand: the DRA
+// driver's serving mode adds its flags and callback there (and relaxes that requirement).
+CLI::App* AddDraCommand(CLI::App& app);
+
+}  // namespace rdp::cmd

@@ -1,0 +1,228 @@
+// Transport over libcurl (dra/kube_client.h): one easy handle per exchange, so that exchanges
+// on several threads share nothing but curl's global state, initialised once.
+
+#include <curl/curl.h>
+
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "dra/kube_client.h"
+
+namespace rdp::dra {
+
+namespace {
+
+// A LIST of a node's slices is kilobytes; anything near this is not an API server's answer.
+constexpr std::size_t kMaxBody = 64 << 20;
+
+struct Exchange {
+  HttpResponse response;
+  bool too_large = false;
+};
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* exchange = static_cast<Exchange*>(user);
+  const size_t n = size * count;
+  if (exchange->response.body.size() + n > kMaxBody) {
+    exchange->too_large = true;
+    return 0;  // curl stops with CURLE_WRITE_ERROR
+  }
+  exchange->response.body.append(data, n);
+  return n;
+}
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* exchange = static_cast<Exchange*>(user);
+  const size_t n = size * count;
+  const absl::string_view line(data, n);
+  constexpr absl::string_view kRetryAfter = "retry-after:";
+  if (absl::StartsWithIgnoreCase(line, kRetryAfter)) {
+    int seconds = 0;
+    // The HTTP-date form is not used by the API server; only seconds are read.
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(kRetryAfter.size())), &seconds) &&
+        seconds >= 0) {
+      exchange->response.retry_after = absl::Seconds(seconds);
+    }
+  }
+  return n;
+}
+
+absl::Status MapCurlError(CURLcode code, const char* detail, const Exchange& exchange) {
+  const std::string message =
+      absl::StrCat(curl_easy_strerror(code), *detail != '\0' ? ": " : "", detail);
+  switch (code) {
+    case CURLE_OPERATION_TIMEDOUT:
+      return absl::DeadlineExceededError(message);
+    case CURLE_URL_MALFORMAT:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      return absl::InvalidArgumentError(message);
+    case CURLE_OUT_OF_MEMORY:
+      return absl::ResourceExhaustedError(message);
+    case CURLE_WRITE_ERROR:
+      if (exchange.too_large) {
+        return absl::ResourceExhaustedError(absl::StrCat("response larger than ", kMaxBody,
+                                                         " bytes"));
+      }
+      return absl::InternalError(message);
+    default:
+      // Connecting, resolving, TLS (a CA being rotated), a reset: no HTTP answer came; the
+      // client retries these within the deadline.
+      return absl::UnavailableError(message);
+  }
+}
+
+struct CurlDeleter {
+  void operator()(CURL* h) const { curl_easy_cleanup(h); }
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  void operator()(CURLU* u) const { curl_url_cleanup(u); }
+  void operator()(char* s) const { curl_free(s); }
+};
+template <typename T>
+using CurlPtr = std::unique_ptr<T, CurlDeleter>;
+
+class CurlTransport : public Transport {
+ public:
+  CurlTransport(KubeConfig config, std::string init_error)
+      : config_(std::move(config)), init_error_(std::move(init_error)) {}
+
+  absl::StatusOr<HttpResponse> RoundTrip(const HttpRequest& request) override {
+    if (!init_error_.empty()) return absl::InternalError(init_error_);
+    CurlPtr<CURL> h(curl_easy_init());
+    if (!h) return absl::ResourceExhaustedError("curl_easy_init failed");
+    CURL* c = h.get();
+    char detail[CURL_ERROR_SIZE] = "";
+    Exchange exchange;
+    CurlPtr<curl_slist> headers;
+    for (const auto& header : request.headers) {
+      curl_slist* next = curl_slist_append(headers.get(), header.c_str());
+      if (next == nullptr) return absl::ResourceExhaustedError("curl_slist_append failed");
+      headers.release();
+      headers.reset(next);
+    }
+    std::string url = request.url;
+    curl_slist* connect_to_list = nullptr;
+    CurlPtr<curl_slist> connect_to_owner;
+    if (!config_.tls_server_name.empty()) {
+      // Verify the certificate against tls-server-name but connect where the URL says:
+      // address the URL to the name and map the name to the real host and port.
+      auto mapped = MapServerName(request.url);
+      if (!mapped.ok()) return mapped.status();
+      url = mapped->first;
+      connect_to_list = curl_slist_append(nullptr, mapped->second.c_str());
+      connect_to_owner.reset(connect_to_list);
+    }
+    const long timeout_ms =
+        std::max<long>(1, static_cast<long>(absl::ToInt64Milliseconds(request.timeout)));
+
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, detail);
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM: threads call this
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+    if (connect_to_list != nullptr) curl_easy_setopt(c, CURLOPT_CONNECT_TO, connect_to_list);
+    if (request.method == "GET") {
+      curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    } else {
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    }
+    if (!request.body.empty()) {
+      curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.body.data());
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+                       static_cast<curl_off_t>(request.body.size()));
+    }
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &exchange);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &exchange);
+    SetTls(c);
+
+    const CURLcode code = curl_easy_perform(c);
+    if (code != CURLE_OK) return MapCurlError(code, detail, exchange);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    exchange.response.status = static_cast<int>(status);
+    return std::move(exchange.response);
+  }
+
+ private:
+  void SetTls(CURL* c) {
+    if (config_.insecure_skip_tls_verify) {
+      curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+      curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    // Files are named rather than read here so that curl reads them at each exchange: a
+    // rotated CA or client certificate is used from the next request on.
+    if (!config_.ca_data.empty()) {
+      curl_blob blob{const_cast<char*>(config_.ca_data.data()), config_.ca_data.size(),
+                     CURL_BLOB_COPY};
+      curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+    } else if (!config_.ca_file.empty()) {
+      curl_easy_setopt(c, CURLOPT_CAINFO, config_.ca_file.c_str());
+    }
+    if (!config_.client_cert_data.empty()) {
+      curl_blob blob{const_cast<char*>(config_.client_cert_data.data()),
+                     config_.client_cert_data.size(), CURL_BLOB_COPY};
+      curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &blob);
+    } else if (!config_.client_cert_file.empty()) {
+      curl_easy_setopt(c, CURLOPT_SSLCERT, config_.client_cert_file.c_str());
+    }
+    if (!config_.client_key_data.empty()) {
+      curl_blob blob{const_cast<char*>(config_.client_key_data.data()),
+                     config_.client_key_data.size(), CURL_BLOB_COPY};
+      curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &blob);
+    } else if (!config_.client_key_file.empty()) {
+      curl_easy_setopt(c, CURLOPT_SSLKEY, config_.client_key_file.c_str());
+    }
+  }
+
+  // (the URL with tls_server_name as its host, "name:port:host:port" for CURLOPT_CONNECT_TO).
+  absl::StatusOr<std::pair<std::string, std::string>> MapServerName(const std::string& url) {
+    CurlPtr<CURLU> u(curl_url());
+    if (!u) return absl::ResourceExhaustedError("curl_url failed");
+    if (curl_url_set(u.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
+      return absl::InvalidArgumentError(absl::StrCat("bad URL ", url));
+    }
+    char* host_raw = nullptr;
+    char* port_raw = nullptr;
+    if (curl_url_get(u.get(), CURLUPART_HOST, &host_raw, 0) != CURLUE_OK ||
+        curl_url_get(u.get(), CURLUPART_PORT, &port_raw, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+      curl_free(host_raw);
+      return absl::InvalidArgumentError(absl::StrCat("no host or port in ", url));
+    }
+    CurlPtr<char> host(host_raw), port(port_raw);
+    if (curl_url_set(u.get(), CURLUPART_HOST, config_.tls_server_name.c_str(), 0) != CURLUE_OK) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tls-server-name \"", config_.tls_server_name, "\" is not a host name"));
+    }
+    char* mapped_raw = nullptr;
+    if (curl_url_get(u.get(), CURLUPART_URL, &mapped_raw, 0) != CURLUE_OK) {
+      return absl::InvalidArgumentError(absl::StrCat("bad URL ", url));
+    }
+    CurlPtr<char> mapped(mapped_raw);
+    return std::pair{std::string(mapped.get()),
+                     absl::StrCat(config_.tls_server_name, ":", port.get(), ":", host.get(), ":",
+                                  port.get())};
+  }
+
+  const KubeConfig config_;
+  const std::string init_error_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> NewCurlTransport(const KubeConfig& config) {
+  // curl_global_init is not thread-safe and must run once before any handle; the result is
+  // kept so that every exchange reports a failed initialisation.
+  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
+  std::string init_error;
+  if (init != CURLE_OK) init_error = absl::StrCat("curl_global_init: ", curl_easy_strerror(init));
+  return std::make_unique<CurlTransport>(config, std::move(init_error));
+}
+
+}  // namespace rdp::dra

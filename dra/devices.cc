@@ -1,0 +1,159 @@
+#include "dra/devices.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "dra/kernel_pci.h"
+#include "server/devices.h"
+
+namespace rdp::dra {
+namespace {
+
+constexpr char kStandardPrefix[] = "resource.kubernetes.io/";
+constexpr std::size_t kMaxStringValue = 64;  // resource.DeviceAttributeMaxValueLength
+constexpr char kDevicePrefix[] = "hca-";
+
+void PutString(nlohmann::json& attrs, const std::string& name, const std::string& value) {
+  if (!value.empty() && value.size() <= kMaxStringValue) attrs[name] = {{"string", value}};
+}
+
+// "400 Gb/sec (4X NDR)" -> 400, "2.5 Gb/sec (1X SDR)" -> 2; nullopt when there is no number.
+std::optional<std::int64_t> RateGbps(const std::string& rate) {
+  std::size_t end = 0;
+  while (end < rate.size() && rate[end] >= '0' && rate[end] <= '9') ++end;
+  std::int64_t gbps = 0;
+  if (end == 0 || !absl::SimpleAtoi(rate.substr(0, end), &gbps)) return std::nullopt;
+  return gbps;
+}
+
+// A label value (at most 63 characters, alphanumerics and -_.) naming why Assess refused the
+// HCA. Keyed on the wording of server::Assess; devices_test pins every class.
+std::string TaintValue(const std::string& reason) {
+  if (absl::StartsWith(reason, "no port state")) return "NoPortState";
+  if (absl::StartsWith(reason, "port ")) return "PortNotActive";
+  if (absl::StrContains(reason, "no uverbs")) return "NoUverbsDevice";
+  if (absl::StartsWith(reason, "device node")) return "DeviceNodeMissing";
+  return "Unusable";
+}
+
+// The outermost switch above a device: the switch_id of the first bridge, from the root port
+// down, that belongs to a switch. Under one level of switches it is PciPlacement::Switch().
+std::string TopSwitch(const topology::PciPlacement& place) {
+  for (const topology::Bridge& b : place.bridges) {
+    if (!b.switch_id.empty()) return b.switch_id;
+  }
+  return "";
+}
+
+nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
+  nlohmann::json attrs = nlohmann::json::object();
+  const std::string std_prefix = kStandardPrefix;
+  if (IsStandardBdf(hca.place.pci)) {
+    std::string root = hca.place.pcie_root;
+    std::optional<int> numa = hca.place.numa;
+    if (auto it = opts.kernel.find(hca.place.pci); it != opts.kernel.end()) {
+      root = it->second.pcie_root;
+      numa = it->second.numa;
+    }
+    PutString(attrs, std_prefix + "pcieRoot", root);
+    PutString(attrs, std_prefix + "pciBusID", hca.place.pci);
+    if (numa && *numa >= 0) attrs[std_prefix + "numaNode"] = {{"int", *numa}};
+  }
+  const std::string own = opts.driver_name + "/";
+  PutString(attrs, own + "hcaName", hca.name);
+  PutString(attrs, own + "pcieSwitch", hca.place.Switch());
+  PutString(attrs, own + "pcieTopSwitch", TopSwitch(hca.place));
+  if (!hca.ports.empty()) {
+    PutString(attrs, own + "linkLayer", hca.ports.front().link_layer);
+    if (auto gbps = RateGbps(hca.ports.front().rate)) attrs[own + "rateGbps"] = {{"int", *gbps}};
+  }
+  PutString(attrs, own + "uverbs", hca.uverbs);
+  attrs[own + "allPortsActive"] = {{"bool", hca.Healthy()}};
+  attrs[own + "mode"] = {{"string", std::string(ModeName(opts.mode))}};
+  return attrs;
+}
+
+// RFC 1123 subdomain: dot-separated labels of [a-z0-9-], each starting and ending with [a-z0-9].
+absl::Status ValidateSubdomain(const std::string& name, std::size_t max) {
+  if (name.empty()) return absl::InvalidArgumentError("must not be empty");
+  if (name.size() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' is longer than ", max, " characters"));
+  }
+  for (absl::string_view label : absl::StrSplit(name, '.')) {
+    const bool ok = !label.empty() && absl::ascii_isalnum(label.front()) &&
+                    absl::ascii_isalnum(label.back()) &&
+                    std::all_of(label.begin(), label.end(), [](char c) {
+                      return (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '-';
+                    });
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", name, "' is not a lower-case DNS subdomain (labels of a-z, 0-9 and '-', separated "
+          "by '.', each starting and ending with a letter or digit)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateDriverName(std::string_view name) {
+  return ValidateSubdomain(std::string(name), 63);
+}
+absl::Status ValidateNodeName(std::string_view name) {
+  return ValidateSubdomain(std::string(name), 253);
+}
+
+std::string_view ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
+
+std::optional<Mode> ParseMode(std::string_view text) {
+  if (text == "exclusive") return Mode::kExclusive;
+  if (text == "shared") return Mode::kShared;
+  return std::nullopt;
+}
+
+std::string DeviceName(const topology::Hca& hca) {
+  std::string name = kDevicePrefix + hca.place.pci;
+  for (char& c : name) {
+    if (c == ':' || c == '.') c = '-';
+  }
+  return name;
+}
+
+int FindHca(const topology::Topology& topo, std::string_view device_name) {
+  const auto& hcas = topo.hcas();
+  for (std::size_t i = 0; i < hcas.size(); ++i) {
+    if (DeviceName(hcas[i]) == device_name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string UnhealthyTaintKey(std::string_view driver_name) {
+  return std::string(driver_name) + "/unhealthy";
+}
+
+std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
+                                         const DeviceOptions& opts) {
+  std::vector<nlohmann::json> devices;
+  devices.reserve(topo.hcas().size());
+  for (const topology::Hca& hca : topo.hcas()) {
+    nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
+    if (const server::Verdict verdict = server::Assess(hca); !verdict.usable) {
+      device["taints"] = nlohmann::json::array({{
+          {"key", UnhealthyTaintKey(opts.driver_name)},
+          {"value", TaintValue(verdict.reason)},
+          {"effect", "NoSchedule"},
+      }});
+    }
+    if (opts.mode == Mode::kShared) device["allowMultipleAllocations"] = true;
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
+}  // namespace rdp::dra

@@ -1,0 +1,111 @@
+#pragma once
+
+// The node's HCAs as resource.k8s.io/v1 Device objects (the `devices` of our ResourceSlices),
+// and the mapping between a device name and an HCA. Pure: no I/O.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dra/model.h"
+#include "nlohmann/json.hpp"
+#include "topology/topology.h"
+
+namespace rdp::dra {
+
+// How the node offers its HCAs (flag --mode).
+//   kExclusive: a device is allocated to at most one claim at a time.
+//   kShared: every device may be allocated to any number of claims at once
+//            (allowMultipleAllocations; see BuildDevices).
+enum class Mode { kExclusive, kShared };
+std::string_view ModeName(Mode mode);  // "exclusive" / "shared"
+std::optional<Mode> ParseMode(std::string_view text);
+
+// A PCI function as the kernel places it, read the way k8s.io/dynamic-resource-allocation's
+// deviceattribute helpers read it (ReadKernelPci in dra/kernel_pci.h): the source of the standard
+// attributes, so that ours equal those of any driver that uses the helpers (a GPU driver whose
+// devices a claim pairs with ours by matchAttribute).
+struct KernelPci {
+  std::string pcie_root;    // "pci0000:15"
+  std::optional<int> numa;  // numa_node when >= 0
+};
+
+struct DeviceOptions {
+  // The driver's name: spec.driver of the slices and the domain of our own attributes and
+  // taint key. Must be a lower-case DNS subdomain of at most 63 characters.
+  std::string driver_name = kDefaultDriverName;
+  Mode mode = Mode::kExclusive;
+  // The kernel's placement by PCI address. An HCA listed here takes pcieRoot and numaNode from
+  // it alone (numaNode omitted when the kernel has none, even if hwloc inferred one); an HCA not
+  // listed (an XML-only topology, a tree without /sys/bus/pci) takes them from the snapshot.
+  // On a node, fill it with ReadKernelPci(env, topo) (dra/kernel_pci.h) for each snapshot.
+  std::map<std::string, KernelPci> kernel;
+};
+
+// The device name of an HCA: "hca-" and its PCI address with ':' and '.' as '-'
+// ("0000:1a:00.0" -> "hca-0000-1a-00-0"). A DNS label, stable across renames of the kernel
+// device (mlx5_0 -> mlx5_bond_0) and reboots, as long as the card stays in its slot.
+std::string DeviceName(const topology::Hca& hca);
+
+// The index in topo.hcas() of the HCA whose DeviceName is `device_name`, or -1 (a name of
+// another node, or of an HCA that has gone). O(number of HCAs).
+int FindHca(const topology::Topology& topo, std::string_view device_name);
+
+// InvalidArgument (saying why) unless `name` can be a driver name: a lower-case DNS subdomain of
+// at most 63 characters, as spec.driver, an attribute's domain and a taint key's prefix must be.
+absl::Status ValidateDriverName(std::string_view name);
+// InvalidArgument unless `name` can be a Node's name (a lower-case DNS subdomain, at most 253).
+absl::Status ValidateNodeName(std::string_view name);
+
+// The taint key that marks an unhealthy HCA: "<driver>/unhealthy".
+std::string UnhealthyTaintKey(std::string_view driver_name);
+
+// One resource.k8s.io/v1 Device per HCA of `topo`, in PCI order, named DeviceName(hca).
+//
+// Attributes (<driver> = opts.driver_name; an attribute whose value is unknown is left out, never
+// published empty, so that matchAttribute does not pair two devices on "unknown"):
+//   resource.kubernetes.io/pcieRoot  string  root complex, "pci0000:15" (see KernelPci)
+//   resource.kubernetes.io/pciBusID  string  "0000:1a:00.0"
+//   resource.kubernetes.io/numaNode  int     the kernel's numa_node; left out when -1
+//     These three are the standard attributes, spelled as deviceattribute's helpers spell them;
+//     all three are left out for an address the helpers reject (a 5-digit VMD domain).
+//   <driver>/hcaName         string  the kernel's RDMA device name, "mlx5_0" (may change on
+//                                    reboot or bonding; the device name does not)
+//   <driver>/pcieSwitch      string  the upstream port of the nearest PCIe switch above the HCA,
+//                                    "0000:17:00.0" (PciPlacement::Switch()); left out when none.
+//                                    matchAttribute on it asks for HCAs under one switch
+//                                    (nvidia-smi's PIX between them).
+//   <driver>/pcieTopSwitch   string  the upstream port of the outermost switch (the one below
+//                                    the root port); equals pcieSwitch under one level of
+//                                    switches; left out when none. matchAttribute on it asks for
+//                                    HCAs below one top-level switch (PIX or PXB, never through
+//                                    the root complex) in two-level trees (DGX-2-like).
+//   <driver>/linkLayer       string  the first port's link layer: "InfiniBand" or "Ethernet"
+//   <driver>/rateGbps        int     the first port's rate in whole Gb/s ("400 Gb/sec (4X NDR)"
+//                                    -> 400; 1X SDR's 2.5 -> 2): ports of one HCA share a width
+//                                    and speed, and CEL compares ints
+//   <driver>/uverbs          string  "uverbs0" (a boot-time number; informational)
+//   <driver>/allPortsActive  bool    at least one port and every port ACTIVE
+//   <driver>/mode            string  "exclusive" or "shared"
+// A string longer than the API's 64 characters is left out rather than make the slice invalid.
+//
+// Health: an HCA that server::Assess finds unusable carries the taint
+//   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
+// with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing (Unusable for
+// a reason this code does not know). NoSchedule: the scheduler allocates it to no new claim that
+// does not tolerate the taint; pods already running keep it (NoExecute would evict them, which
+// a flapping link must not do). A healthy HCA has no taint: the output depends only on the input.
+//
+// Shared mode sets allowMultipleAllocations: true on every device. DRA has no counted units like
+// the device plugin's 1000 "shared-N" IDs: a device is either allocated once or marked as
+// allocatable to many claims (DRAConsumableCapacity, beta and on by default since 1.36). We
+// declare no capacity, so each allocation consumes nothing and any number of claims, each
+// asking for every HCA, all fit; the allocator then gives each result a shareID. Taints still
+// apply to such a device.
+std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
+                                         const DeviceOptions& opts);
+
+}  // namespace rdp::dra

@@ -1,0 +1,313 @@
+#include "dra/slice_publisher.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+
+namespace rdp::dra {
+
+namespace {
+
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+// Rounds of list + writes; each round after the first follows a conflict with another writer.
+constexpr int kMaxRounds = 4;
+
+// `v` without what the API server drops when it stores an object (omitempty): nulls, empty
+// lists and objects, recursively.
+nlohmann::json Pruned(const nlohmann::json& v) {
+  if (v.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      nlohmann::json inner = Pruned(it.value());
+      if (inner.is_null() || ((inner.is_array() || inner.is_object()) && inner.empty())) continue;
+      out[it.key()] = std::move(inner);
+    }
+    return out;
+  }
+  if (v.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : v) out.push_back(Pruned(e));
+    return out;
+  }
+  return v;
+}
+
+const nlohmann::json& Field(const nlohmann::json& obj, std::initializer_list<const char*> path) {
+  static const nlohmann::json kNull;
+  const nlohmann::json* at = &obj;
+  for (const char* key : path) {
+    if (!at->is_object()) return kNull;
+    const auto it = at->find(key);
+    if (it == at->end()) return kNull;
+    at = &*it;
+  }
+  return *at;
+}
+
+std::string Name(const nlohmann::json& slice) {
+  const auto& name = Field(slice, {"metadata", "name"});
+  return name.is_string() ? name.get<std::string>() : "";
+}
+
+std::int64_t Generation(const nlohmann::json& slice) {
+  const auto& g = Field(slice, {"spec", "pool", "generation"});
+  return g.is_number_integer() ? g.get<std::int64_t>() : 0;
+}
+
+// What Publish owns of a slice, as the server would store it.
+nlohmann::json Comparable(const nlohmann::json& slice) {
+  return Pruned({{"spec", Field(slice, {"spec"})},
+                 {"ownerReferences", Field(slice, {"metadata", "ownerReferences"})},
+                 {"labels", Field(slice, {"metadata", "labels"})},
+                 {"annotations", Field(slice, {"metadata", "annotations"})}});
+}
+
+using TaintKey = std::tuple<std::string, std::string, std::string, std::string>;
+
+TaintKey KeyOf(const std::string& device, const nlohmann::json& taint) {
+  auto str = [&](const char* k) {
+    const auto it = taint.find(k);
+    return it != taint.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  return {device, str("key"), str("value"), str("effect")};
+}
+
+// The API server stamps timeAdded on a taint written without one; a taint the server already
+// holds keeps its time, so that the desired object equals the stored one and the time says when
+// the taint appeared.
+void CarryTaintTimes(nlohmann::json& slice, const std::map<TaintKey, nlohmann::json>& times) {
+  auto& devices = slice["spec"]["devices"];
+  if (!devices.is_array()) return;
+  for (auto& device : devices) {
+    if (!device.is_object() || !device.contains("taints") || !device["taints"].is_array()) continue;
+    const std::string name = device.value("name", "");
+    for (auto& taint : device["taints"]) {
+      if (!taint.is_object() || taint.contains("timeAdded")) continue;
+      const auto it = times.find(KeyOf(name, taint));
+      if (it != times.end()) taint["timeAdded"] = it->second;
+    }
+  }
+}
+
+std::map<TaintKey, nlohmann::json> TaintTimes(const std::vector<nlohmann::json>& slices) {
+  std::map<TaintKey, nlohmann::json> times;
+  for (const auto& slice : slices) {
+    const auto& devices = Field(slice, {"spec", "devices"});
+    if (!devices.is_array()) continue;
+    for (const auto& device : devices) {
+      const auto& taints = Field(device, {"taints"});
+      if (!taints.is_array()) continue;
+      for (const auto& taint : taints) {
+        if (taint.is_object() && taint.contains("timeAdded")) {
+          times.emplace(KeyOf(device.value("name", ""), taint), taint["timeAdded"]);
+        }
+      }
+    }
+  }
+  return times;
+}
+
+// A desired slice made ready to write, and what it asks for before the server's taint times
+// were carried into it (as AppliedSlice records it: the server may stamp a time we never sent).
+struct Wanted {
+  nlohmann::json object;
+  nlohmann::json asked;
+};
+
+// `desired` with the pool's generation, the Node as owner and the taint times the server holds.
+std::vector<Wanted> Stamped(const std::vector<nlohmann::json>& desired, std::int64_t generation,
+                            const std::string& node_name, const std::string& node_uid,
+                            const std::map<TaintKey, nlohmann::json>& times) {
+  std::vector<Wanted> out;
+  for (nlohmann::json slice : desired) {
+    slice["spec"]["pool"]["generation"] = generation;
+    if (!node_uid.empty()) {
+      slice["metadata"]["ownerReferences"] = nlohmann::json::array({{{"apiVersion", "v1"},
+                                                                     {"kind", "Node"},
+                                                                     {"name", node_name},
+                                                                     {"uid", node_uid},
+                                                                     {"controller", true}}});
+    }
+    nlohmann::json asked = Comparable(slice);
+    CarryTaintTimes(slice, times);
+    out.push_back({std::move(slice), std::move(asked)});
+  }
+  return out;
+}
+
+}  // namespace
+
+SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
+                   const std::vector<nlohmann::json>& existing, const std::string& pool_name,
+                   const std::string& node_name, const std::string& node_uid,
+                   const AppliedSlices& applied) {
+  // Whether the server's slice `held` is `want`.
+  auto holds = [&applied](const nlohmann::json& held, const Wanted& want) {
+    if (Comparable(held) == Comparable(want.object)) return true;
+    const auto it = applied.find(Name(want.object));
+    return it != applied.end() && it->second.asked == want.asked &&
+           Field(held, {"metadata", "resourceVersion"}) == it->second.resource_version;
+  };
+  std::map<std::string, const nlohmann::json*> by_name;
+  std::int64_t current = 0;
+  bool one_generation = true;
+  for (const auto& slice : existing) {
+    by_name[Name(slice)] = &slice;
+    if (Field(slice, {"spec", "pool", "name"}) != pool_name) continue;
+    const std::int64_t g = Generation(slice);
+    if (current != 0 && g != current) one_generation = false;
+    current = std::max(current, g);
+  }
+  const auto times = TaintTimes(existing);
+
+  SlicePlan plan;
+  bool same = one_generation && current != 0 && desired.size() == existing.size();
+  std::vector<Wanted> want =
+      Stamped(desired, std::max<std::int64_t>(current, 1), node_name, node_uid, times);
+  for (const auto& slice : want) {
+    if (!same) break;
+    const auto it = by_name.find(Name(slice.object));
+    same = it != by_name.end() && holds(*it->second, slice);
+  }
+  plan.generation = same ? current : current + 1;
+  if (!same) want = Stamped(desired, plan.generation, node_name, node_uid, times);
+
+  std::map<std::string, bool> wanted;
+  for (auto& slice : want) {
+    const std::string name = Name(slice.object);
+    wanted[name] = true;
+    const auto it = by_name.find(name);
+    if (it != by_name.end() && holds(*it->second, slice)) continue;
+    plan.asked[name] = std::move(slice.asked);
+    if (it == by_name.end()) {
+      plan.create.push_back(std::move(slice.object));
+    } else {
+      slice.object["metadata"]["resourceVersion"] =
+          Field(*it->second, {"metadata", "resourceVersion"});
+      plan.update.push_back(std::move(slice.object));
+    }
+  }
+  for (const auto& slice : existing) {
+    if (!wanted.count(Name(slice))) plan.remove.push_back(slice);
+  }
+  return plan;
+}
+
+ApiSlicePublisher::ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::string driver,
+                                     std::string node_name)
+    : client_(std::move(client)), driver_(std::move(driver)), node_(std::move(node_name)) {}
+
+absl::StatusOr<std::vector<nlohmann::json>> ApiSlicePublisher::List(absl::Time deadline) {
+  const std::string base = absl::StrCat(
+      kSlices, "?fieldSelector=",
+      PercentEncode(absl::StrCat("spec.nodeName=", node_, ",spec.driver=", driver_)), "&limit=500");
+  std::vector<nlohmann::json> out;
+  std::string next;
+  do {
+    auto page = client_->Get(next.empty() ? base : base + "&continue=" + PercentEncode(next),
+                             deadline);
+    if (!page.ok()) return page.status();
+    const auto& items = Field(page->body, {"items"});
+    if (!items.is_null() && !items.is_array()) {
+      return absl::InternalError(absl::StrCat("GET ", kSlices, ": items is not a list"));
+    }
+    if (items.is_array()) out.insert(out.end(), items.begin(), items.end());
+    const auto& cont = Field(page->body, {"metadata", "continue"});
+    next = cont.is_string() ? cont.get<std::string>() : "";
+  } while (!next.empty());
+  return out;
+}
+
+absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline) {
+  auto conflict = [](const absl::Status& s) {
+    return absl::IsAborted(s) || absl::IsAlreadyExists(s) || absl::IsNotFound(s);
+  };
+  absl::Status first_conflict;
+  auto note = [&](absl::Status s) -> bool {  // true: stop with s
+    if (s.ok()) return false;
+    if (!conflict(s)) return true;
+    if (first_conflict.ok()) first_conflict = absl::AbortedError(s.message());
+    return false;
+  };
+  // Deletes first, then updates, then creates: a device that moves from a stale slice to a
+  // new one is never listed twice in the pool, which would make the pool invalid to the
+  // scheduler until the stale slice went.
+  for (const auto& slice : plan.remove) {
+    const nlohmann::json options = {
+        {"apiVersion", "v1"},
+        {"kind", "DeleteOptions"},
+        {"preconditions", {{"uid", Field(slice, {"metadata", "uid"})}}}};
+    auto s = client_->Delete(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), options,
+                             deadline)
+                 .status();
+    if (s.ok() || absl::IsNotFound(s)) applied_.erase(Name(slice));  // gone, as wanted
+    if (absl::IsNotFound(s)) continue;
+    if (note(s)) return s;
+  }
+  // What the server answered a write with is what it holds at that resourceVersion.
+  auto remember = [&](const nlohmann::json& written, const absl::StatusOr<KubeResponse>& r) {
+    const std::string name = Name(written);
+    const auto& version = Field(r->body, {"metadata", "resourceVersion"});
+    if (version.is_string()) applied_[name] = {plan.asked.at(name), version};
+  };
+  for (const auto& slice : plan.update) {
+    auto r = client_->Put(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), slice, deadline);
+    if (r.ok()) remember(slice, r);
+    if (note(r.status())) return r.status();
+  }
+  for (const auto& slice : plan.create) {
+    auto r = client_->Post(kSlices, slice, deadline);
+    if (r.ok()) remember(slice, r);
+    if (note(r.status())) return r.status();
+  }
+  return first_conflict;
+}
+
+absl::Status ApiSlicePublisher::Publish(const std::vector<nlohmann::json>& slices,
+                                        absl::Time deadline) {
+  for (const auto& slice : slices) {
+    if (Name(slice).empty() || Field(slice, {"spec", "driver"}) != driver_ ||
+        Field(slice, {"spec", "nodeName"}) != node_ ||
+        !Field(slice, {"spec", "pool", "name"}).is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice \"", Name(slice), "\" is not one of node ", node_, " for driver ", driver_,
+          " (metadata.name, spec.driver, spec.nodeName, spec.pool.name)"));
+    }
+  }
+  auto node = client_->Get(absl::StrCat("/api/v1/nodes/", PercentEncode(node_)), deadline);
+  if (!node.ok()) return node.status();
+  const auto& uid = Field(node->body, {"metadata", "uid"});
+  if (!uid.is_string()) {
+    return absl::InternalError(absl::StrCat("node ", node_, " has no metadata.uid"));
+  }
+  const std::string pool =
+      slices.empty() ? node_ : Field(slices[0], {"spec", "pool", "name"}).get<std::string>();
+  absl::Status last;
+  for (int round = 1; round <= kMaxRounds; ++round) {
+    auto existing = List(deadline);
+    if (!existing.ok()) return existing.status();
+    const SlicePlan plan =
+        PlanPool(slices, *existing, pool, node_, uid.get<std::string>(), applied_);
+    if (plan.empty()) {
+      if (round > 1) {
+        Logger("dra")->info("slices published node={} driver={} slices={} generation={} rounds={}",
+                            node_, driver_, slices.size(), plan.generation, round - 1);
+      }
+      return absl::OkStatus();
+    }
+    Logger("dra")->debug("slice plan node={} generation={} create={} update={} delete={}", node_,
+                         plan.generation, plan.create.size(), plan.update.size(),
+                         plan.remove.size());
+    last = Apply(plan, deadline);
+    if (!last.ok() && !absl::IsAborted(last)) return last;
+  }
+  return absl::AbortedError(absl::StrCat("slices of node ", node_, " for driver ", driver_,
+                                         " still differ after ", kMaxRounds,
+                                         " rounds (another writer?); last conflict: ",
+                                         last.message()));
+}
+
+}  // namespace rdp::dra

@@ -1,0 +1,78 @@
+#pragma once
+
+// SlicePublisher over the API server (issue 16): this node's pool of resource.k8s.io/v1
+// ResourceSlices kept equal to what the driver offers.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dra/kube_client.h"
+#include "dra/model.h"
+
+namespace rdp::dra {
+
+// The writes that make the server's slices (`existing`, as listed) equal to `desired` (as
+// BuildResourceSlices makes them; their pool.generation and owner are replaced).
+struct SlicePlan {
+  std::int64_t generation = 0;        // the pool's generation after the writes
+  std::vector<nlohmann::json> create;  // objects to POST
+  std::vector<nlohmann::json> update;  // objects to PUT, each with the resourceVersion it replaces
+  std::vector<nlohmann::json> remove;  // existing objects to DELETE
+  // By name, for each create and update: what it asks for, as AppliedSlice::asked records it.
+  std::map<std::string, nlohmann::json> asked;
+  bool empty() const { return create.empty() && update.empty() && remove.empty(); }
+};
+
+// What a publisher last wrote of a slice: the object it asked for (as compared: spec, owner,
+// labels, annotations) and the resourceVersion the server answered with. A slice the server
+// still holds at that version is what was asked for, however the server normalised it
+// (defaults, canonical quantities: "1024Mi" is stored as "1Gi").
+struct AppliedSlice {
+  nlohmann::json asked;
+  std::string resource_version;
+};
+using AppliedSlices = std::map<std::string, AppliedSlice>;  // by slice name
+
+// Pure. The generation: the highest that `existing` of pool `pool_name` hold when every desired
+// slice is there, equal and of that one generation; that + 1 when anything differs; 1 when the
+// pool has no slice yet. Every desired slice gets it and the Node `node_uid` (when not empty) as
+// controller owner. Existing slices not desired (stale names, another pool) are removed.
+// Equal: the same spec, owner, labels and annotations once what the server leaves out or adds is
+// set aside (null, empty lists and objects; the timeAdded it gives a taint, which is kept across
+// updates), or the slice is at the version `applied` records for the same object.
+SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
+                   const std::vector<nlohmann::json>& existing, const std::string& pool_name,
+                   const std::string& node_name, const std::string& node_uid,
+                   const AppliedSlices& applied = {});
+
+// Publishes with the contract of SlicePublisher::Publish (dra/model.h): GETs the Node (its uid
+// is the slices' owner), LISTs the node's slices of the driver
+// (fieldSelector spec.nodeName, spec.driver), writes PlanPool's plan, and lists again until a
+// list needs no write: OK means the last list showed exactly the desired pool. It remembers
+// what it wrote (AppliedSlices), so that a server's normalisation is not taken for a change; a
+// new publisher (a restarted driver) facing such a slice writes it once more, then no more. A conflict
+// (another writer, a retried create) starts another round, at most a few. Publishing what the
+// server holds writes nothing. The slices must be this driver's and node's (else
+// InvalidArgument); an empty vector deletes the node's slices. Not thread-safe: one Publish at a
+// time (the driver's publishing loop).
+class ApiSlicePublisher : public SlicePublisher {
+ public:
+  ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::string driver, std::string node_name);
+
+  absl::Status Publish(const std::vector<nlohmann::json>& slices, absl::Time deadline) override;
+
+ private:
+  absl::StatusOr<std::vector<nlohmann::json>> List(absl::Time deadline);
+  // The plan's writes; Aborted when another writer got in between (a next round re-lists).
+  absl::Status Apply(const SlicePlan& plan, absl::Time deadline);
+
+  std::shared_ptr<KubeClient> client_;
+  const std::string driver_;
+  const std::string node_;
+  AppliedSlices applied_;
+};
+
+}  // namespace rdp::dra

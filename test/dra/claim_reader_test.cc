@@ -1,0 +1,134 @@
+#include "dra/claim_reader.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/dra/fake_api.h"
+
+namespace rdp::dra {
+namespace {
+
+using ::rdp::dra::testing::FakeApiServer;
+using ::rdp::dra::testing::FakeClock;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kDriver[] = "rdma.example.com";
+
+nlohmann::json Result(const std::string& driver, const std::string& device) {
+  return {{"request", "hca"}, {"driver", driver}, {"pool", "node-a"}, {"device", device}};
+}
+
+nlohmann::json Claim(nlohmann::json results) {
+  nlohmann::json claim = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaim"},
+      {"metadata", {{"namespace", "team"}, {"name", "claim-1"}, {"uid", "uid-1"}}},
+      {"spec", {{"devices", {{"requests", {{{"name", "hca"}}}}}}}},
+  };
+  if (!results.is_null()) claim["status"]["allocation"]["devices"]["results"] = std::move(results);
+  return claim;
+}
+
+class DRAClaimReaderTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<std::vector<AllocatedDevice>> Read(const nlohmann::json& claim,
+                                                    ClaimRef ref = {"team", "uid-1", "claim-1"}) {
+    if (!claim.is_null()) server_.AddClaim(claim);
+    KubeClient::Options options;
+    options.clock = &clock_;
+    ApiClaimReader reader(std::make_shared<KubeClient>(KubeConfig{"https://fake"},
+                                                       server_.NewTransport(), options));
+    return reader.Read(ref, kDriver, clock_.Now() + absl::Seconds(5));
+  }
+
+  FakeApiServer server_;
+  FakeClock clock_;
+};
+
+TEST_F(DRAClaimReaderTest, KeepsOurResultsInOrder) {
+  auto devices = Read(Claim({Result(kDriver, "hca-3"), Result("gpu.example.com", "gpu-0"),
+                             Result(kDriver, "hca-1")}));
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  EXPECT_THAT(*devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-3"},
+                                    AllocatedDevice{"hca", "node-a", "hca-1"}));
+}
+
+TEST_F(DRAClaimReaderTest, AllocatedWithNothingOfOursIsEmpty) {
+  // json::array: a braced list of one json is a copy of it to clang, an array to gcc.
+  auto devices = Read(Claim(nlohmann::json::array({Result("gpu.example.com", "gpu-0")})));
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  EXPECT_TRUE(devices->empty());
+  nlohmann::json no_results = Claim(nullptr);
+  no_results["status"]["allocation"] = nlohmann::json::object();
+  devices = Read(no_results);
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  EXPECT_TRUE(devices->empty());
+}
+
+TEST_F(DRAClaimReaderTest, UidMismatchIsNotFoundNamingBoth) {
+  auto devices = Read(Claim(nlohmann::json::array({Result(kDriver, "hca-0")})),
+                      {"team", "uid-old", "claim-1"});
+  EXPECT_TRUE(absl::IsNotFound(devices.status())) << devices.status();
+  EXPECT_THAT(devices.status().message(), HasSubstr("uid-old"));
+  EXPECT_THAT(devices.status().message(), HasSubstr("uid-1"));
+  EXPECT_THAT(devices.status().message(), HasSubstr("team/claim-1"));
+}
+
+TEST_F(DRAClaimReaderTest, MissingClaimIsNotFound) {
+  auto devices = Read(nullptr);
+  EXPECT_TRUE(absl::IsNotFound(devices.status())) << devices.status();
+  EXPECT_THAT(devices.status().message(), HasSubstr("team/claim-1"));
+}
+
+TEST_F(DRAClaimReaderTest, NotAllocatedIsFailedPrecondition) {
+  auto devices = Read(Claim(nullptr));
+  EXPECT_TRUE(absl::IsFailedPrecondition(devices.status())) << devices.status();
+  EXPECT_THAT(devices.status().message(), HasSubstr("not allocated"));
+}
+
+TEST_F(DRAClaimReaderTest, MalformedAllocationNamesTheField) {
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& c) { c["status"]["allocation"] = "yes"; }, "status.allocation is not an object"},
+      {[](auto& c) { c["status"]["allocation"]["devices"] = 1; }, "status.allocation.devices is"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"] = {{"x", 1}}; },
+       "status.allocation.devices.results is not an array"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1] = 7; },
+       "results[1] is not an object"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1].erase("pool"); },
+       "results[1].pool is missing"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1]["device"] = 3; },
+       "results[1].device is not a non-empty string"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1]["request"] = ""; },
+       "results[1].request is not a non-empty string"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][0].erase("driver"); },
+       "results[0].driver is missing"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json claim = Claim({Result("gpu.example.com", "gpu-0"), Result(kDriver, "hca-0")});
+    c.edit(claim);
+    auto devices = Read(claim);
+    EXPECT_TRUE(absl::IsInvalidArgument(devices.status())) << c.field << ": " << devices.status();
+    EXPECT_THAT(devices.status().message(), HasSubstr(c.field));
+  }
+}
+
+TEST_F(DRAClaimReaderTest, OtherDriversResultsAreNotValidated) {
+  nlohmann::json claim = Claim({Result("gpu.example.com", "gpu-0"), Result(kDriver, "hca-0")});
+  claim["status"]["allocation"]["devices"]["results"][0].erase("pool");
+  auto devices = Read(claim);
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  EXPECT_THAT(*devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-0"}));
+}
+
+TEST_F(DRAClaimReaderTest, NameThatIsNotADnsNameIsRefusedUnsent) {
+  auto devices = Read(nullptr, {"team", "uid-1", "../../nodes/x"});
+  EXPECT_TRUE(absl::IsInvalidArgument(devices.status())) << devices.status();
+  EXPECT_EQ(server_.counters().gets, 0);
+}
+
+}  // namespace
+}  // namespace rdp::dra

@@ -1,0 +1,539 @@
+// BuildDevices on hand-built HCAs; the kernel's placement read as deviceattribute reads it; the
+// device name round trip; and `rdma-device-plugin dra slices` end to end on bundled fixtures.
+
+#include "dra/devices.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dra/kernel_pci.h"
+#include "server/devices.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/support/child.h"
+#include "test/support/node_builder.h"
+#include "test/support/temp_dir.h"
+
+namespace rdp::dra {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+constexpr char kStd[] = "resource.kubernetes.io/";
+
+// A healthy HCA on a switch: two ACTIVE ports, uverbs and its device node present.
+topology::Hca HealthyHca() {
+  topology::Hca h;
+  h.name = "mlx5_0";
+  h.place.pci = "0000:1a:00.0";
+  h.place.numa = 0;
+  h.place.pcie_root = "pci0000:15";
+  h.place.bridges = {{"0000:15:01.0", ""}, {"0000:16:00.0", "0000:16:00.0"},
+                     {"0000:17:01.0", "0000:16:00.0"}};
+  h.place.bridges_known = true;
+  h.uverbs = "uverbs0";
+  h.ports = {{1, "ACTIVE", "LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"},
+             {2, "ACTIVE", "LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"}};
+  h.char_devices = {{"/dev/infiniband/uverbs0", true}};
+  return h;
+}
+
+json One(const topology::Hca& hca, const DeviceOptions& opts = {}) {
+  const topology::Topology topo({0}, {hca}, {});
+  const std::vector<json> devices = BuildDevices(topo, opts);
+  EXPECT_EQ(devices.size(), 1u);
+  return devices.empty() ? json() : devices[0];
+}
+
+std::string Own(const std::string& name) { return std::string(kDefaultDriverName) + "/" + name; }
+
+TEST(DRADevicesTest, AHealthyHcasAttributes) {
+  const json d = One(HealthyHca());
+  EXPECT_EQ(d["name"], "hca-0000-1a-00-0");
+  const json want = {
+      {std::string(kStd) + "pcieRoot", {{"string", "pci0000:15"}}},
+      {std::string(kStd) + "pciBusID", {{"string", "0000:1a:00.0"}}},
+      {std::string(kStd) + "numaNode", {{"int", 0}}},
+      {Own("hcaName"), {{"string", "mlx5_0"}}},
+      {Own("pcieSwitch"), {{"string", "0000:16:00.0"}}},
+      {Own("pcieTopSwitch"), {{"string", "0000:16:00.0"}}},
+      {Own("linkLayer"), {{"string", "InfiniBand"}}},
+      {Own("rateGbps"), {{"int", 400}}},
+      {Own("uverbs"), {{"string", "uverbs0"}}},
+      {Own("allPortsActive"), {{"bool", true}}},
+      {Own("mode"), {{"string", "exclusive"}}},
+  };
+  EXPECT_EQ(d["attributes"], want) << d.dump(2);
+  EXPECT_FALSE(d.contains("taints"));
+  EXPECT_FALSE(d.contains("allowMultipleAllocations"));
+}
+
+TEST(DRADevicesTest, UnknownNumaSwitchLinkAndRateAreLeftOut) {
+  topology::Hca h = HealthyHca();
+  h.place.numa.reset();
+  h.place.bridges = {{"0000:15:01.0", ""}};  // on a root port
+  h.uverbs.clear();
+  h.ports = {{1, "ACTIVE", "LinkUp", "", ""}};
+  const json attrs = One(h)["attributes"];
+  EXPECT_FALSE(attrs.contains(std::string(kStd) + "numaNode")) << attrs.dump();
+  EXPECT_FALSE(attrs.contains(Own("pcieSwitch")));
+  EXPECT_FALSE(attrs.contains(Own("pcieTopSwitch")));
+  EXPECT_FALSE(attrs.contains(Own("linkLayer")));
+  EXPECT_FALSE(attrs.contains(Own("rateGbps")));
+  EXPECT_FALSE(attrs.contains(Own("uverbs")));
+  EXPECT_TRUE(attrs.contains(std::string(kStd) + "pcieRoot"));
+}
+
+TEST(DRADevicesTest, TwoLevelsOfSwitchesGiveTheNearestAndTheTopSwitch) {
+  topology::Hca h = HealthyHca();
+  // root port, top switch (upstream, downstream), leaf switch (upstream, downstream)
+  h.place.bridges = {{"0000:15:01.0", ""},
+                     {"0000:16:00.0", "0000:16:00.0"},
+                     {"0000:17:02.0", "0000:16:00.0"},
+                     {"0000:18:00.0", "0000:18:00.0"},
+                     {"0000:19:01.0", "0000:18:00.0"}};
+  const json attrs = One(h)["attributes"];
+  EXPECT_EQ(attrs[Own("pcieSwitch")]["string"], "0000:18:00.0");
+  EXPECT_EQ(attrs[Own("pcieTopSwitch")]["string"], "0000:16:00.0");
+}
+
+TEST(DRADevicesTest, TheFirstPortGivesLinkLayerAndRate) {
+  topology::Hca h = HealthyHca();
+  h.ports = {{1, "ACTIVE", "LinkUp", "Ethernet", "2.5 Gb/sec (1X SDR)"},
+             {2, "DOWN", "Disabled", "InfiniBand", "400 Gb/sec (4X NDR)"}};
+  const json attrs = One(h)["attributes"];
+  EXPECT_EQ(attrs[Own("linkLayer")]["string"], "Ethernet");
+  EXPECT_EQ(attrs[Own("rateGbps")]["int"], 2);
+  EXPECT_EQ(attrs[Own("allPortsActive")]["bool"], false);
+}
+
+TEST(DRADevicesTest, TheKernelsViewGivesTheStandardPlacement) {
+  topology::Hca h = HealthyHca();  // hwloc said pci0000:15, NUMA 0
+  DeviceOptions opts;
+  opts.kernel[h.place.pci] = KernelPci{"pci0000:14", std::nullopt};  // numa_node -1
+  const json attrs = One(h, opts)["attributes"];
+  EXPECT_EQ(attrs[std::string(kStd) + "pcieRoot"]["string"], "pci0000:14");
+  EXPECT_FALSE(attrs.contains(std::string(kStd) + "numaNode")) << attrs.dump();
+
+  opts.kernel[h.place.pci] = KernelPci{"pci0000:15", 1};
+  EXPECT_EQ(One(h, opts)["attributes"][std::string(kStd) + "numaNode"]["int"], 1);
+}
+
+TEST(DRADevicesTest, AnAddressTheHelpersRejectHasNoStandardAttribute) {
+  topology::Hca h = HealthyHca();
+  h.place.pci = "10000:01:00.0";  // a VMD domain
+  const json d = One(h);
+  EXPECT_EQ(d["name"], "hca-10000-01-00-0");
+  for (const auto& [key, value] : d["attributes"].items()) {
+    EXPECT_THAT(key, ::testing::Not(::testing::StartsWith(kStd)));
+  }
+}
+
+TEST(DRADevicesTest, StringsOverTheApisLimitAreLeftOut) {
+  topology::Hca h = HealthyHca();
+  h.name = std::string(65, 'm');
+  EXPECT_FALSE(One(h)["attributes"].contains(Own("hcaName")));
+  h.name = std::string(64, 'm');
+  EXPECT_EQ(One(h)["attributes"][Own("hcaName")]["string"], h.name);
+}
+
+TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
+  struct Case {
+    std::string what;
+    topology::Hca hca;
+    std::string value;
+  };
+  std::vector<Case> cases;
+  topology::Hca down = HealthyHca();
+  down.ports[1].state = "DOWN";
+  cases.push_back({"port 2 down", down, "PortNotActive"});
+  topology::Hca init = HealthyHca();
+  init.ports[0].state = "INIT";
+  cases.push_back({"port 1 init", init, "PortNotActive"});
+  topology::Hca no_ports = HealthyHca();
+  no_ports.ports.clear();
+  cases.push_back({"no port", no_ports, "NoPortState"});
+  topology::Hca no_uverbs = HealthyHca();
+  no_uverbs.uverbs.clear();
+  cases.push_back({"no uverbs", no_uverbs, "NoUverbsDevice"});
+  topology::Hca missing = HealthyHca();
+  missing.char_devices[0].second = false;
+  cases.push_back({"uverbs0 missing", missing, "DeviceNodeMissing"});
+
+  DeviceOptions opts;
+  opts.driver_name = "rdma.example.com";
+  for (const Case& c : cases) {
+    ASSERT_FALSE(server::Assess(c.hca).usable) << c.what;
+    const json d = One(c.hca, opts);
+    const json want = json::array(
+        {{{"key", "rdma.example.com/unhealthy"}, {"value", c.value}, {"effect", "NoSchedule"}}});
+    EXPECT_EQ(d["taints"], want) << c.what << ": " << server::Assess(c.hca).reason;
+  }
+  // Healthy again: no taint at all.
+  EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
+}
+
+TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
+  DeviceOptions opts;
+  opts.mode = Mode::kShared;
+  topology::Hca down = HealthyHca();
+  down.place.pci = "0000:1b:00.0";
+  down.name = "mlx5_1";
+  down.ports[0].state = "DOWN";
+  const topology::Topology topo({0}, {HealthyHca(), down}, {});
+  const std::vector<json> devices = BuildDevices(topo, opts);
+  ASSERT_EQ(devices.size(), 2u);
+  for (const json& d : devices) {
+    EXPECT_EQ(d["allowMultipleAllocations"], true) << d.dump();
+    EXPECT_EQ(d["attributes"][Own("mode")]["string"], "shared");
+  }
+  EXPECT_FALSE(devices[0].contains("taints"));
+  EXPECT_TRUE(devices[1].contains("taints")) << "a shared device is still tainted when unusable";
+}
+
+TEST(DRADevicesTest, OurAttributesLiveUnderTheDriversDomain) {
+  DeviceOptions opts;
+  opts.driver_name = "rdma.example.com";
+  for (const auto& [key, value] : One(HealthyHca(), opts)["attributes"].items()) {
+    if (key.rfind(kStd, 0) == 0) continue;
+    EXPECT_EQ(key.rfind("rdma.example.com/", 0), 0u) << key;
+    // The identifier after the domain: a C identifier of at most 32 characters.
+    const std::string id = key.substr(key.find('/') + 1);
+    EXPECT_LE(id.size(), 32u) << key;
+    EXPECT_TRUE(std::all_of(id.begin(), id.end(),
+                            [](char c) { return std::isalnum(c) || c == '_'; }))
+        << key;
+  }
+}
+
+bool IsDnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+TEST(DRADeviceNameTest, RoundTripsOnEveryHcaAndIsADnsLabel) {
+  const topology::TopologyPtr topo = rdp::testing::DgxH100Like();
+  ASSERT_GT(topo->hcas().size(), 1u);
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < topo->hcas().size(); ++i) {
+    const std::string name = DeviceName(topo->hcas()[i]);
+    EXPECT_TRUE(IsDnsLabel(name)) << name;
+    EXPECT_EQ(FindHca(*topo, name), static_cast<int>(i)) << name;
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), topo->hcas().size());
+  EXPECT_EQ(FindHca(*topo, "hca-ffff-ff-1f-7"), -1);
+  EXPECT_EQ(FindHca(*topo, ""), -1);
+  const std::vector<json> devices = BuildDevices(*topo, {});
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    EXPECT_EQ(FindHca(*topo, devices[i]["name"].get<std::string>()), static_cast<int>(i));
+  }
+}
+
+TEST(DRADeviceNameTest, ARenamedHcaKeepsItsName) {
+  topology::Hca h = HealthyHca();
+  const std::string before = DeviceName(h);
+  h.name = "mlx5_bond_0";
+  h.uverbs = "uverbs7";
+  EXPECT_EQ(DeviceName(h), before);
+}
+
+TEST(DRANamesTest, DriverAndNodeNames) {
+  EXPECT_TRUE(ValidateDriverName(kDefaultDriverName).ok());
+  EXPECT_TRUE(ValidateDriverName("gpu.example.com").ok());
+  EXPECT_FALSE(ValidateDriverName("").ok());
+  EXPECT_FALSE(ValidateDriverName("RDMA.example.com").ok());
+  EXPECT_FALSE(ValidateDriverName("rdma..example.com").ok());
+  EXPECT_FALSE(ValidateDriverName("-rdma.example.com").ok());
+  EXPECT_FALSE(ValidateDriverName("rdma/example").ok());
+  EXPECT_FALSE(ValidateDriverName(std::string(60, 'a') + ".com").ok());  // 64 characters
+  EXPECT_TRUE(ValidateNodeName("node-a.zone-1").ok());
+  EXPECT_TRUE(ValidateNodeName(std::string(253, 'n')).ok());
+  EXPECT_FALSE(ValidateNodeName(std::string(254, 'n')).ok());
+  EXPECT_FALSE(ValidateNodeName("Node-A").ok());
+  EXPECT_FALSE(ValidateNodeName("node_a").ok());
+}
+
+TEST(DRAModeTest, ParsesItsOwnNames) {
+  for (Mode m : {Mode::kExclusive, Mode::kShared}) EXPECT_EQ(ParseMode(ModeName(m)), m);
+  EXPECT_FALSE(ParseMode("Shared").has_value());
+  EXPECT_FALSE(ParseMode("").has_value());
+}
+
+// A sysfs tree as the kernel lays a PCI function out, with its /sys/bus/pci/devices link.
+void LayOut(const std::string& root, const std::string& dev_path, const std::string& pci,
+            const std::string& numa) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(root) / "sys/devices" / dev_path;
+  fs::create_directories(dir);
+  if (!numa.empty()) std::ofstream(dir / "numa_node") << numa << "\n";
+  const fs::path link = fs::path(root) / "sys/bus/pci/devices" / pci;
+  fs::create_directories(link.parent_path());
+  fs::create_symlink(fs::path("../../../devices") / dev_path, link);
+}
+
+TEST(DRAKernelPciTest, ReadsAsDeviceattributeHelpersDo) {
+  rdp::testing::TempDir dir;
+  LayOut(dir.path(), "pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:1a:00.0",
+         "0000:1a:00.0", "1");
+  LayOut(dir.path(), "pci0000:80/0000:80:02.2/0000:82:00.0", "0000:82:00.0", "-1");
+  LayOut(dir.path(), "pci0000:00/0000:00:03.0", "0000:00:03.0", "");  // no numa_node file
+  LayOut(dir.path(), "platform/foo/0000:05:00.0", "0000:05:00.0", "0");  // not under pci*
+  LayOut(dir.path(), "pci0000:00/0000:00:04.0", "0000:06:00.0", "0");    // ends elsewhere
+  auto env = NewNodeEnv({dir.path(), dir.path(), dir.path()});
+
+  auto a = ReadKernelPci(*env, "0000:1a:00.0");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->pcie_root, "pci0000:15");
+  EXPECT_EQ(a->numa, 1);
+  auto b = ReadKernelPci(*env, "0000:82:00.0");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->pcie_root, "pci0000:80");
+  EXPECT_FALSE(b->numa.has_value());
+  auto c = ReadKernelPci(*env, "0000:00:03.0");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->numa.has_value());
+  EXPECT_FALSE(ReadKernelPci(*env, "0000:05:00.0").has_value());
+  EXPECT_FALSE(ReadKernelPci(*env, "0000:06:00.0").has_value());
+  EXPECT_FALSE(ReadKernelPci(*env, "0000:99:00.0").has_value());  // no link at all
+  EXPECT_FALSE(ReadKernelPci(*env, "0000:1A:00.0").has_value());  // the helpers want lower case
+
+  EXPECT_TRUE(IsStandardBdf("0123:45:1e.7"));
+  EXPECT_FALSE(IsStandardBdf("10000:01:00.0"));
+  EXPECT_FALSE(IsStandardBdf("45:1e.7"));
+  EXPECT_FALSE(IsStandardBdf("0000:1a:00.8x"));
+}
+
+// ---- the binary ----
+
+struct RunResult {
+  int code = -1;
+  std::string out;  // stdout
+  std::string all;  // stdout and stderr
+};
+
+RunResult RunBinary(const std::vector<std::string>& args) {
+  rdp::testing::Child child(RDP_BINARY, args);
+  RunResult r;
+  r.code = child.Wait(absl::Seconds(60));
+  r.out = child.stdout_text();
+  r.all = child.output();
+  return r;
+}
+
+// A sysfs + /dev tree laid out by `rdma-device-plugin fixture` from a bundled XML.
+class DRASlicesCmdTest : public ::testing::Test {
+ protected:
+  std::vector<std::string> Fixture(const std::string& xml) {
+    const std::string out = dir_.Sub("node");
+    const RunResult r = RunBinary({"fixture", "--topology-xml", rdp::testing::TestData(xml),
+                                   "--out", out, "--log-level", "warn"});
+    EXPECT_EQ(r.code, 0) << r.all;
+    return {"--topology-xml", rdp::testing::TestData(xml), "--sysfs-root", out, "--dev-root", out,
+            "--log-level", "warn"};
+  }
+  json Slices(std::vector<std::string> args) {
+    args.insert(args.begin(), {"dra", "slices"});
+    const RunResult r = RunBinary(args);
+    EXPECT_EQ(r.code, 0) << r.all;
+    json list = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(list.is_discarded()) << r.out;
+    return list;
+  }
+  static std::vector<json> Devices(const json& list) {
+    std::vector<json> out;
+    for (const json& slice : list["items"]) {
+      for (const json& d : slice["spec"]["devices"]) out.push_back(d);
+    }
+    return out;
+  }
+
+  rdp::testing::TempDir dir_;
+};
+
+TEST_F(DRASlicesCmdTest, PrintsTheDgxH100LikeNodesSlices) {
+  std::vector<std::string> args = Fixture("dgx-h100-like.xml");
+  args.insert(args.end(), {"--node-name", "node-a"});
+  const json list = Slices(args);
+  EXPECT_EQ(list["apiVersion"], "v1");
+  EXPECT_EQ(list["kind"], "List");
+  ASSERT_EQ(list["items"].size(), 1u);
+  const json& slice = list["items"][0];
+  EXPECT_EQ(slice["apiVersion"], "resource.k8s.io/v1");
+  EXPECT_EQ(slice["kind"], "ResourceSlice");
+  EXPECT_EQ(slice["spec"]["driver"], kDefaultDriverName);
+  EXPECT_EQ(slice["spec"]["nodeName"], "node-a");
+  EXPECT_EQ(slice["spec"]["pool"]["generation"], 1);
+  EXPECT_FALSE(slice["metadata"].contains("ownerReferences"));
+
+  // test/data/README.md: 4 roots each with a switch of 2 GPUs + 2 ConnectX-7, and mlx5_bond_0
+  // alone on pci0000:c8; NUMA 0 for the first two roots.
+  const std::vector<json> devices = Devices(list);
+  ASSERT_EQ(devices.size(), 9u);
+  std::map<std::string, std::vector<std::string>> by_switch;
+  std::set<std::string> roots;
+  std::string previous;
+  for (const json& d : devices) {
+    const std::string name = d["name"];
+    EXPECT_LT(previous, name) << "PCI order";
+    previous = name;
+    const json& a = d["attributes"];
+    const std::string pci = a[std::string(kStd) + "pciBusID"]["string"];
+    std::string expected_name = "hca-" + pci;
+    std::replace(expected_name.begin(), expected_name.end(), ':', '-');
+    std::replace(expected_name.begin(), expected_name.end(), '.', '-');
+    EXPECT_EQ(name, expected_name);
+    const std::string root = a[std::string(kStd) + "pcieRoot"]["string"];
+    roots.insert(root);
+    const int numa = a[std::string(kStd) + "numaNode"]["int"];
+    EXPECT_EQ(numa, root == "pci0000:15" || root == "pci0000:37" ? 0 : 1) << name;
+    EXPECT_FALSE(d.contains("taints")) << d.dump();
+    EXPECT_EQ(a[Own("allPortsActive")]["bool"], true);
+    EXPECT_EQ(a[Own("mode")]["string"], "exclusive");
+    EXPECT_TRUE(a.contains(Own("uverbs")));
+    if (a[Own("hcaName")]["string"] == "mlx5_bond_0") {
+      EXPECT_EQ(root, "pci0000:c8");
+      EXPECT_FALSE(a.contains(Own("pcieSwitch")));
+      EXPECT_FALSE(a.contains(Own("pcieTopSwitch")));
+      EXPECT_EQ(a[Own("linkLayer")]["string"], "Ethernet");
+    } else {
+      by_switch[a[Own("pcieSwitch")]["string"]].push_back(name);
+      EXPECT_EQ(a[Own("pcieTopSwitch")], a[Own("pcieSwitch")]) << "one level of switches";
+      EXPECT_EQ(a[Own("linkLayer")]["string"], "InfiniBand");
+    }
+  }
+  EXPECT_EQ(roots, (std::set<std::string>{"pci0000:15", "pci0000:37", "pci0000:9a", "pci0000:bb",
+                                          "pci0000:c8"}));
+  ASSERT_EQ(by_switch.size(), 4u);
+  for (const auto& [sw, names] : by_switch) EXPECT_EQ(names.size(), 2u) << sw;
+}
+
+// test/data/README.md: two-level-switches has, per root, a top switch over two leaf switches of
+// 2 GPUs + 1 HCA each.
+TEST_F(DRASlicesCmdTest, TwoLevelSwitchesNodeHasOneHcaPerLeafTwoPerTopSwitch) {
+  std::vector<std::string> args = Fixture("two-level-switches.xml");
+  args.insert(args.end(), {"--node-name", "node-d"});
+  const std::vector<json> devices = Devices(Slices(args));
+  ASSERT_EQ(devices.size(), 8u);
+  std::map<std::string, int> leaf, top;
+  for (const json& d : devices) {
+    const json& a = d["attributes"];
+    ASSERT_TRUE(a.contains(Own("pcieSwitch")) && a.contains(Own("pcieTopSwitch"))) << d.dump();
+    EXPECT_NE(a[Own("pcieSwitch")], a[Own("pcieTopSwitch")]);
+    ++leaf[a[Own("pcieSwitch")]["string"]];
+    ++top[a[Own("pcieTopSwitch")]["string"]];
+  }
+  EXPECT_EQ(leaf.size(), 8u);
+  ASSERT_EQ(top.size(), 4u);
+  for (const auto& [sw, n] : top) EXPECT_EQ(n, 2) << sw;
+}
+
+TEST_F(DRASlicesCmdTest, SharedModeAndADriverName) {
+  std::vector<std::string> args = Fixture("four-numa.xml");
+  args.insert(args.end(), {"--node-name", "node-b", "--mode", "shared", "--driver-name",
+                           "rdma.example.com"});
+  const json list = Slices(args);
+  EXPECT_EQ(list["items"][0]["spec"]["driver"], "rdma.example.com");
+  const std::vector<json> devices = Devices(list);
+  ASSERT_EQ(devices.size(), 8u);
+  for (const json& d : devices) {
+    EXPECT_EQ(d["allowMultipleAllocations"], true);
+    EXPECT_EQ(d["attributes"]["rdma.example.com/mode"]["string"], "shared");
+  }
+}
+
+TEST_F(DRASlicesCmdTest, NodeNameFromTheEnvironment) {
+  std::vector<std::string> args = Fixture("fewer-hcas-than-gpus.xml");
+  args.insert(args.begin(), {"dra", "slices"});
+  rdp::testing::Child::Options options;
+  options.env["NODE_NAME"] = "from-env";
+  rdp::testing::Child child(RDP_BINARY, args, options);
+  ASSERT_EQ(child.Wait(absl::Seconds(60)), 0) << child.output();
+  const json list = json::parse(child.stdout_text());
+  EXPECT_EQ(list["items"][0]["spec"]["nodeName"], "from-env");
+  EXPECT_EQ(Devices(list).size(), 4u);
+}
+
+TEST_F(DRASlicesCmdTest, AnUnhealthyHcaIsTainted) {
+  std::vector<std::string> args = Fixture("fewer-hcas-than-gpus.xml");
+  // The fixture's first HCA loses its uverbs device node, as a driver unload does.
+  const std::filesystem::path uverbs0 = dir_.Sub("node") + "/dev/infiniband/uverbs0";
+  ASSERT_TRUE(std::filesystem::remove(uverbs0));
+  args.insert(args.end(), {"--node-name", "node-c"});
+  const std::vector<json> devices = Devices(Slices(args));
+  ASSERT_EQ(devices.size(), 4u);
+  int tainted = 0;
+  for (const json& d : devices) {
+    if (!d.contains("taints")) continue;
+    ++tainted;
+    EXPECT_EQ(d["attributes"][Own("uverbs")]["string"], "uverbs0");
+    EXPECT_EQ(d["taints"][0]["key"], Own("unhealthy"));
+    EXPECT_EQ(d["taints"][0]["value"], "DeviceNodeMissing");
+  }
+  EXPECT_EQ(tainted, 1);
+}
+
+// hwloc-gather-topology's tree of a real machine: the kernel's /sys/bus/pci/devices links and
+// numa_node files are there, so the standard attributes come from them.
+TEST_F(DRASlicesCmdTest, ARealGatheredTreeTakesTheKernelsView) {
+  const std::string cmd = "tar -xjf '" + rdp::testing::TestData("32em64t-2n8c+1mic.tar.bz2") +
+                          "' -C '" + dir_.path() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string root = dir_.path() + "/32em64t-2n8c+1mic";
+  const json list = Slices({"--sysfs-root", root, "--dev-root", root, "--node-name", "gathered",
+                            "--log-level", "warn"});
+  const std::vector<json> devices = Devices(list);
+  // mlx4_0 (scif0 is no PCI function): /sys/bus/pci/devices/0000:82:00.0 ->
+  // ../../../devices/pci0000:80/0000:80:02.2/0000:82:00.0, numa_node 1.
+  ASSERT_EQ(devices.size(), 1u) << list.dump(2);
+  const json& a = devices[0]["attributes"];
+  EXPECT_EQ(devices[0]["name"], "hca-0000-82-00-0");
+  EXPECT_EQ(a[std::string(kStd) + "pcieRoot"]["string"], "pci0000:80");
+  EXPECT_EQ(a[std::string(kStd) + "pciBusID"]["string"], "0000:82:00.0");
+  EXPECT_EQ(a[std::string(kStd) + "numaNode"]["int"], 1);
+  EXPECT_EQ(a[Own("hcaName")]["string"], "mlx4_0");
+  EXPECT_EQ(a[Own("rateGbps")]["int"], 56);
+}
+
+TEST_F(DRASlicesCmdTest, BadFlagsExitTwoNamingTheFlag) {
+  const std::vector<std::string> node = Fixture("fewer-hcas-than-gpus.xml");
+  struct Case {
+    std::vector<std::string> extra;
+    std::string flag;
+  };
+  for (const Case& c : std::vector<Case>{{{"--mode", "both"}, "--mode"},
+                                         {{"--driver-name", "Not_A_Domain"}, "--driver-name"},
+                                         {{"--node-name", "Node A"}, "--node-name"},
+                                         {{"--log-level", "loud"}, "--log-level"},
+                                         {{"--gpu-classes", "zz"}, "--gpu-classes"}}) {
+    std::vector<std::string> args = {"dra", "slices"};
+    args.insert(args.end(), node.begin(), node.end());
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    if (c.flag != "--node-name") args.insert(args.end(), {"--node-name", "n"});
+    const RunResult r = RunBinary(args);
+    EXPECT_EQ(r.code, 2) << c.flag << ": " << r.all;
+    EXPECT_THAT(r.all, HasSubstr(c.flag));
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  EXPECT_EQ(RunBinary({"dra"}).code, 2) << "dra alone needs a subcommand (for now)";
+  EXPECT_EQ(RunBinary({"dra", "slices", "--no-such-flag"}).code, 2);
+}
+
+TEST_F(DRASlicesCmdTest, DiscoveryFailureExitsOne) {
+  const RunResult r = RunBinary({"dra", "slices", "--topology-xml", dir_.Sub("missing.xml"),
+                           "--node-name", "n"});
+  EXPECT_EQ(r.code, 1) << r.all;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+}  // namespace
+}  // namespace rdp::dra

@@ -1,0 +1,370 @@
+#pragma once
+
+// Test doubles for dra/kube_client.h: a clock that only moves when told or slept on, a
+// Transport answered by a function, and an in-memory API server holding Nodes, ResourceClaims
+// and ResourceSlices the way kube-apiserver answers for them (status codes, resourceVersion
+// conflicts, field selectors, a taint's timeAdded, omitted empty fields).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "dra/kube_client.h"
+
+namespace rdp::dra::testing {
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() override { return now_; }
+  void SleepFor(absl::Duration d) override {
+    sleeps.push_back(d);
+    now_ += d;
+  }
+  void Advance(absl::Duration d) { now_ += d; }
+
+  std::vector<absl::Duration> sleeps;
+
+ private:
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+};
+
+// Every exchange is recorded and answered by `handler` (which must be thread-safe when the
+// client is used from several threads; the record is).
+class FuncTransport : public Transport {
+ public:
+  using Handler = std::function<absl::StatusOr<HttpResponse>(const HttpRequest&)>;
+  explicit FuncTransport(Handler handler) : handler_(std::move(handler)) {}
+  absl::StatusOr<HttpResponse> RoundTrip(const HttpRequest& request) override {
+    {
+      absl::MutexLock lock(mu_.get());
+      requests->push_back(request);
+    }
+    return handler_(request);
+  }
+  // Shared so that a test keeps reading it after the client took the transport.
+  std::shared_ptr<std::vector<HttpRequest>> requests =
+      std::make_shared<std::vector<HttpRequest>>();
+
+ private:
+  Handler handler_;
+  std::unique_ptr<absl::Mutex> mu_ = std::make_unique<absl::Mutex>();
+};
+
+inline HttpResponse Json(int status, const nlohmann::json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+// A metav1.Status body as the API server sends it with an error.
+inline HttpResponse StatusBody(int status, const std::string& reason, const std::string& message) {
+  return Json(status, {{"kind", "Status"},
+                       {"apiVersion", "v1"},
+                       {"status", "Failure"},
+                       {"reason", reason},
+                       {"message", message},
+                       {"code", status}});
+}
+
+// An API server in memory (any server URL). A mutex serialises the exchanges. Header-only, as the
+// test target compiles only *_test.cc.
+class FakeApiServer {
+ public:
+  struct Counters {
+    int gets = 0, lists = 0, creates = 0, updates = 0, deletes = 0;
+    int writes() const { return creates + updates + deletes; }
+  };
+
+  void AddNode(const std::string& name, const std::string& uid);
+  void AddClaim(const nlohmann::json& claim);
+  // Stores a slice as if someone had created it.
+  void AddSlice(nlohmann::json slice);
+  // The stored slices of `node` (all nodes when empty), by name.
+  std::map<std::string, nlohmann::json> Slices(const std::string& node = "");
+  Counters counters();
+  // The next `n` PUTs of a slice fail with 409 Conflict (another writer got there first).
+  void FailNextUpdates(int n);
+  // LIST answers at most this many items per page (0: all).
+  void SetPageSize(int n);
+  // Applied to every slice stored, after pruning: a server-side normalisation.
+  void SetNormalizer(std::function<void(nlohmann::json&)> normalize);
+
+  std::unique_ptr<Transport> NewTransport();
+  absl::StatusOr<HttpResponse> Serve(const HttpRequest& request);
+
+ private:
+  HttpResponse ServeSlices(const std::string& method, const std::string& name,
+                           const std::string& query, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json Store(nlohmann::json slice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::map<std::string, nlohmann::json> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, nlohmann::json> claims_ ABSL_GUARDED_BY(mu_);  // "<ns>/<name>"
+  std::map<std::string, nlohmann::json> slices_ ABSL_GUARDED_BY(mu_);
+  Counters counters_ ABSL_GUARDED_BY(mu_);
+  int fail_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  int page_size_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void(nlohmann::json&)> normalize_ ABSL_GUARDED_BY(mu_);
+  std::int64_t version_ ABSL_GUARDED_BY(mu_) = 100;
+};
+
+}  // namespace rdp::dra::testing
+
+// ---- FakeApiServer, inline ----
+
+namespace rdp::dra::testing {
+
+namespace fake_internal {
+
+inline std::string Decode(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      out.push_back(static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// The query's parameters, decoded.
+inline std::map<std::string, std::string> Query(const std::string& query) {
+  std::map<std::string, std::string> out;
+  std::size_t start = 0;
+  while (start < query.size()) {
+    std::size_t end = query.find('&', start);
+    if (end == std::string::npos) end = query.size();
+    const std::string pair = query.substr(start, end - start);
+    const std::size_t eq = pair.find('=');
+    out[Decode(pair.substr(0, eq))] = eq == std::string::npos ? "" : Decode(pair.substr(eq + 1));
+    start = end + 1;
+  }
+  return out;
+}
+
+// What the API server drops on storing (omitempty): nulls, empty lists and objects.
+inline nlohmann::json Prune(const nlohmann::json& v) {
+  if (v.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      nlohmann::json inner = Prune(it.value());
+      if (inner.is_null() || ((inner.is_array() || inner.is_object()) && inner.empty())) continue;
+      out[it.key()] = std::move(inner);
+    }
+    return out;
+  }
+  if (v.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : v) out.push_back(Prune(e));
+    return out;
+  }
+  return v;
+}
+
+}  // namespace fake_internal
+
+inline void FakeApiServer::AddNode(const std::string& name, const std::string& uid) {
+  absl::MutexLock lock(&mu_);
+  nodes_[name] = {{"apiVersion", "v1"},
+                  {"kind", "Node"},
+                  {"metadata", {{"name", name}, {"uid", uid}, {"resourceVersion", "1"}}}};
+}
+
+inline void FakeApiServer::AddClaim(const nlohmann::json& claim) {
+  absl::MutexLock lock(&mu_);
+  claims_[claim["metadata"]["namespace"].get<std::string>() + "/" +
+          claim["metadata"]["name"].get<std::string>()] = claim;
+}
+
+inline void FakeApiServer::AddSlice(nlohmann::json slice) {
+  absl::MutexLock lock(&mu_);
+  Store(std::move(slice));
+}
+
+inline std::map<std::string, nlohmann::json> FakeApiServer::Slices(const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, nlohmann::json> out;
+  for (const auto& [name, slice] : slices_) {
+    if (node.empty() || slice["spec"].value("nodeName", "") == node) out[name] = slice;
+  }
+  return out;
+}
+
+inline FakeApiServer::Counters FakeApiServer::counters() {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+inline void FakeApiServer::FailNextUpdates(int n) {
+  absl::MutexLock lock(&mu_);
+  fail_updates_ = n;
+}
+
+inline void FakeApiServer::SetPageSize(int n) {
+  absl::MutexLock lock(&mu_);
+  page_size_ = n;
+}
+
+inline void FakeApiServer::SetNormalizer(std::function<void(nlohmann::json&)> normalize) {
+  absl::MutexLock lock(&mu_);
+  normalize_ = std::move(normalize);
+}
+
+inline std::unique_ptr<Transport> FakeApiServer::NewTransport() {
+  return std::make_unique<FuncTransport>(
+      [this](const HttpRequest& request) { return Serve(request); });
+}
+
+// A stored copy: pruned, a uid, a new resourceVersion, timeAdded on taints without one.
+inline nlohmann::json FakeApiServer::Store(nlohmann::json slice) {
+  slice = fake_internal::Prune(slice);
+  if (normalize_) normalize_(slice);
+  const std::string name = slice["metadata"]["name"];
+  if (!slice["metadata"].contains("uid")) slice["metadata"]["uid"] = "uid-" + name;
+  slice["metadata"]["resourceVersion"] = std::to_string(++version_);
+  if (slice["spec"].contains("devices")) {
+    for (auto& device : slice["spec"]["devices"]) {
+      if (!device.contains("taints")) continue;
+      for (auto& taint : device["taints"]) {
+        if (!taint.contains("timeAdded")) taint["timeAdded"] = "2026-12-04T10:00:00Z";
+      }
+    }
+  }
+  slices_[name] = slice;
+  return slice;
+}
+
+inline HttpResponse FakeApiServer::ServeSlices(const std::string& method, const std::string& name,
+                                               const std::string& query,
+                                               const nlohmann::json& body) {
+  const auto it = slices_.find(name);
+  if (method == "GET" && name.empty()) {
+    ++counters_.lists;
+    auto params = fake_internal::Query(query);
+    std::map<std::string, std::string> want;
+    const std::string selector = params["fieldSelector"];
+    for (std::size_t start = 0; start < selector.size();) {
+      std::size_t end = selector.find(',', start);
+      if (end == std::string::npos) end = selector.size();
+      const std::string term = selector.substr(start, end - start);
+      const std::size_t eq = term.find('=');
+      want[term.substr(0, eq)] = term.substr(eq + 1);
+      start = end + 1;
+    }
+    nlohmann::json items = nlohmann::json::array();
+    for (const auto& [n, slice] : slices_) {
+      bool match = true;
+      for (const auto& [field, value] : want) {
+        const std::string key = field.substr(field.find('.') + 1);  // spec.nodeName -> nodeName
+        match = match && slice["spec"].value(key, "") == value;
+      }
+      if (!match) continue;
+      items.push_back(slice);
+    }
+    const std::size_t from = params.count("continue") ? std::stoul(params["continue"]) : 0;
+    nlohmann::json page = nlohmann::json::array();
+    std::size_t i = from;
+    for (; i < items.size() && (page_size_ == 0 || page.size() < std::size_t(page_size_)); ++i) {
+      page.push_back(items[i]);
+    }
+    nlohmann::json meta = {{"resourceVersion", std::to_string(version_)}};
+    if (i < items.size()) meta["continue"] = std::to_string(i);
+    return Json(200, {{"kind", "ResourceSliceList"}, {"apiVersion", "resource.k8s.io/v1"},
+                      {"metadata", meta}, {"items", page}});
+  }
+  if (method == "POST") {
+    ++counters_.creates;
+    const std::string new_name = body["metadata"]["name"];
+    if (slices_.count(new_name)) {
+      return StatusBody(409, "AlreadyExists", "resourceslices \"" + new_name + "\" already exists");
+    }
+    if (body["metadata"].contains("resourceVersion")) {
+      return StatusBody(500, "InternalError",
+                        "resourceVersion should not be set on objects to be created");
+    }
+    return Json(201, Store(body));
+  }
+  if (it == slices_.end()) {
+    return StatusBody(404, "NotFound", "resourceslices.resource.k8s.io \"" + name + "\" not found");
+  }
+  if (method == "GET") {
+    ++counters_.gets;
+    return Json(200, it->second);
+  }
+  if (method == "PUT") {
+    ++counters_.updates;
+    const std::string version = body["metadata"].value("resourceVersion", "");
+    if (fail_updates_ > 0 || version != it->second["metadata"]["resourceVersion"]) {
+      if (fail_updates_ > 0) --fail_updates_;
+      return StatusBody(409, "Conflict",
+                        "Operation cannot be fulfilled on resourceslices.resource.k8s.io \"" +
+                            name + "\": the object has been modified");
+    }
+    nlohmann::json stored = body;
+    stored["metadata"]["uid"] = it->second["metadata"]["uid"];
+    return Json(200, Store(stored));
+  }
+  if (method == "DELETE") {
+    ++counters_.deletes;
+    if (body.is_object() && body.contains("preconditions") &&
+        body["preconditions"].value("uid", "") != it->second["metadata"]["uid"]) {
+      return StatusBody(409, "Conflict", "Precondition failed: UID in precondition");
+    }
+    nlohmann::json gone = it->second;
+    slices_.erase(it);
+    return Json(200, gone);
+  }
+  return StatusBody(405, "MethodNotAllowed", method);
+}
+
+inline absl::StatusOr<HttpResponse> FakeApiServer::Serve(const HttpRequest& request) {
+  absl::MutexLock lock(&mu_);
+  // "https://host" + path [+ "?" query]
+  const std::size_t path_start = request.url.find('/', std::string("https://").size());
+  std::string path = request.url.substr(path_start);
+  std::string query;
+  if (const std::size_t q = path.find('?'); q != std::string::npos) {
+    query = path.substr(q + 1);
+    path = path.substr(0, q);
+  }
+  const nlohmann::json body =
+      request.body.empty() ? nlohmann::json() : nlohmann::json::parse(request.body);
+  const std::string kNodes = "/api/v1/nodes/";
+  const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
+  const std::string kClaims = "/apis/resource.k8s.io/v1/namespaces/";
+  if (path.rfind(kNodes, 0) == 0 && request.method == "GET") {
+    ++counters_.gets;
+    const auto it = nodes_.find(fake_internal::Decode(path.substr(kNodes.size())));
+    if (it == nodes_.end()) {
+      return StatusBody(404, "NotFound", "nodes \"" + path.substr(kNodes.size()) + "\" not found");
+    }
+    return Json(200, it->second);
+  }
+  if (path == kSlices) return ServeSlices(request.method, "", query, body);
+  if (path.rfind(kSlices + "/", 0) == 0) {
+    const std::string name = fake_internal::Decode(path.substr(kSlices.size() + 1));
+    return ServeSlices(request.method, name, query, body);
+  }
+  if (path.rfind(kClaims, 0) == 0 && request.method == "GET") {
+    ++counters_.gets;
+    // <ns>/resourceclaims/<name>
+    const std::string rest = path.substr(kClaims.size());
+    const std::size_t slash = rest.find('/');
+    const std::string key = rest.substr(0, slash) + "/" + rest.substr(rest.rfind('/') + 1);
+    const auto it = claims_.find(key);
+    if (it == claims_.end()) {
+      return StatusBody(404, "NotFound", "resourceclaims \"" + key + "\" not found");
+    }
+    return Json(200, it->second);
+  }
+  return StatusBody(404, "NotFound", "the server could not find the requested resource");
+}
+
+}  // namespace rdp::dra::testing

@@ -1,0 +1,258 @@
+#include "dra/kube_client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/dra/fake_api.h"
+#include "test/support/temp_dir.h"
+
+namespace rdp::dra {
+namespace {
+
+using ::rdp::dra::testing::FakeClock;
+using ::rdp::dra::testing::FuncTransport;
+using ::rdp::dra::testing::Json;
+using ::rdp::dra::testing::StatusBody;
+using ::testing::HasSubstr;
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream(path, std::ios::trunc) << content;
+}
+
+// A client over a FuncTransport and a fake clock; `requests` sees every exchange.
+struct Harness {
+  explicit Harness(FuncTransport::Handler handler, KubeConfig config = {}) {
+    if (config.server.empty()) config.server = "https://api.test:6443";
+    if (config.token.empty() && config.token_file.empty()) config.token = "t0k3n";
+    auto transport = std::make_unique<FuncTransport>(std::move(handler));
+    requests = transport->requests;
+    KubeClient::Options options;
+    options.clock = &clock;
+    options.jitter_seed = 42;
+    client = std::make_unique<KubeClient>(config, std::move(transport), options);
+  }
+  absl::Time Deadline(absl::Duration d) { return clock.Now() + d; }
+
+  FakeClock clock;
+  std::shared_ptr<std::vector<HttpRequest>> requests;
+  std::unique_ptr<KubeClient> client;
+};
+
+TEST(DRAKubeClientTest, SendsTheRequestAndParsesTheAnswer) {
+  Harness h([](const HttpRequest&) { return Json(201, {{"kind", "ResourceSlice"}}); });
+  auto r = h.client->Post("/apis/x", {{"a", 1}}, h.Deadline(absl::Seconds(5)));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 201);
+  EXPECT_EQ(r->body["kind"], "ResourceSlice");
+  ASSERT_EQ(h.requests->size(), 1u);
+  const HttpRequest& sent = h.requests->front();
+  EXPECT_EQ(sent.method, "POST");
+  EXPECT_EQ(sent.url, "https://api.test:6443/apis/x");
+  EXPECT_EQ(nlohmann::json::parse(sent.body), nlohmann::json({{"a", 1}}));
+  EXPECT_THAT(sent.headers, ::testing::Contains("Authorization: Bearer t0k3n"));
+  EXPECT_THAT(sent.headers, ::testing::Contains("Content-Type: application/json"));
+  EXPECT_EQ(sent.timeout, absl::Seconds(5));
+}
+
+TEST(DRAKubeClientTest, MapsStatusCodes) {
+  struct Case {
+    std::string method;
+    int code;
+    std::string reason;
+    absl::StatusCode want;
+  };
+  const std::vector<Case> cases = {
+      {"GET", 400, "BadRequest", absl::StatusCode::kInvalidArgument},
+      {"GET", 401, "Unauthorized", absl::StatusCode::kPermissionDenied},
+      {"GET", 403, "Forbidden", absl::StatusCode::kPermissionDenied},
+      {"GET", 404, "NotFound", absl::StatusCode::kNotFound},
+      {"POST", 409, "AlreadyExists", absl::StatusCode::kAlreadyExists},
+      {"PUT", 409, "Conflict", absl::StatusCode::kAborted},
+      {"DELETE", 409, "Conflict", absl::StatusCode::kAborted},
+      {"GET", 410, "Expired", absl::StatusCode::kAborted},
+      {"POST", 422, "Invalid", absl::StatusCode::kInvalidArgument},
+      {"GET", 501, "NotImplemented", absl::StatusCode::kUnknown},
+      {"GET", 302, "", absl::StatusCode::kUnknown},
+  };
+  for (const Case& c : cases) {
+    Harness h([&](const HttpRequest&) {
+      return StatusBody(c.code, c.reason, "because " + c.reason);
+    });
+    auto r = h.client->Do(c.method, "/p", nullptr, h.Deadline(absl::Seconds(5)));
+    EXPECT_EQ(r.status().code(), c.want) << c.method << " " << c.code << ": " << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr(c.method + " /p: " + std::to_string(c.code)));
+    EXPECT_THAT(r.status().message(), HasSubstr("because " + c.reason)) << "the server's message";
+    EXPECT_EQ(h.requests->size(), 1u) << c.code << " is not retried";
+  }
+}
+
+TEST(DRAKubeClientTest, ConflictWithoutReasonDependsOnTheMethod) {
+  Harness h([](const HttpRequest&) { return HttpResponse{409, "", std::nullopt}; });
+  EXPECT_TRUE(
+      absl::IsAlreadyExists(h.client->Post("/p", {}, h.Deadline(absl::Seconds(1))).status()));
+  EXPECT_TRUE(absl::IsAborted(h.client->Put("/p", {}, h.Deadline(absl::Seconds(1))).status()));
+}
+
+TEST(DRAKubeClientTest, RetriesUnavailableWithGrowingJitteredBackoff) {
+  int calls = 0;
+  Harness h([&](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
+    if (++calls <= 4) return absl::UnavailableError("connection refused");
+    return Json(200, {{"ok", true}});
+  });
+  auto r = h.client->Get("/p", h.Deadline(absl::Seconds(30)));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(calls, 5);
+  ASSERT_EQ(h.clock.sleeps.size(), 4u);
+  absl::Duration bound = absl::Milliseconds(200);
+  for (absl::Duration slept : h.clock.sleeps) {
+    EXPECT_GE(slept, bound / 2);
+    EXPECT_LE(slept, bound);
+    bound *= 2;
+  }
+}
+
+TEST(DRAKubeClientTest, RetriesTooManyRequestsAndServerErrorsHonouringRetryAfter) {
+  std::vector<HttpResponse> answers = {StatusBody(429, "TooManyRequests", "slow down"),
+                                       StatusBody(503, "ServiceUnavailable", "etcd"),
+                                       StatusBody(500, "InternalError", "oops"),
+                                       Json(200, {})};
+  answers[0].retry_after = absl::Seconds(3);
+  std::size_t next = 0;
+  Harness h([&](const HttpRequest&) { return answers[next++]; });
+  auto r = h.client->Get("/p", h.Deadline(absl::Seconds(30)));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(next, 4u);
+  ASSERT_EQ(h.clock.sleeps.size(), 3u);
+  EXPECT_EQ(h.clock.sleeps[0], absl::Seconds(3)) << "Retry-After beats a shorter back-off";
+}
+
+TEST(DRAKubeClientTest, StopsRetryingAtTheDeadlineAndEachAttemptGetsTheTimeLeft) {
+  Harness* self = nullptr;
+  Harness h([&](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
+    self->clock.Advance(absl::Milliseconds(300));  // each attempt takes a while
+    return absl::UnavailableError("connection refused");
+  });
+  self = &h;
+  const absl::Time start = h.clock.Now();
+  const absl::Time deadline = h.Deadline(absl::Seconds(4));
+  auto r = h.client->Get("/p", deadline);
+  EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("connection refused"));
+  EXPECT_THAT(r.status().message(), HasSubstr("attempts"));
+  EXPECT_LE(h.clock.Now(), deadline) << "no wait ends past the deadline";
+  ASSERT_GE(h.requests->size(), 3u);
+  absl::Time at = start;
+  for (std::size_t i = 0; i < h.requests->size(); ++i) {
+    EXPECT_LE((*h.requests)[i].timeout, deadline - at) << "attempt " << i;
+    EXPECT_GT((*h.requests)[i].timeout, absl::ZeroDuration());
+    at += absl::Milliseconds(300);
+    if (i < h.clock.sleeps.size()) at += h.clock.sleeps[i];
+  }
+}
+
+TEST(DRAKubeClientTest, TransportTimeoutIsDeadlineExceededAndNotRetried) {
+  Harness h([](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
+    return absl::DeadlineExceededError("Timeout was reached");
+  });
+  auto r = h.client->Get("/p", h.Deadline(absl::Seconds(2)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("GET /p"));
+  EXPECT_EQ(h.requests->size(), 1u);
+}
+
+TEST(DRAKubeClientTest, PassedDeadlineSendsNothing) {
+  Harness h([](const HttpRequest&) { return Json(200, {}); });
+  auto r = h.client->Get("/p", h.clock.Now());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  EXPECT_TRUE(h.requests->empty());
+}
+
+TEST(DRAKubeClientTest, BodyThatIsNotJsonIsAnError) {
+  Harness h([](const HttpRequest&) { return HttpResponse{200, "<html>", std::nullopt}; });
+  EXPECT_TRUE(absl::IsInternal(h.client->Get("/p", h.Deadline(absl::Seconds(1))).status()));
+}
+
+TEST(DRAKubeClientTest, RereadsTheTokenFileWhenItRotates) {
+  rdp::testing::TempDir dir;
+  const std::string token = dir.Sub("token");
+  WriteFile(token, "first\n");
+  KubeConfig config;
+  config.token_file = token;
+  Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
+  auto bearer = [&] {
+    EXPECT_TRUE(h.client->Get("/p", h.Deadline(absl::Seconds(1))).ok());
+    for (const auto& header : h.requests->back().headers) {
+      if (header.rfind("Authorization: ", 0) == 0) return header;
+    }
+    return std::string("(none)");
+  };
+  EXPECT_EQ(bearer(), "Authorization: Bearer first");
+  WriteFile(token + ".new", "second");
+  ASSERT_EQ(std::rename((token + ".new").c_str(), token.c_str()), 0);  // as the kubelet swaps it
+  EXPECT_EQ(bearer(), "Authorization: Bearer second");
+  std::remove(token.c_str());
+  EXPECT_EQ(bearer(), "Authorization: Bearer second") << "the last token outlives a missing file";
+}
+
+TEST(DRAKubeClientTest, MissingTokenFileFromTheStartIsUnauthenticated) {
+  KubeConfig config;
+  config.token_file = "/nonexistent/token";
+  Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
+  auto r = h.client->Get("/p", h.Deadline(absl::Seconds(1)));
+  EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("/nonexistent/token"));
+  EXPECT_TRUE(h.requests->empty());
+}
+
+TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
+  rdp::testing::TempDir dir;
+  WriteFile(dir.Sub("token"), "shared");
+  KubeConfig config;
+  config.server = "https://api.test";
+  config.token_file = dir.Sub("token");
+  std::atomic<int> calls{0};
+  auto transport = std::make_unique<FuncTransport>(
+      [&](const HttpRequest& r) -> absl::StatusOr<HttpResponse> {
+        // Each request's first attempt fails (a thread's attempts are sequential), so that
+        // the back-off's random draws race too.
+        thread_local int attempts = 0;
+        calls.fetch_add(1);
+        if (attempts++ % 2 == 0) return absl::UnavailableError("reset");
+        const bool bearer = std::find(r.headers.begin(), r.headers.end(),
+                                      "Authorization: Bearer shared") != r.headers.end();
+        return Json(200, {{"bearer", bearer}});
+      });
+  KubeClient::Options options;
+  options.retry.initial = absl::Microseconds(10);  // the real clock: keep the waits tiny
+  options.retry.max = absl::Microseconds(100);
+  KubeClient client(config, std::move(transport), options);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        auto r = client.Get("/p", absl::Now() + absl::Seconds(10));
+        if (r.ok() && r->body["bearer"] == true) {
+          ++ok;
+        } else {
+          ADD_FAILURE() << (r.ok() ? r->body.dump() : r.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(ok.load(), 200);
+  EXPECT_EQ(calls.load(), 400);
+}
+
+TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
+  EXPECT_EQ(PercentEncode("spec.nodeName=n-1,spec.driver=a.b_c~"),
+            "spec.nodeName%3Dn-1%2Cspec.driver%3Da.b_c~");
+}
+
+}  // namespace
+}  // namespace rdp::dra

@@ -1,0 +1,251 @@
+#include "dra/slice_publisher.h"
+
+#include "dra/slices.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/dra/fake_api.h"
+
+namespace rdp::dra {
+namespace {
+
+using ::rdp::dra::testing::FakeApiServer;
+using ::rdp::dra::testing::FakeClock;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+using ::testing::_;
+
+constexpr char kDriver[] = "rdma.example.com";
+constexpr char kNode[] = "node-a";
+
+std::vector<nlohmann::json> Devices(int n, const std::string& model = "cx7") {
+  std::vector<nlohmann::json> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({{"name", "hca-" + std::to_string(i)},
+                   {"attributes", {{"model", {{"string", model}}}}},
+                   {"taints", nlohmann::json::array()}});  // empty: the server leaves it out
+  }
+  return out;
+}
+
+// Slices as the node side builds them: no owner, generation 1; the publisher sets both.
+std::vector<nlohmann::json> Slices(const std::vector<nlohmann::json>& devices) {
+  return BuildResourceSlices(devices, {kDriver, kNode, "", 1});
+}
+
+std::int64_t GenerationOf(const nlohmann::json& slice) {
+  return slice["spec"]["pool"]["generation"].get<std::int64_t>();
+}
+
+class DRASlicePublisherTest : public ::testing::Test {
+ protected:
+  DRASlicePublisherTest() {
+    server_.AddNode(kNode, "node-uid");
+    KubeClient::Options options;
+    options.clock = &clock_;
+    publisher_ = std::make_unique<ApiSlicePublisher>(
+        std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(), options),
+        kDriver, kNode);
+  }
+  absl::Status Publish(const std::vector<nlohmann::json>& slices) {
+    return publisher_->Publish(slices, clock_.Now() + absl::Seconds(10));
+  }
+
+  FakeApiServer server_;
+  FakeClock clock_;
+  std::unique_ptr<ApiSlicePublisher> publisher_;
+};
+
+TEST_F(DRASlicePublisherTest, FirstPublishCreatesGenerationOneOwnedByTheNode) {
+  ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
+  const auto slices = server_.Slices(kNode);
+  ASSERT_THAT(slices, ElementsAre(Pair("node-a-rdma.example.com-0", _),
+                                  Pair("node-a-rdma.example.com-1", _)));
+  for (const auto& [name, slice] : slices) {
+    EXPECT_EQ(GenerationOf(slice), 1) << name;
+    EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 2) << name;
+    const auto& owner = slice["metadata"]["ownerReferences"][0];
+    EXPECT_EQ(owner["kind"], "Node");
+    EXPECT_EQ(owner["name"], kNode);
+    EXPECT_EQ(owner["uid"], "node-uid");
+    EXPECT_EQ(owner["controller"], true);
+  }
+  EXPECT_EQ(server_.counters().creates, 2);
+}
+
+TEST_F(DRASlicePublisherTest, PublishingTheSameDevicesAgainWritesNothing) {
+  ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
+  const auto before = server_.Slices();
+  const int writes = server_.counters().writes();
+  ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
+  EXPECT_EQ(server_.counters().writes(), writes);
+  EXPECT_EQ(server_.Slices(), before) << "no generation bump, no new resourceVersion";
+}
+
+TEST_F(DRASlicePublisherTest, ChangedDeviceBumpsTheGenerationOfEverySlice) {
+  ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
+  auto changed = Devices(70);
+  changed[69]["attributes"]["model"]["string"] = "cx8";  // only the second slice's devices
+  ASSERT_TRUE(Publish(Slices(changed)).ok());
+  for (const auto& [name, slice] : server_.Slices(kNode)) EXPECT_EQ(GenerationOf(slice), 2) << name;
+  EXPECT_EQ(server_.Slices(kNode).at("node-a-rdma.example.com-1")["spec"]["devices"][5]
+                ["attributes"]["model"]["string"],
+            "cx8");
+  ASSERT_TRUE(Publish(Slices(changed)).ok());
+  for (const auto& [name, slice] : server_.Slices(kNode)) EXPECT_EQ(GenerationOf(slice), 2) << name;
+}
+
+TEST_F(DRASlicePublisherTest, GenerationContinuesFromWhatTheServerHolds) {
+  auto old = Slices(Devices(2, "cx6"));
+  old[0]["spec"]["pool"]["generation"] = 41;  // a previous run of the driver
+  server_.AddSlice(old[0]);
+  ASSERT_TRUE(Publish(Slices(Devices(2))).ok());
+  EXPECT_EQ(GenerationOf(server_.Slices(kNode).at("node-a-rdma.example.com-0")), 42);
+}
+
+TEST_F(DRASlicePublisherTest, StaleSlicesAreDeletedOthersLeftAlone) {
+  nlohmann::json stale = Slices(Devices(1))[0];
+  stale["metadata"]["name"] = "node-a-old-name";
+  stale["spec"]["pool"]["name"] = "old-pool";
+  server_.AddSlice(stale);
+  nlohmann::json other_driver = Slices(Devices(1))[0];
+  other_driver["metadata"]["name"] = "node-a-gpu";
+  other_driver["spec"]["driver"] = "gpu.example.com";
+  server_.AddSlice(other_driver);
+  nlohmann::json other_node = BuildResourceSlices(Devices(1), {kDriver, "node-b", "", 1})[0];
+  server_.AddSlice(other_node);
+  const auto untouched = server_.Slices();
+
+  ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
+  ASSERT_TRUE(Publish(Slices(Devices(3))).ok());  // the pool shrinks to one slice
+  const auto slices = server_.Slices();
+  const std::string node_b = "node-b-rdma.example.com-0";
+  EXPECT_THAT(slices, ElementsAre(Pair("node-a-gpu", untouched.at("node-a-gpu")),
+                                  Pair("node-a-rdma.example.com-0", _),
+                                  Pair(node_b, untouched.at(node_b))));
+  EXPECT_EQ(GenerationOf(slices.at("node-a-rdma.example.com-0")), 2);
+  EXPECT_EQ(slices.at("node-a-rdma.example.com-0")["spec"]["pool"]["resourceSliceCount"], 1);
+}
+
+TEST_F(DRASlicePublisherTest, NoDeviceDeletesThePool) {
+  ASSERT_TRUE(Publish(Slices(Devices(70))).ok());
+  ASSERT_TRUE(Publish({}).ok());
+  EXPECT_TRUE(server_.Slices(kNode).empty());
+}
+
+TEST_F(DRASlicePublisherTest, TaintTimeTheServerStampedIsKept) {
+  auto devices = Devices(2);
+  devices[1]["taints"] = {{{"key", "rdma.example.com/unhealthy"}, {"effect", "NoSchedule"}}};
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  const auto before = server_.Slices();
+  EXPECT_EQ(before.begin()->second["spec"]["devices"][1]["taints"][0]["timeAdded"],
+            "2026-12-04T10:00:00Z");
+  const int writes = server_.counters().writes();
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(server_.counters().writes(), writes) << "a stamped timeAdded is not a change";
+  EXPECT_EQ(server_.Slices(), before);
+}
+
+// The API server stores quantities canonically: "1024Mi" comes back as "1Gi".
+void CanonicalQuantities(nlohmann::json& slice) {
+  for (auto& device : slice["spec"]["devices"]) {
+    if (!device.contains("capacity")) continue;
+    for (auto& [name, capacity] : device["capacity"].items()) {
+      if (capacity["value"] == "1024Mi") capacity["value"] = "1Gi";
+    }
+  }
+}
+
+std::vector<nlohmann::json> WithMemory(std::vector<nlohmann::json> devices) {
+  for (auto& d : devices) d["capacity"] = {{"memory", {{"value", "1024Mi"}}}};
+  return devices;
+}
+
+TEST_F(DRASlicePublisherTest, ServerNormalisationIsNotAChange) {
+  server_.SetNormalizer(CanonicalQuantities);
+  ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
+  EXPECT_EQ(server_.counters().writes(), 1) << "written once, then the list settles";
+  const auto before = server_.Slices();
+  ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
+  EXPECT_EQ(server_.counters().writes(), 1);
+  EXPECT_EQ(server_.Slices(), before);
+}
+
+TEST_F(DRASlicePublisherTest, RestartedPublisherRewritesANormalisedSliceOnce) {
+  server_.SetNormalizer(CanonicalQuantities);
+  ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
+  KubeClient::Options options;
+  options.clock = &clock_;
+  ApiSlicePublisher restarted(
+      std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(), options),
+      kDriver, kNode);
+  const absl::Time deadline = clock_.Now() + absl::Seconds(10);
+  ASSERT_TRUE(restarted.Publish(Slices(WithMemory(Devices(3))), deadline).ok());
+  EXPECT_EQ(server_.counters().writes(), 2) << "it cannot tell \"1Gi\" from \"1024Mi\" unaided";
+  ASSERT_TRUE(restarted.Publish(Slices(WithMemory(Devices(3))), deadline).ok());
+  EXPECT_EQ(server_.counters().writes(), 2);
+  EXPECT_EQ(GenerationOf(server_.Slices(kNode).begin()->second), 2);
+}
+
+TEST_F(DRASlicePublisherTest, StampedTaintTimeAndNormalisationTogetherBumpOnce) {
+  server_.SetNormalizer(CanonicalQuantities);
+  auto devices = WithMemory(Devices(3));
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  devices[2]["taints"] = {{{"key", "rdma.example.com/unhealthy"}, {"effect", "NoSchedule"}}};
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(GenerationOf(server_.Slices(kNode).begin()->second), 2) << "one change, one bump";
+  EXPECT_EQ(server_.counters().writes(), 2);
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(server_.counters().writes(), 2);
+}
+
+TEST_F(DRASlicePublisherTest, ConflictStartsAnotherRound) {
+  ASSERT_TRUE(Publish(Slices(Devices(3))).ok());
+  server_.FailNextUpdates(1);  // someone else wrote the slice between our list and our update
+  ASSERT_TRUE(Publish(Slices(Devices(3, "cx8"))).ok());
+  const auto slice = server_.Slices(kNode).at("node-a-rdma.example.com-0");
+  EXPECT_EQ(slice["spec"]["devices"][0]["attributes"]["model"]["string"], "cx8");
+  EXPECT_EQ(GenerationOf(slice), 2);
+  EXPECT_EQ(server_.counters().updates, 2) << "refused once, then written after a new list";
+  EXPECT_EQ(server_.counters().lists, 5)
+      << "first publish: 2 lists; second: conflict, write, equal";
+}
+
+TEST_F(DRASlicePublisherTest, EndlessConflictsAreAborted) {
+  ASSERT_TRUE(Publish(Slices(Devices(3))).ok());
+  server_.FailNextUpdates(100);
+  const auto s = Publish(Slices(Devices(3, "cx8")));
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("still differ"));
+}
+
+TEST_F(DRASlicePublisherTest, ListsEveryPage) {
+  server_.SetPageSize(1);
+  ASSERT_TRUE(Publish(Slices(Devices(200))).ok());  // 4 slices
+  const int writes = server_.counters().writes();
+  ASSERT_TRUE(Publish(Slices(Devices(200))).ok());
+  EXPECT_EQ(server_.counters().writes(), writes) << "every slice was seen, none re-created";
+  EXPECT_EQ(server_.Slices(kNode).size(), 4u);
+}
+
+TEST_F(DRASlicePublisherTest, ForeignSliceIsRefused) {
+  auto slices = BuildResourceSlices(Devices(1), {"gpu.example.com", kNode, "", 1});
+  EXPECT_TRUE(absl::IsInvalidArgument(Publish(slices)));
+  EXPECT_EQ(server_.counters().writes(), 0);
+}
+
+TEST_F(DRASlicePublisherTest, MissingNodeIsNotFound) {
+  FakeApiServer empty;
+  KubeClient::Options options;
+  options.clock = &clock_;
+  ApiSlicePublisher publisher(
+      std::make_shared<KubeClient>(KubeConfig{"https://fake"}, empty.NewTransport(), options),
+      kDriver, kNode);
+  const auto s = publisher.Publish(Slices(Devices(1)), clock_.Now() + absl::Seconds(1));
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("nodes"));
+  EXPECT_EQ(empty.counters().writes(), 0);
+}
+
+}  // namespace
+}  // namespace rdp::dra

@@ -1,0 +1,102 @@
+#include "dra/slice_sync.h"
+
+#include <deque>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+
+namespace rdp::dra {
+namespace {
+
+// Records every Publish; answers from a script (then OK).
+class FakePublisher : public SlicePublisher {
+ public:
+  absl::Status Publish(const std::vector<nlohmann::json>& slices, absl::Time deadline) override {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(slices);
+    deadlines_ok_ = deadlines_ok_ && deadline > absl::Now();
+    if (script_.empty()) return absl::OkStatus();
+    absl::Status s = script_.front();
+    script_.pop_front();
+    return s;
+  }
+  void Script(std::deque<absl::Status> s) {
+    absl::MutexLock lock(&mu_);
+    script_ = std::move(s);
+  }
+  // Waits (bounded) until at least n calls were made; the calls so far.
+  std::vector<std::vector<nlohmann::json>> WaitCalls(std::size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+    return calls_;
+  }
+  bool deadlines_ok() {
+    absl::MutexLock lock(&mu_);
+    return deadlines_ok_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::vector<nlohmann::json>> calls_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::Status> script_ ABSL_GUARDED_BY(mu_);
+  bool deadlines_ok_ ABSL_GUARDED_BY(mu_) = true;
+};
+
+TEST(DRASliceSyncTest, PublishesAtStartAndAfterEachTrigger) {
+  FakePublisher publisher;
+  absl::Mutex mu;
+  int version = 0;
+  SliceSync sync(publisher, [&] {
+    absl::MutexLock lock(&mu);
+    return std::vector<nlohmann::json>{{{"version", version}}};
+  }, {absl::Hours(1), absl::Seconds(5), absl::Seconds(1)});
+  sync.Start();
+  auto calls = publisher.WaitCalls(1);
+  ASSERT_GE(calls.size(), 1u);
+  EXPECT_EQ(calls[0][0]["version"], 0);
+  {
+    absl::MutexLock lock(&mu);
+    version = 1;
+  }
+  sync.Trigger();
+  calls = publisher.WaitCalls(2);
+  ASSERT_EQ(calls.size(), 2u);  // resync is an hour away: nothing else publishes
+  EXPECT_EQ(calls[1][0]["version"], 1);
+  EXPECT_TRUE(publisher.deadlines_ok());
+  sync.Stop();
+  EXPECT_EQ(sync.successes(), 2u);
+  EXPECT_EQ(sync.failures(), 0u);
+}
+
+TEST(DRASliceSyncTest, RetriesAfterAFailureWithoutATrigger) {
+  FakePublisher publisher;
+  publisher.Script({absl::UnavailableError("api server down"), absl::UnavailableError("still")});
+  SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; },
+                 {absl::Hours(1), absl::Seconds(5), absl::Milliseconds(1)});
+  sync.Start();
+  publisher.WaitCalls(3);
+  sync.Stop();
+  EXPECT_EQ(sync.failures(), 2u);
+  EXPECT_EQ(sync.successes(), 1u);
+}
+
+TEST(DRASliceSyncTest, ResyncsPeriodically) {
+  FakePublisher publisher;
+  SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; },
+                 {absl::Milliseconds(1), absl::Seconds(5), absl::Seconds(1)});
+  sync.Start();
+  EXPECT_GE(publisher.WaitCalls(3).size(), 3u);
+  sync.Stop();
+}
+
+TEST(DRASliceSyncTest, StopWithoutStartAndTwice) {
+  FakePublisher publisher;
+  SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; }, {});
+  sync.Stop();
+  sync.Stop();
+  EXPECT_EQ(sync.successes(), 0u);
+}
+
+}  // namespace
+}  // namespace rdp::dra

@@ -1,0 +1,697 @@
+package kubelet
+
+// The DRA driver's devices (`rdma-device-plugin dra slices`) against Kubernetes' own code:
+// the standard attributes against k8s.io/dynamic-resource-allocation/deviceattribute on the
+// same sysfs, the slices against the API server's create path for ResourceSlices, and
+// allocation by the scheduler's structured allocator.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
+	_ "k8s.io/kubernetes/pkg/apis/resource/install"
+	"k8s.io/kubernetes/pkg/registry/resource/resourceslice"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	draDriver   = "rdma.network.alibabacloud.com" // dra/model.h kDefaultDriverName
+	draGPUClass = "gpu.example.com"               // the fake GPU driver's name and class
+	draNodeName = "dra-node"
+	stdPrefix   = deviceattribute.StandardDeviceAttributePrefix
+)
+
+// draFixture is a node laid out as the harness lays nodes out (WriteSysfs), completed with what a
+// kernel also has and the DRA helpers read: /sys/bus/pci/devices/<BDF> links and the GPUs'
+// device directories with numa_node.
+type draFixture struct {
+	Name string
+	Node *Node
+	Root string   // holds sys/ and dev/
+	Sys  *Sysfs   // flips port states
+	Args []string // discovery flags for `dra slices`
+}
+
+// newDRAFixture lays out xml's node; edit, when given, changes the node before it is laid out
+// (the kernel's view then differs from the XML's, which the binary also reads).
+func newDRAFixture(t *testing.T, xml string, edit func(*Node)) draFixture {
+	t.Helper()
+	n, err := LoadNode(xml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(n)
+	}
+	root := t.TempDir()
+	s, err := WriteSysfs(root, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := addKernelPCI(root, n); err != nil {
+		t.Fatal(err)
+	}
+	return draFixture{Name: strings.TrimSuffix(filepath.Base(xml), ".xml"), Node: n, Root: root, Sys: s,
+		Args: []string{"--topology-xml", xml, "--sysfs-root", root, "--dev-root", root, "--log-level", "warn"}}
+}
+
+// addKernelPCI adds the /sys/bus/pci/devices links of the node's HCAs and GPUs, relative as the
+// kernel makes them (../../../devices/pci0000:15/.../0000:1a:00.0), and the GPUs' directories.
+func addKernelPCI(root string, n *Node) error {
+	sys := filepath.Join(root, "sys")
+	link := func(pciRoot string, bridges []string, pci string) error {
+		dev := filepath.Join(append([]string{sys, "devices", pciRoot}, append(bridges, pci)...)...)
+		return symlink(dev, filepath.Join(sys, "bus", "pci", "devices", pci))
+	}
+	for _, h := range n.HCAs {
+		if err := link(h.PCIeRoot, h.Bridges, h.PCI); err != nil {
+			return err
+		}
+	}
+	for _, g := range n.GPUs {
+		dev := filepath.Join(append([]string{sys, "devices", g.PCIeRoot}, append(g.Bridges, g.PCI)...)...)
+		for f, c := range map[string]string{"numa_node": strconv.Itoa(g.NUMA), "vendor": "0x10de", "class": "0x030200"} {
+			if err := writeFile(filepath.Join(dev, f), c); err != nil {
+				return err
+			}
+		}
+		if err := link(g.PCIeRoot, g.Bridges, g.PCI); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// draXMLs are the nodes every DRA test runs on: dgx-h100-like, the two real machines' exports and
+// the three synthetic nodes.
+func draXMLs() []string { return allXMLs() }
+
+// draSlices runs `dra slices` and decodes its List strictly: a field the API does not know fails.
+func draSlices(t *testing.T, bin string, args ...string) []resourceapi.ResourceSlice {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"dra", "slices"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dra slices %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	var list struct {
+		APIVersion string                      `json:"apiVersion"`
+		Kind       string                      `json:"kind"`
+		Items      []resourceapi.ResourceSlice `json:"items"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&list); err != nil {
+		t.Fatalf("dra slices: %v\n%s", err, out)
+	}
+	if list.APIVersion != "v1" || list.Kind != "List" {
+		t.Fatalf("dra slices: apiVersion %q kind %q, want v1 List", list.APIVersion, list.Kind)
+	}
+	return list.Items
+}
+
+func draDevices(slices []resourceapi.ResourceSlice) []resourceapi.Device {
+	var out []resourceapi.Device
+	for _, s := range slices {
+		out = append(out, s.Spec.Devices...)
+	}
+	return out
+}
+
+func draBinary(t *testing.T) string {
+	t.Helper()
+	bin := binaryPath()
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("no plugin binary at %s (set RDP_BINARY)", bin)
+	}
+	if out, _ := exec.Command(bin, "dra", "slices", "--help").CombinedOutput(); !strings.Contains(string(out), "--driver-name") {
+		t.Skipf("%s has no `dra slices`", bin)
+	}
+	return bin
+}
+
+// upstreamStandard is what deviceattribute's helpers publish for a PCI function of the tree
+// under root: the attributes a helper returns without error.
+func upstreamStandard(root, pci string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	fs := deviceattribute.WithFSFromRoot(filepath.Join(root, "sys"))
+	out := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	if a, err := deviceattribute.GetPCIBusIDAttribute(pci); err == nil {
+		out[a.Name] = a.Value
+	}
+	if a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(pci, fs); err == nil {
+		out[a.Name] = a.Value
+	}
+	if a, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(pci, deviceattribute.ScalarAttribute, fs); err == nil {
+		out[a.Name] = a.Value
+	}
+	return out
+}
+
+func standardOf(d resourceapi.Device) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	out := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	for k, v := range d.Attributes {
+		if strings.HasPrefix(string(k), stdPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func attrString(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name string) string {
+	if v, ok := a[resourceapi.QualifiedName(name)]; ok && v.StringValue != nil {
+		return *v.StringValue
+	}
+	return ""
+}
+
+// compareStandard checks every device of the binary's slices against the helpers on root and
+// returns the PCI addresses it compared.
+func compareStandard(t *testing.T, what, root string, devices []resourceapi.Device) []string {
+	t.Helper()
+	var pcis []string
+	for _, d := range devices {
+		pci := attrString(d.Attributes, stdPrefix+"pciBusID")
+		if pci == "" {
+			t.Errorf("%s: device %s has no pciBusID", what, d.Name)
+			continue
+		}
+		pcis = append(pcis, pci)
+		want := upstreamStandard(root, pci)
+		if _, ok := want[deviceattribute.StandardDeviceAttributePCIeRoot]; !ok {
+			t.Errorf("%s: the helpers find no pcieRoot for %s: the tree lacks the kernel's link", what, pci)
+		}
+		if got := standardOf(d); !apiequality.Semantic.DeepEqual(got, want) {
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(want)
+			t.Errorf("%s: device %s: standard attributes\n  ours:     %s\n  upstream: %s", what, d.Name, g, w)
+		}
+	}
+	sort.Strings(pcis)
+	return pcis
+}
+
+// deviceattribute's helpers on the fixture trees the harness lays out (plus the kernel's
+// /sys/bus/pci/devices links), on trees where the kernel disagrees with the XML that hwloc reads
+// (another root bus, numa_node -1: the helpers follow the kernel and so must we), and on a real
+// machine's gathered /sys.
+func TestDRAAttributesMatchUpstream(t *testing.T) {
+	bin := draBinary(t)
+	type fixture struct {
+		name string
+		f    draFixture
+	}
+	var fixtures []fixture
+	for _, xml := range draXMLs() {
+		f := newDRAFixture(t, xml, nil)
+		fixtures = append(fixtures, fixture{f.Name, f})
+	}
+	diverged := newDRAFixture(t, fixtureXML(), func(n *Node) {
+		n.HCAs[0].PCIeRoot = "pci0000:14" // a root bus the XML's host bridge does not name
+		n.HCAs[1].NUMA = -1               // the kernel knows no NUMA node; hwloc's XML says 0
+	})
+	fixtures = append(fixtures, fixture{"dgx-h100-like, kernel differs from hwloc", diverged})
+
+	for _, fx := range fixtures {
+		devices := draDevices(draSlices(t, bin, append(fx.f.Args, "--node-name", draNodeName)...))
+		pcis := compareStandard(t, fx.name, fx.f.Root, devices)
+		var want []string
+		for _, h := range fx.f.Node.HCAs {
+			want = append(want, h.PCI)
+		}
+		sort.Strings(want)
+		if strings.Join(pcis, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: devices for %v, want one per HCA %v", fx.name, pcis, want)
+		}
+	}
+	// The divergence is real: the XML alone (hwloc's view, no sysfs) says otherwise.
+	n := diverged.Node
+	xmlOnly := draDevices(draSlices(t, bin, "--topology-xml", fixtureXML(), "--node-name", draNodeName, "--log-level", "warn"))
+	for _, d := range xmlOnly {
+		if attrString(d.Attributes, stdPrefix+"pciBusID") == n.HCAs[0].PCI &&
+			attrString(d.Attributes, stdPrefix+"pcieRoot") == "pci0000:14" {
+			t.Errorf("the XML alone also says pci0000:14 for %s: the diverged case tests nothing", n.HCAs[0].PCI)
+		}
+	}
+
+	// A real machine's /sys (hwloc-gather-topology, test/data/README.md).
+	dir := t.TempDir()
+	tarball := filepath.Join(repoRoot(), "test", "data", "32em64t-2n8c+1mic.tar.bz2")
+	if out, err := exec.Command("tar", "-xjf", tarball, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	root := filepath.Join(dir, "32em64t-2n8c+1mic")
+	devices := draDevices(draSlices(t, bin, "--sysfs-root", root, "--dev-root", root, "--node-name", draNodeName, "--log-level", "warn"))
+	if pcis := compareStandard(t, "gathered 32em64t-2n8c+1mic", root, devices); len(pcis) == 0 {
+		t.Errorf("gathered tree: no device")
+	}
+}
+
+// toInternal converts a v1 ResourceSlice as the API server does after decoding: defaults, then
+// the internal version.
+func toInternal(t *testing.T, s *resourceapi.ResourceSlice) *resourceinternal.ResourceSlice {
+	t.Helper()
+	legacyscheme.Scheme.Default(s)
+	var out resourceinternal.ResourceSlice
+	if err := legacyscheme.Scheme.Convert(s, &out, nil); err != nil {
+		t.Fatalf("convert: %v", err)
+	}
+	return &out
+}
+
+// createErr runs the API server's create path for a ResourceSlice (rest.BeforeCreate with the
+// registry's strategy: PrepareForCreate drops fields of disabled features, then handwritten and
+// declarative validation).
+func createErr(t *testing.T, s resourceapi.ResourceSlice) (*resourceinternal.ResourceSlice, error) {
+	t.Helper()
+	obj := toInternal(t, s.DeepCopy())
+	rest.FillObjectMetaSystemFields(obj)
+	ctx := genericapirequest.WithNamespace(genericapirequest.NewContext(), metav1.NamespaceNone)
+	ctx = genericapirequest.WithRequestInfo(ctx, &genericapirequest.RequestInfo{
+		IsResourceRequest: true, Verb: "create", APIPrefix: "apis", APIGroup: "resource.k8s.io",
+		APIVersion: "v1", Resource: "resourceslices", Name: s.Name})
+	return obj, rest.BeforeCreate(resourceslice.Strategy, ctx, obj)
+}
+
+// Every slice the binary prints for every fixture, in both modes, with a custom driver name and
+// with an unhealthy HCA, passes the API server's validation for a create, and loses nothing to
+// the feature gates' field dropping (taints, allowMultipleAllocations).
+func TestDRASlicesValidate(t *testing.T) {
+	bin := draBinary(t)
+	checked := 0
+	for _, xml := range draXMLs() {
+		f := newDRAFixture(t, xml, nil)
+		first := f.Node.HCAs[0]
+		if err := f.Sys.SetPortState(first.Name, first.Ports[0], "DOWN"); err != nil {
+			t.Fatal(err)
+		}
+		for _, extra := range [][]string{
+			{"--mode", "exclusive", "--node-name", draNodeName},
+			{"--mode", "shared", "--node-name", draNodeName},
+			{"--mode", "shared", "--driver-name", "rdma.example.com", "--node-name", "node-1.zone-a"},
+		} {
+			args := append(append([]string{}, f.Args...), extra...)
+			slices := draSlices(t, bin, args...)
+			if len(slices) == 0 {
+				t.Fatalf("%s %v: no slice", f.Name, extra)
+			}
+			tainted, multi := 0, 0
+			for _, s := range slices {
+				obj, err := createErr(t, s)
+				if err != nil {
+					t.Errorf("%s %v: slice %s is refused: %v", f.Name, extra, s.Name, err)
+					continue
+				}
+				checked++
+				for _, d := range obj.Spec.Devices {
+					if len(d.Taints) > 0 {
+						tainted++
+					}
+					if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
+						multi++
+					}
+				}
+			}
+			if tainted != 1 {
+				t.Errorf("%s %v: %d tainted devices after create, want 1 (%s's port is DOWN)", f.Name, extra, tainted, first.Name)
+			}
+			if shared := extra[1] == "shared"; shared && multi != len(f.Node.HCAs) || !shared && multi != 0 {
+				t.Errorf("%s %v: %d devices allow multiple allocations", f.Name, extra, multi)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no slice validated")
+	}
+
+	// The path above refuses what it must: a control that breaks one device each way.
+	f := newDRAFixture(t, fixtureXML(), nil)
+	good := draSlices(t, bin, append(f.Args, "--node-name", draNodeName)...)[0]
+	for what, breakIt := range map[string]func(d *resourceapi.Device){
+		"string over 64": func(d *resourceapi.Device) {
+			d.Attributes[draDriver+"/hcaName"] = resourceapi.DeviceAttribute{StringValue: ptr.To(strings.Repeat("m", 65))}
+		},
+		"id over 32": func(d *resourceapi.Device) {
+			d.Attributes[draDriver+"/"+resourceapi.QualifiedName(strings.Repeat("a", 33))] = resourceapi.DeviceAttribute{BoolValue: ptr.To(true)}
+		},
+		"taint value": func(d *resourceapi.Device) {
+			d.Taints = []resourceapi.DeviceTaint{{Key: draDriver + "/unhealthy", Value: "port 1 is DOWN", Effect: "NoSchedule"}}
+		},
+		"device name": func(d *resourceapi.Device) { d.Name = "hca-0000:1a:00.0" },
+		"two value kinds": func(d *resourceapi.Device) {
+			d.Attributes[draDriver+"/mode"] = resourceapi.DeviceAttribute{StringValue: ptr.To("x"), BoolValue: ptr.To(true)}
+		},
+	} {
+		bad := *good.DeepCopy()
+		breakIt(&bad.Spec.Devices[0])
+		if _, err := createErr(t, bad); err == nil {
+			t.Errorf("control %q: accepted", what)
+		}
+	}
+}
+
+type classLister map[string]*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	var out []*resourceapi.DeviceClass
+	for _, c := range l {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l[name]; ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("no DeviceClass %s", name)
+}
+
+func driverClass(driver string) *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)},
+		}}},
+	}
+}
+
+// gpuSlice is a fake GPU driver's pool: one device per GPU of the node with the standard
+// attributes as a real GPU driver gets them, from deviceattribute's helpers on the same tree.
+func gpuSlice(t *testing.T, f draFixture) *resourceapi.ResourceSlice {
+	t.Helper()
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: draNodeName + "-" + draGPUClass},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   draGPUClass,
+			NodeName: ptr.To(draNodeName),
+			Pool:     resourceapi.ResourcePool{Name: draNodeName, Generation: 1, ResourceSliceCount: 1},
+		},
+	}
+	for i, g := range f.Node.GPUs {
+		attrs := upstreamStandard(f.Root, g.PCI)
+		if _, ok := attrs[deviceattribute.StandardDeviceAttributePCIeRoot]; !ok {
+			t.Fatalf("%s: the helpers find no pcieRoot for GPU %s", f.Name, g.PCI)
+		}
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: fmt.Sprintf("gpu-%d", i), Attributes: attrs})
+	}
+	return s
+}
+
+type draAllocator struct {
+	t      *testing.T
+	slices []*resourceapi.ResourceSlice
+	node   *v1.Node
+	byName map[string]HCA // our device name -> the node's HCA, through the device's pciBusID
+}
+
+func newDRAAllocator(t *testing.T, bin string, f draFixture, extra ...string) *draAllocator {
+	t.Helper()
+	a := &draAllocator{t: t, node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: draNodeName}}, byName: map[string]HCA{}}
+	ours := draSlices(t, bin, append(append(append([]string{}, f.Args...), "--node-name", draNodeName), extra...)...)
+	for i := range ours {
+		a.slices = append(a.slices, &ours[i])
+		for _, d := range ours[i].Spec.Devices {
+			if h, ok := f.Node.HCAByPCI(attrString(d.Attributes, stdPrefix+"pciBusID")); ok {
+				a.byName[d.Name] = h
+			} else {
+				t.Fatalf("%s: device %s is no HCA of the node", f.Name, d.Name)
+			}
+		}
+	}
+	if len(f.Node.GPUs) > 0 {
+		a.slices = append(a.slices, gpuSlice(t, f))
+	}
+	return a
+}
+
+// allocate runs the scheduler's allocator for the claims together on a node with nothing
+// allocated yet; nil when they cannot all be allocated.
+func (a *draAllocator) allocate(claims ...*resourceapi.ResourceClaim) []resourceapi.AllocationResult {
+	a.t.Helper()
+	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PrioritizedList: true, PartitionableDevices: true}
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	classes := classLister{draDriver: driverClass(draDriver), draGPUClass: driverClass(draGPUClass)}
+	alloc, err := structured.NewAllocator(context.Background(), features, state, classes, a.slices,
+		cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	results, err := alloc.Allocate(context.Background(), a.node, claims)
+	if err != nil {
+		a.t.Fatalf("allocate: %v", err)
+	}
+	return results
+}
+
+// hcasOf maps a result's devices of `request` back to the node's HCAs.
+func (a *draAllocator) hcasOf(r resourceapi.AllocationResult, request string) []HCA {
+	var out []HCA
+	for _, d := range r.Devices.Results {
+		if d.Request != request {
+			continue
+		}
+		if d.Driver != draDriver || d.Pool != draNodeName {
+			a.t.Errorf("result %+v: not our driver's pool", d)
+		}
+		h, ok := a.byName[d.Device]
+		if !ok {
+			a.t.Errorf("result names device %s, which the slices do not have", d.Device)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func claim(name string, requests []resourceapi.DeviceRequest, constraints ...resourceapi.DeviceConstraint) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Constraints: constraints}},
+	}
+}
+
+func exactly(name, class string, count int64, selectors ...string) resourceapi.DeviceRequest {
+	r := resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}
+	for _, s := range selectors {
+		r.Exactly.Selectors = append(r.Exactly.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
+	}
+	return r
+}
+
+// outermostSwitch is the upstream port of the switch right below the root port: the second
+// bridge of the chain when there are at least three. "" when there is none.
+func outermostSwitch(bridges []string) string {
+	if len(bridges) < 3 {
+		return ""
+	}
+	return bridges[1]
+}
+
+// checkSwitchPairs asks for two HCAs with matchAttribute on our attribute attr (a switch) and
+// checks the result against the node's own reading of its bridges (switchOf): two HCAs under one
+// switch when some switch has two, nothing otherwise. Then it takes one HCA of every such switch
+// down, one at a time: the tainted HCAs' switches must no longer be chosen, and with all of them
+// down the claim cannot be allocated. Ports are ACTIVE again at the end. Reports whether the node
+// has a switch with two HCAs.
+func checkSwitchPairs(t *testing.T, bin string, f draFixture, attr string, switchOf func([]string) string) bool {
+	t.Helper()
+	bySwitch := map[string][]string{}
+	for _, h := range f.Node.HCAs {
+		if sw := switchOf(h.Bridges); sw != "" {
+			bySwitch[sw] = append(bySwitch[sw], h.Name)
+		}
+	}
+	pairSwitches := 0
+	for _, names := range bySwitch {
+		if len(names) >= 2 {
+			pairSwitches++
+		}
+	}
+	two := claim("two-hcas", []resourceapi.DeviceRequest{exactly("hcas", draDriver, 2)},
+		resourceapi.DeviceConstraint{Requests: []string{"hcas"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(draDriver + "/" + attr))})
+	a := newDRAAllocator(t, bin, f)
+	results := a.allocate(two)
+	if pairSwitches == 0 {
+		if results != nil {
+			t.Errorf("%s %s: no switch holds two HCAs, yet got %+v", f.Name, attr, results)
+		}
+		return false
+	}
+	if len(results) != 1 {
+		t.Errorf("%s %s: no two HCAs on one switch allocated; the node has %v", f.Name, attr, bySwitch)
+		return true
+	}
+	hcas := a.hcasOf(results[0], "hcas")
+	if len(hcas) != 2 || switchOf(hcas[0].Bridges) != switchOf(hcas[1].Bridges) || hcas[0].PCI == hcas[1].PCI {
+		t.Errorf("%s %s: two HCAs on one switch: got %+v", f.Name, attr, hcas)
+	}
+
+	down := map[string]bool{} // switches with a DOWN HCA
+	defer func() {
+		for sw := range down {
+			h := hcaByName(f.Node, bySwitch[sw][0])
+			if err := f.Sys.SetPortState(h.Name, h.Ports[0], "ACTIVE"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
+	for sw, names := range bySwitch {
+		if len(names) < 2 {
+			continue
+		}
+		h := hcaByName(f.Node, names[0])
+		if err := f.Sys.SetPortState(h.Name, h.Ports[0], "DOWN"); err != nil {
+			t.Fatal(err)
+		}
+		down[sw] = true
+		a := newDRAAllocator(t, bin, f)
+		results := a.allocate(two)
+		if len(down) == pairSwitches {
+			if results != nil {
+				t.Errorf("%s %s: every switch has a DOWN HCA, yet got %+v", f.Name, attr, results)
+			}
+			break
+		}
+		if len(results) != 1 {
+			t.Errorf("%s %s: with HCAs down on %d of %d switches: no allocation", f.Name, attr, len(down), pairSwitches)
+			continue
+		}
+		for _, got := range a.hcasOf(results[0], "hcas") {
+			if down[switchOf(got.Bridges)] {
+				t.Errorf("%s %s: got %s on switch %s, which has a DOWN HCA", f.Name, attr, got.Name, switchOf(got.Bridges))
+			}
+		}
+	}
+	return true
+}
+
+// innermostSwitch is the upstream port of the nearest switch above a device, read off its bridge
+// chain (root port first): the second-last bridge when there are at least three, since the last
+// is then a downstream port of that switch. "" when there is none.
+func innermostSwitch(bridges []string) string {
+	if len(bridges) < 3 {
+		return ""
+	}
+	return bridges[len(bridges)-2]
+}
+
+// The scheduler's structured allocator on the slices the binary prints and a fake GPU driver's:
+// a GPU plus an HCA with matchAttribute pcieRoot gets an HCA under the GPU's root whenever the
+// node has one (and nothing when it has none); two HCAs with matchAttribute on our pcieSwitch
+// (pcieTopSwitch) get two under one nearest (top-level) switch where the node has such a switch,
+// never a tainted (unhealthy) HCA; shared mode lets two claims each take every HCA, exclusive mode
+// does not.
+func TestDRAStructuredAllocation(t *testing.T) {
+	bin := draBinary(t)
+	pcieRoot := ptr.To(resourceapi.FullyQualifiedName(deviceattribute.StandardDeviceAttributePCIeRoot))
+	pairs, unsatisfiable, switchPairs := 0, 0, map[string]int{}
+	for _, xml := range draXMLs() {
+		f := newDRAFixture(t, xml, nil)
+		a := newDRAAllocator(t, bin, f)
+		for _, g := range f.Node.GPUs {
+			c := claim("gpu-and-hca", []resourceapi.DeviceRequest{
+				exactly("gpu", draGPUClass, 1, fmt.Sprintf("device.attributes[%q].pciBusID == %q", strings.TrimSuffix(stdPrefix, "/"), g.PCI)),
+				exactly("hca", draDriver, 1),
+			}, resourceapi.DeviceConstraint{Requests: []string{"gpu", "hca"}, MatchAttribute: pcieRoot})
+			var near []string
+			for _, h := range f.Node.HCAs {
+				if h.PCIeRoot == g.PCIeRoot {
+					near = append(near, h.Name)
+				}
+			}
+			results := a.allocate(c)
+			if len(near) == 0 {
+				unsatisfiable++
+				if results != nil {
+					t.Errorf("%s: GPU %s (%s) has no HCA on its root, yet got %+v", f.Name, g.PCI, g.PCIeRoot, results)
+				}
+				continue
+			}
+			pairs++
+			if len(results) != 1 {
+				t.Errorf("%s: GPU %s (%s): no allocation, though %v share its root", f.Name, g.PCI, g.PCIeRoot, near)
+				continue
+			}
+			hcas := a.hcasOf(results[0], "hca")
+			if len(hcas) != 1 || hcas[0].PCIeRoot != g.PCIeRoot {
+				t.Errorf("%s: GPU %s (%s) got HCAs %+v", f.Name, g.PCI, g.PCIeRoot, hcas)
+			}
+		}
+
+		for _, level := range []struct {
+			attr string
+			of   func([]string) string
+		}{{"pcieSwitch", innermostSwitch}, {"pcieTopSwitch", outermostSwitch}} {
+			if checkSwitchPairs(t, bin, f, level.attr, level.of) {
+				switchPairs[level.attr]++
+			}
+		}
+	}
+	t.Logf("GPU+HCA claims: %d satisfiable, %d unsatisfiable; nodes with two HCAs on one switch: %v", pairs, unsatisfiable, switchPairs)
+	if pairs == 0 || unsatisfiable == 0 || switchPairs["pcieSwitch"] == 0 || switchPairs["pcieTopSwitch"] <= switchPairs["pcieSwitch"] {
+		t.Errorf("the fixtures tested %d satisfiable GPU pairs, %d unsatisfiable, switch pairs %v: each must be > 0, more nodes with a top switch pair than a leaf one",
+			pairs, unsatisfiable, switchPairs)
+	}
+
+	// Shared mode: two claims that each want every HCA both fit; in exclusive mode they do not.
+	f := newDRAFixture(t, fixtureXML(), nil)
+	all := func(name string) *resourceapi.ResourceClaim {
+		return claim(name, []resourceapi.DeviceRequest{{Name: "all", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: draDriver, AllocationMode: resourceapi.DeviceAllocationModeAll}}})
+	}
+	if results := newDRAAllocator(t, bin, f, "--mode", "exclusive").allocate(all("a"), all("b")); results != nil {
+		t.Errorf("exclusive mode: two claims of every HCA were both allocated: %+v", results)
+	}
+	shared := newDRAAllocator(t, bin, f, "--mode", "shared")
+	results := shared.allocate(all("a"), all("b"))
+	if len(results) != 2 {
+		t.Fatalf("shared mode: two claims of every HCA: %d results", len(results))
+	}
+	for i, r := range results {
+		if got := shared.hcasOf(r, "all"); len(got) != len(f.Node.HCAs) {
+			t.Errorf("shared mode: claim %d got %d HCAs, want %d", i, len(got), len(f.Node.HCAs))
+		}
+		for _, d := range r.Devices.Results {
+			if d.ShareID == nil {
+				t.Errorf("shared mode: claim %d's %s has no shareID", i, d.Device)
+			}
+		}
+	}
+}
+
+func hcaByName(n *Node, name string) HCA {
+	for _, h := range n.HCAs {
+		if h.Name == name {
+			return h
+		}
+	}
+	return HCA{}
+}
