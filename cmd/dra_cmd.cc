@@ -91,7 +91,7 @@ void PrintSlices(const SlicesFlags& f) {
 CLI::App* AddDraCommand(CLI::App& app) {
   CLI::App* dra = app.add_subcommand(
       "dra", "The DRA (Dynamic Resource Allocation, resource.k8s.io/v1) driver mode");
-  dra->require_subcommand(1);
+  dra->require_subcommand(0, 1);
 
   auto flags = std::make_shared<SlicesFlags>();
   CLI::App* slices = dra->add_subcommand(
