@@ -20,7 +20,7 @@ import (
 // injecting the claim's device into an OCI spec adds exactly the claim's device nodes (with the
 // fixture's major:minor, so the runtime need not stat the host) and device-plugin Allocate's env.
 func TestDRACDISpecValid(t *testing.T) {
-	bin := draBinary(t)
+	bin := draDriverBinary(t)
 	dir := shortTempDir(t)
 	n, err := LoadNode(fixtureXML())
 	if err != nil {

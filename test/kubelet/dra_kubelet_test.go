@@ -32,7 +32,7 @@ import (
 //   - its registration socket removed, and a kubelet restart that wipes plugins_registry/ and
 //     plugins/, get the driver registered again (our binary re-creates its sockets).
 func TestDRAKubeletPluginManager(t *testing.T) {
-	bin := draBinary(t)
+	bin := draDriverBinary(t)
 	dir := shortTempDir(t)
 	n, err := LoadNode(fixtureXML())
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 // DRADriver is the driver name the DRA tests run the binary with.
 const DRADriver = "rdma.example.com"
 
-// draBinary returns the plugin binary when it has the DRA driver (`dra prepare-local`), else
+// draDriverBinary returns the plugin binary when it has the DRA driver (`dra prepare-local`), else
 // skips the test.
-func draBinary(t *testing.T) string {
+func draDriverBinary(t *testing.T) string {
 	t.Helper()
 	bin := binaryPath()
 	if _, err := os.Stat(bin); err != nil {
