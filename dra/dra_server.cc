@@ -75,12 +75,12 @@ absl::Status DraServer::Start() {
   // The endpoint first: the kubelet dials it as soon as it has read GetInfo.
   if (absl::Status s = Serve(dra_); !s.ok()) return s;
   if (absl::Status s = Serve(reg_); !s.ok()) {
-    StopServing(dra_);
+    StopServing(dra_, absl::Now() + kShutdownGrace);
     return s;
   }
   if (!WatchDirs(/*force=*/true)) {
-    StopServing(reg_);
-    StopServing(dra_);
+    StopServing(reg_, absl::Now() + kShutdownGrace);
+    StopServing(dra_, absl::Now() + kShutdownGrace);
     return Errno(absl::StrCat("watching ", config_.PluginDir(), " and ",
                               config_.RegistrationDir()));
   }
@@ -104,11 +104,13 @@ void DraServer::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
-  // Registration first: the kubelet unregisters the driver before its endpoint goes.
+  // The registration socket goes first (the kubelet unregisters the driver before its endpoint
+  // goes); calls in flight get one grace period for both servers together.
+  const absl::Time deadline = absl::Now() + kShutdownGrace;
   for (Socket* s : {&reg_, &dra_}) {
-    StopServing(*s);
     if (s->id != 0 && server::FileId(s->path) == s->id) ::unlink(s->path.c_str());
     s->id = 0;
+    StopServing(*s, deadline);
   }
   for (int* fd : {&inotify_fd_, &stop_fd_, &fatal_fd_}) {
     if (*fd >= 0) ::close(*fd);
@@ -142,7 +144,7 @@ void DraServer::Fatal(const absl::Status& status) {
 }
 
 absl::Status DraServer::Serve(Socket& socket) {
-  StopServing(socket);
+  StopServing(socket, absl::Now() + kShutdownGrace);
   std::error_code ec;
   const std::string dir = std::filesystem::path(socket.path).parent_path().string();
   std::filesystem::create_directories(dir, ec);
@@ -153,7 +155,7 @@ absl::Status DraServer::Serve(Socket& socket) {
   socket.server = *std::move(server);
   socket.id = server::FileId(socket.path);
   if (socket.id == 0) {
-    StopServing(socket);
+    StopServing(socket, absl::Now() + kShutdownGrace);
     return absl::UnavailableError(absl::StrCat(socket.path, " vanished as it was created"));
   }
   ++socket.serves;
@@ -164,8 +166,8 @@ absl::Status DraServer::Serve(Socket& socket) {
   return absl::OkStatus();
 }
 
-void DraServer::StopServing(Socket& socket) {
-  if (socket.server) socket.server->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+void DraServer::StopServing(Socket& socket, absl::Time deadline) {
+  if (socket.server) socket.server->Shutdown(absl::ToChronoTime(deadline));
   socket.server.reset();
 }
 
@@ -217,13 +219,16 @@ void DraServer::Loop() {
     // was gone sees a new socket and registers us again, now that the endpoint is there.
     bool dra_again = false;
     for (Socket* s : {&dra_, &reg_}) {
-      const bool gone = server::FileId(s->path) != s->id;
+      // id 0: not served (the last attempt failed).
+      const bool gone = s->id == 0 || server::FileId(s->path) != s->id;
       if (!gone && !(s == &reg_ && dra_again)) continue;
       if (gone && s->id != 0) Log()->info("{} was removed or replaced: serving it again", s->path);
       if (s == &dra_) dra_again = true;
       if (absl::Status st = Serve(*s); !st.ok()) {
         Log()->warn("{}; retrying", st.ToString());
         s->id = 0;
+        ++serve_failures_;
+        served_.SignalAll();
         failed = true;
         break;  // no registration socket without its endpoint
       }
@@ -237,6 +242,15 @@ void DraServer::Loop() {
       backoff = config_.retry_min;
     }
   }
+}
+
+bool DraServer::WaitServeFailures(int n, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (serve_failures_ < n) {
+    if (served_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return serve_failures_ >= n;
 }
 
 int DraServer::dra_serves() const {

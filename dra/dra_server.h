@@ -65,6 +65,8 @@ class DraServer {
   // was last served after the DRA socket (the state the kubelet must find), or `timeout`
   // passes; true when it is so.
   bool WaitServes(int dra, int registration, absl::Duration timeout) const;
+  // Blocks until `n` attempts to serve a socket again have failed so far, or `timeout` passes.
+  bool WaitServeFailures(int n, absl::Duration timeout) const;
   RegistrationService& registration() { return *registration_; }
   const DraServerConfig& config() const { return config_; }
 
@@ -78,7 +80,8 @@ class DraServer {
     std::uint64_t seq = 0;  // when it was last served (DraServer::seq_)
   };
   absl::Status Serve(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopServing(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the socket's server; calls in flight may run until `deadline`.
+  void StopServing(Socket& socket, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // (Re)watches both directories: those whose identity changed, or both when `force`. False
   // when one is not there or cannot be watched.
   bool WatchDirs(bool force);
@@ -94,6 +97,7 @@ class DraServer {
   Socket dra_ ABSL_GUARDED_BY(mu_);
   Socket reg_ ABSL_GUARDED_BY(mu_);
   std::uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;  // serves so far, both sockets
+  int serve_failures_ ABSL_GUARDED_BY(mu_) = 0;  // by the lifecycle thread
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "proto/dra.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
@@ -153,6 +154,25 @@ TEST_F(DRAServerTest, RefusedRegistrationIsCountedNotRegistered) {
   ASSERT_TRUE(stub->NotifyRegistrationStatus(&c, status, &r).ok());
   EXPECT_EQ(server_->registration().refusals(), 1);
   EXPECT_EQ(server_->registration().registrations(), 0);
+}
+
+TEST_F(DRAServerTest, ServingThatFailsIsRetried) {
+  config_.retry_min = absl::Milliseconds(20);
+  server_ = std::make_unique<DraServer>(config_, &node_.driver());
+  ASSERT_TRUE(server_->Start().ok());
+  // <kubelet>/plugins made a file: the DRA socket's directory cannot be created.
+  const std::string plugins = config_.kubelet_dir + "/plugins";
+  std::filesystem::rename(plugins, node_.root() + "/gone");
+  std::ofstream(node_.root() + "/blocker") << "x";
+  std::filesystem::rename(node_.root() + "/blocker", plugins);
+  std::filesystem::remove_all(node_.root() + "/gone");  // the driver sees dra.sock go
+  ASSERT_TRUE(server_->WaitServeFailures(1, kWait));
+  // Nothing in the watched directories changes from here on, and the periodic re-check (30 s)
+  // is beyond the wait: only the retries can serve it again.
+  std::filesystem::remove(plugins);
+  ASSERT_TRUE(server_->WaitServes(2, 2, kWait));
+  EXPECT_TRUE(std::filesystem::is_socket(config_.DraSocket()));
+  EXPECT_EQ(Register().endpoint(), config_.DraSocket());
 }
 
 TEST_F(DRAServerTest, StopRemovesBothSockets) {
