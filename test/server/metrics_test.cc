@@ -5,6 +5,7 @@
 
 #include <curl/curl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -204,6 +205,28 @@ TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 1"));
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_discovery_duration_seconds_count 2"));
+}
+
+// A scrape reads sysfs with bounded, non-blocking reads: a FIFO where a counter should be (a
+// read would wait for a writer forever) and a value that is not a number give no series, and
+// the scrape still answers.
+TEST_F(NodeMetricsTest, CountersThatCannotBeReadHaveNoSeries) {
+  Config config = node_.MakeConfig(Mode::kExclusive);
+  NodeState state(config, node_.Deps());
+  ASSERT_TRUE(state.Init().ok());
+  const std::string dir = node_.dir().Sub("node") + "/sys/class/infiniband/mlx5_2/ports/1/counters/";
+  ASSERT_EQ(::unlink((dir + "port_rcv_data").c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir + "port_rcv_data").c_str(), 0600), 0);
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_2", 1, "symbol_error", 0).ok());
+  std::ofstream(dir + "symbol_error", std::ios::trunc) << "not a number\n";
+  const std::string text = Scrape(state);
+  EXPECT_THAT(text, Not(HasSubstr("port_data_received_bytes_total{hca=\"mlx5_2\"")));
+  EXPECT_THAT(text, Not(HasSubstr("port_symbol_errors_total{hca=\"mlx5_2\"")));
+  EXPECT_TRUE(HasLine(
+      text,
+      "rdma_device_plugin_port_data_transmitted_bytes_total{hca=\"mlx5_2\",port=\"1\"} 24000004"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_3\",port=\"1\"} 16000004"));
 }
 
 TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
