@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -311,6 +313,54 @@ TEST_F(NodeMetricsTest, AllocationAlignmentByPathClass) {
   EXPECT_TRUE(
       HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"))
       << text;
+}
+
+// Scrapes while allocations, pod-list refreshes and health polls run on other threads (under
+// TSan, scripts/sanitize.sh thread, this is the test that shows a scrape shares nothing
+// unguarded with them): every scrape is whole, one healthy series per HCA.
+TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"team-a/train-0/main", {{"rdma/hca", {"0000:9a:00.0"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(Mode::kExclusive);
+  config.pod_resources_socket = socket;
+  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    while (!stop) {
+      (void)state.Allocate({"0000:1a:00.0"});
+      (void)state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1);
+    }
+  });
+  threads.emplace_back([&] {
+    while (!stop) state.RefreshPodsAndWait();
+  });
+  threads.emplace_back([&] {
+    for (int i = 0; !stop; ++i) {
+      (void)node_.fixture().SetPortState("mlx5_3", 1, i % 2 ? "ACTIVE" : "DOWN");
+      state.Poll();
+    }
+  });
+  int scrapes = 0;
+  for (; scrapes < 200; ++scrapes) {
+    const std::string text = Scrape(state);
+    int healthy = 0;
+    bool well_formed = true;
+    for (const std::string& line : Lines(text)) {
+      if (absl::StartsWith(line, "rdma_device_plugin_hca_healthy{")) ++healthy;
+      well_formed = well_formed && (absl::StartsWith(line, "# HELP rdma_device_plugin_") ||
+                                    absl::StartsWith(line, "# TYPE rdma_device_plugin_") ||
+                                    absl::StartsWith(line, "rdma_device_plugin_"));
+    }
+    if (healthy != 4 || !well_formed) break;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(scrapes, 200);
 }
 
 // --- The HTTP endpoint ---
