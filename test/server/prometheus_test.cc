@@ -145,6 +145,20 @@ TEST(PrometheusTest, ScrapesThePluginAndJoinsTrafficToPods) {
   EXPECT_EQ(Query(api, "up{job=\"rdma-device-plugin\"}", "job")["rdma-device-plugin"], 1);
   EXPECT_EQ(Query(api, "count(rdma_device_plugin_hca_healthy == 1)", "")[""], 4);
 
+  // The three queries of docs/metrics.md are valid PromQL (Prometheus answers "success").
+  for (const char* doc_query :
+       {"sum by (namespace, pod) (rdma_device_plugin_hca_allocated * on (instance, hca) "
+        "group_left sum by (instance, hca) "
+        "(rate(rdma_device_plugin_port_data_received_bytes_total[5m])))",
+        "rdma_device_plugin_hca_healthy == 0",
+        "sum(increase(rdma_device_plugin_allocation_alignment_total{path_class=~\"PHB|NODE|SYS\"}"
+        "[1d])) / sum(increase(rdma_device_plugin_allocation_alignment_total"
+        "{path_class!=\"unknown\"}[1d]))"}) {
+    const nlohmann::json answer = nlohmann::json::parse(
+        Get(api + "/api/v1/query?query=" + Escape(doc_query)), nullptr, false);
+    EXPECT_TRUE(!answer.is_discarded() && answer.value("status", "") == "success") << doc_query;
+  }
+
   prometheus.Signal(SIGTERM);
   EXPECT_EQ(prometheus.Wait(kWait), 0);
   plugin.Signal(SIGTERM);
