@@ -37,6 +37,7 @@ ARG RDP_VERSION=0.4.0
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 \
+      libcivetweb1 \
       libcurl4 \
       libfmt9 \
       libgrpc++1.51 \

@@ -20,7 +20,10 @@
 //
 //   bench_load [--clients 64] [--duration 60s] [--floor-duration 10s] [--warmup 2s]
 //              [--rpc-deadline 5s] [--binary PATH] [--topology-xml X] [--no-pod-resources]
-//              [--seed S] [--json OUT]
+//              [--seed S] [--json OUT] [--scrape] [--scrape-interval 0s]
+// --scrape: the plugin also serves --metrics-address on an ephemeral port, and a scraper thread
+// here GETs /metrics for the whole run, back to back or one every --scrape-interval
+// (docs/metrics.md: scrapes under load).
 
 #include <poll.h>
 #include <signal.h>
@@ -31,6 +34,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -48,6 +52,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <curl/curl.h>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -87,6 +93,8 @@ struct Flags {
   bool pod_resources = true;
   unsigned seed = 1;
   std::string json;
+  bool scrape = false;
+  std::string scrape_interval = "0s";
 };
 
 // ---- the plugin process ----------------------------------------------------------------------
@@ -375,6 +383,9 @@ struct Run {
   Phase warmup, floor_before, load, floor_after;
   Phase floor;  // both floor phases pooled: what ratios are taken against
   int pod_resources_lists = 0;
+  // --scrape: /metrics fetched over the run, failures, and the slowest and median fetch.
+  std::int64_t scrapes = 0, scrape_failures = 0;
+  double scrape_p50_ms = 0, scrape_max_ms = 0, scrape_bytes = 0;
   bool alive = false;  // the plugin was running after the last phase
   std::string stop;    // "exit 0" or what went wrong
   std::int64_t Errors() const {
@@ -441,6 +452,14 @@ void PrintReport(const Run& run) {
   if (run.flags.pod_resources) {
     absl::PrintF("pod-resources List calls from the plugin: %d\n", run.pod_resources_lists);
   }
+  if (run.flags.scrape) {
+    absl::PrintF("/metrics scrapes during the run: %d (%s), %d failed, p50 %.2f ms, "
+                 "max %.2f ms, %.0f bytes each\n",
+                 run.scrapes,
+                 run.flags.scrape_interval == "0s" ? "back to back"
+                                                   : "every " + run.flags.scrape_interval,
+                 run.scrape_failures, run.scrape_p50_ms, run.scrape_max_ms, run.scrape_bytes);
+  }
   absl::PrintF("\n");
   PrintMemory(run);
   absl::PrintF("\nerrors: %d (warm-up %d, floor %d, load %d, floor %d); plugin %s at the end; "
@@ -490,6 +509,11 @@ nlohmann::json ToJson(const Run& run) {
           {"floor_pooled", {{"p50_us", floor.p50_us}, {"p99_us", floor.p99_us}}},
           {"x_floor", ratios},
           {"pod_resources_lists", run.pod_resources_lists},
+          {"scrape", run.flags.scrape},
+          {"scrapes", run.scrapes},
+          {"scrape_failures", run.scrape_failures},
+          {"scrape_p50_ms", run.scrape_p50_ms},
+          {"scrape_max_ms", run.scrape_max_ms},
           {"errors", run.Errors()},
           {"alive", run.alive},
           {"stop", run.stop}};
@@ -498,17 +522,84 @@ nlohmann::json ToJson(const Run& run) {
 // ---- the run ---------------------------------------------------------------------------------
 
 struct Durations {
-  absl::Duration load, floor, warmup, rpc_deadline;
+  absl::Duration load, floor, warmup, rpc_deadline, scrape_interval;
 };
 
 // The plugin's command line: exclusive mode on the fake node, our kubelet directory.
-std::vector<std::string> PluginArgs(const Node& node, const std::string& dir, bool pod_resources) {
-  return {"serve", "--mode", "exclusive", "--topology-xml", node.xml, "--sysfs-root", node.root,
-          "--dev-root", node.root, "--kubelet-dir", dir + "/device-plugins",
-          "--pod-resources-socket", pod_resources ? dir + "/pod-resources.sock" : "",
-          // the GPU container stays "being admitted" for the whole run
-          "--admission-window", "24h", "--node-name", "bench-node", "--log-level", "warn"};
+std::vector<std::string> PluginArgs(const Node& node, const std::string& dir, bool pod_resources,
+                                    bool scrape) {
+  std::vector<std::string> args = {
+      "serve", "--mode", "exclusive", "--topology-xml", node.xml, "--sysfs-root", node.root,
+      "--dev-root", node.root, "--kubelet-dir", dir + "/device-plugins",
+      "--pod-resources-socket", pod_resources ? dir + "/pod-resources.sock" : "",
+      // the GPU container stays "being admitted" for the whole run
+      "--admission-window", "24h", "--node-name", "bench-node",
+      // info for the "metrics: serving on" line; nothing is logged at info under load
+      "--log-level", scrape ? "info" : "warn"};
+  if (scrape) {
+    args.push_back("--metrics-address");
+    args.push_back("127.0.0.1:0");
+  }
+  return args;
 }
+
+// Fetches `url` back to back until `stop`; fills run's scrape figures.
+class Scraper {
+ public:
+  Scraper(std::string url, absl::Duration interval, Run* run)
+      : url_(std::move(url)), interval_(interval), run_(run) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Scraper() {
+    stop_ = true;
+    thread_.join();
+    std::sort(ms_.begin(), ms_.end());
+    if (!ms_.empty()) {
+      run_->scrape_p50_ms = ms_[ms_.size() / 2];
+      run_->scrape_max_ms = ms_.back();
+    }
+  }
+
+ private:
+  static size_t Count(char*, size_t size, size_t n, void* bytes) {
+    *static_cast<double*>(bytes) += static_cast<double>(size * n);
+    return size * n;
+  }
+  void Loop() {
+    CURL* curl = curl_easy_init();
+    curl_easy_setopt(curl, CURLOPT_URL, url_.c_str());
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Count);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    auto next = std::chrono::steady_clock::now();
+    while (!stop_) {
+      // Paced like a Prometheus with a short scrape_interval (a benchmark's pace, not a
+      // synchronisation); back to back when the interval is 0.
+      next += absl::ToChronoNanoseconds(interval_);
+      double bytes = 0;
+      curl_easy_setopt(curl, CURLOPT_WRITEDATA, &bytes);
+      const auto start = std::chrono::steady_clock::now();
+      long code = 0;
+      if (curl_easy_perform(curl) == CURLE_OK) {
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+      }
+      ms_.push_back(std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - start).count());
+      ++run_->scrapes;
+      if (code != 200) ++run_->scrape_failures;
+      run_->scrape_bytes = bytes;
+      std::this_thread::sleep_until(next);
+    }
+    curl_easy_cleanup(curl);
+  }
+
+  const std::string url_;
+  const absl::Duration interval_;
+  Run* const run_;  // its scrape fields are this thread's until the destructor joins it
+  std::vector<double> ms_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // The two GPUs under the node's last PCIe root, held by one container (as in `demo`).
 PodList GpuPod(const topology::Topology& topo) {
@@ -576,7 +667,8 @@ int RunLoad(const Flags& flags, const Durations& d, const std::string& dir) {
     pods.Set(GpuPod(*run.node.topology));
   }
   // The plugin dies with this process, so an interrupted run leaves no plugin behind.
-  testing::Child plugin(flags.binary, PluginArgs(run.node, dir, flags.pod_resources));
+  testing::Child plugin(flags.binary,
+                        PluginArgs(run.node, dir, flags.pod_resources, flags.scrape));
   if (!plugin.running()) {
     std::cerr << "bench_load: cannot start " << flags.binary << "\n";
     return 1;
@@ -592,7 +684,20 @@ int RunLoad(const Flags& flags, const Durations& d, const std::string& dir) {
     return 1;
   }
   run.ids = ids.size();
+  std::unique_ptr<Scraper> scraper;
+  if (flags.scrape) {
+    constexpr char kServing[] = "metrics: serving on ";
+    if (!plugin.WaitForOutput(kServing, kStartTimeout)) {
+      std::cerr << "bench_load: the plugin did not serve metrics:\n" << plugin.output() << "\n";
+      return 1;
+    }
+    const std::string out = plugin.output();
+    const size_t at = out.find(kServing) + sizeof(kServing) - 1;
+    const std::string address = out.substr(at, out.find_first_of("\r\n", at) - at);
+    scraper = std::make_unique<Scraper>("http://" + address + "/metrics", d.scrape_interval, &run);
+  }
   RunPhases(d, ids, kubelet.dir() + "/" + endpoint, run);
+  scraper.reset();
   run.alive = !plugin.Exited();
   if (flags.pod_resources) run.pod_resources_lists = pods.list_calls();
 
@@ -611,7 +716,8 @@ bool ParseDurations(const Flags& f, Durations* d) {
       {&f.duration, &d->load},
       {&f.floor_duration, &d->floor},
       {&f.warmup, &d->warmup},
-      {&f.rpc_deadline, &d->rpc_deadline}};
+      {&f.rpc_deadline, &d->rpc_deadline},
+      {&f.scrape_interval, &d->scrape_interval}};
   for (const auto& [text, out] : fields) {
     if (!absl::ParseDuration(*text, out) || *out < absl::ZeroDuration()) {
       std::cerr << "bench_load: '" << *text << "': not a duration such as 60s or 500ms\n";
@@ -652,6 +758,11 @@ int main(int argc, char** argv) {
                "Serve pod-resources with one GPU container being admitted (default on)");
   app.add_option("--seed", f.seed, "Seed of client i is seed + i")->capture_default_str();
   app.add_option("--json", f.json, "Also write the results as JSON to this file");
+  app.add_flag("--scrape", f.scrape,
+               "Serve --metrics-address and scrape /metrics for the whole run");
+  app.add_option("--scrape-interval", f.scrape_interval,
+                 "With --scrape: one scrape every this long; 0s: back to back")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -3,8 +3,10 @@
 # Included by bench/CMakeLists.txt. See docs/reliability.md (Load) for the command and figures.
 if(TARGET rdp_server)
   add_executable(bench_load ${CMAKE_CURRENT_LIST_DIR}/load.cc)
+  # libcurl: --scrape's /metrics scraper.
+  find_package(CURL REQUIRED)
   target_link_libraries(bench_load PRIVATE rdp_sim rdp_test_support absl::str_format CLI11::CLI11
-    nlohmann_json::nlohmann_json)
+    nlohmann_json::nlohmann_json CURL::libcurl)
   # The plugin it spawns: the binary of this build unless --binary says otherwise.
   add_dependencies(bench_load rdma-device-plugin)
   target_compile_definitions(bench_load PRIVATE RDP_BINARY="$<TARGET_FILE:rdma-device-plugin>")

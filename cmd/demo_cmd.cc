@@ -23,6 +23,9 @@ void AddDemoCommand(CLI::App& app) {
       ->envname("RDP_TOPOLOGY_XML");
   sub->add_option("--work-dir", f->options.work_dir,
                   "Directory for the fake node and sockets (default: a temporary one, removed)");
+  sub->add_flag("--metrics", f->options.metrics,
+                "Also print a Prometheus scrape of the exclusive-mode plugin after its "
+                "allocations");
   sub->add_option("--log-level", f->log_level, "The plugin's log level on stderr")
       ->envname("RDP_LOG_LEVEL")
       ->capture_default_str();

@@ -16,6 +16,8 @@
 #include "absl/time/time.h"
 #include "cmd/discovery_flags.h"
 #include "server/config.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/plugin_server.h"
 #include "base/log.h"
 
@@ -29,6 +31,13 @@ struct ServeFlags {
   std::string health_interval = "5s";
   std::string admission_window = "10s";
   std::string gpu_resources = "nvidia.com/gpu,amd.com/gpu";
+  std::string metrics_address;  // empty: no metrics endpoint
+};
+
+// What Serve() needs beside the Config.
+struct Resolved {
+  server::Config config;
+  std::string metrics_address;
 };
 
 absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag,
@@ -42,7 +51,7 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag,
 }
 
 // Flags -> a validated Config.
-absl::StatusOr<server::Config> Resolve(const ServeFlags& f) {
+absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
   server::Config c = f.config;
   auto discovery = f.discovery.Options();
   if (!discovery.ok()) return discovery.status();
@@ -69,10 +78,16 @@ absl::StatusOr<server::Config> Resolve(const ServeFlags& f) {
     if (::gethostname(host, sizeof(host) - 1) == 0) c.node_name = host;
   }
   if (absl::Status s = server::Validate(c); !s.ok()) return s;
-  return c;
+  if (!f.metrics_address.empty()) {
+    if (auto parsed = server::ParseListenAddress(f.metrics_address); !parsed.ok()) {
+      return parsed.status();
+    }
+  }
+  return Resolved{c, f.metrics_address};
 }
 
-int Serve(const server::Config& config) {
+int Serve(const Resolved& resolved) {
+  const server::Config& config = resolved.config;
   // Block the stop signals in every thread (gRPC's included) and take them from a signalfd.
   sigset_t stop;
   sigemptyset(&stop);
@@ -91,6 +106,24 @@ int Serve(const server::Config& config) {
     ::close(signals);
     return 1;
   }
+  // Scrapes run on the HTTP server's threads and read the plugin through snapshots
+  // (NodeState::WriteMetrics); the kubelet's RPCs never wait for them.
+  std::unique_ptr<server::MetricsHttpServer> metrics;
+  if (!resolved.metrics_address.empty()) {
+    auto started = server::MetricsHttpServer::Start(resolved.metrics_address, [&plugin] {
+      server::Exposition out;
+      plugin.node().WriteMetrics(out);
+      return out.Take();
+    });
+    if (!started.ok()) {
+      Logger("server")->error("cannot start: {}", std::string(started.status().message()));
+      ::close(signals);
+      plugin.Stop();
+      return kExitUsage;
+    }
+    metrics = std::move(*started);
+    Logger("server")->info("metrics: serving on {}", metrics->address());
+  }
   // Until SIGTERM/SIGINT, or until a background thread cannot go on: then exit non-zero, so
   // that the kubelet restarts the pod rather than it serving stale state.
   const absl::Status why = plugin.Wait(signals);
@@ -101,6 +134,7 @@ int Serve(const server::Config& config) {
                            got && info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
   }
   ::close(signals);
+  metrics.reset();
   plugin.Stop();
   Logger("server")->info("stopped; removed {}", config.SocketPath());
   if (!why.ok()) {
@@ -163,8 +197,12 @@ void AddServeCommand(CLI::App& app) {
                   "How recently a container must have got its GPUs to count as being admitted")
       ->envname("RDP_ADMISSION_WINDOW")
       ->capture_default_str();
+  sub->add_option("--metrics-address", f->metrics_address,
+                  "HOST:PORT to serve Prometheus metrics (/metrics) and /healthz on, e.g. "
+                  ":9402 or 127.0.0.1:0 (an ephemeral port, logged); empty: off")
+      ->envname("RDP_METRICS_ADDRESS");
   sub->callback([f] {
-    absl::StatusOr<server::Config> config = Resolve(*f);
+    absl::StatusOr<Resolved> config = Resolve(*f);
     if (!config.ok()) {
       Logger("server")->error("{}", std::string(config.status().message()));
       Exit(kExitUsage);

@@ -14,6 +14,8 @@ build_packages=(
   libcli11-dev nlohmann-json3-dev
   # the DRA driver's API-server client (HTTPS, token auth)
   libcurl4-openssl-dev
+  # the embedded HTTP server of --metrics-address (server/metrics_http.cc)
+  libcivetweb-dev
 )
 # What the tests add.
 test_packages=(
@@ -29,6 +31,9 @@ test_packages=(
   # with runc (crun refuses this machine's hybrid cgroups), and debootstrap for the Debian base
   # images (no registry needed)
   podman runc debootstrap
+  # promtool checks the /metrics exposition; a real Prometheus scrapes the plugin
+  # (test/metrics/prometheus_test.py)
+  prometheus
 )
 
 build_only=0

@@ -85,7 +85,7 @@ absl::Status NodeState::Init() {
     Log()->info("hca-shared mode: {} {} devices, every pod sees every HCA",
                 config_.shared_devices, config_.resource_name);
   }
-  absl::StatusOr<topology::TopologyPtr> snapshot = deps_.discover();
+  absl::StatusOr<topology::TopologyPtr> snapshot = Discover();
   if (!snapshot.ok()) return snapshot.status();
   std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
   {
@@ -100,6 +100,13 @@ absl::Status NodeState::Init() {
   }
   Notify();
   return absl::OkStatus();
+}
+
+absl::StatusOr<topology::TopologyPtr> NodeState::Discover() {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<topology::TopologyPtr> found = deps_.discover();
+  metrics_.discovery.Observe(absl::Now() - start);
+  return found;
 }
 
 void NodeState::SwapSnapshot(topology::TopologyPtr snapshot) {
@@ -128,7 +135,8 @@ bool NodeState::Poll() {
   }
   topology::TopologyPtr fresh;
   if (scanned_ok && Fingerprint(scanned) != Fingerprint(current->hcas())) {
-    absl::StatusOr<topology::TopologyPtr> found = deps_.discover();
+    metrics_.rediscoveries.Add();
+    absl::StatusOr<topology::TopologyPtr> found = Discover();
     if (found.ok()) {
       fresh = *found;
     } else {
@@ -243,6 +251,7 @@ void NodeState::StartList(std::function<void()> finished) {
 
 void NodeState::OnPods(absl::StatusOr<PodList> pods) {
   last_list_ok_ = pods.ok();
+  if (!pods.ok()) metrics_.pod_resources_errors.Add();
   bool changed = false;
   {
     absl::MutexLock lock(&mu_);
@@ -465,7 +474,44 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
                         : absl::StrCat("no HCA can be handed out on this node: ",
                                        absl::StrJoin(refused, "; ")));
   }
+  if (exclusive) CountAlignment(canonical);
   return BuildAllocation(chosen, present.back());
+}
+
+void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
+  std::optional<topology::PathClass> alignment;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pods_known_ && !snapshot_->gpus().empty()) {
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, deps_.now(), config_, gpu_ids_,
+                                       *snapshot_);
+      alignment = AllocationAlignment(*snapshot_, pcis, sel.context.container_gpus);
+    }
+  }
+  metrics_.CountAllocation(alignment);
+}
+
+NodeMetricsInput NodeState::MetricsInput() const {
+  NodeMetricsInput in;
+  in.mode = config_.mode;
+  absl::MutexLock lock(&mu_);
+  in.topology = snapshot_;
+  in.hcas.reserve(known_.size());
+  for (const auto& [pci, k] : known_) in.hcas.push_back(k);
+  for (const auto& [pci, why] : withheld_) in.withheld.insert(pci);
+  in.pods_known = pods_known_;
+  if (pods_known_) {
+    for (const ContainerDevices& c : pods_) {
+      auto it = c.devices.find(config_.resource_name);
+      if (it != c.devices.end() && !it->second.empty()) in.holders.emplace_back(c.key, it->second);
+    }
+  }
+  return in;
+}
+
+void NodeState::WriteMetrics(Exposition& out) const {
+  metrics_.Write(out);
+  WriteNodeMetrics(MetricsInput(), *deps_.env, out);
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,

@@ -31,6 +31,8 @@
 #include "base/env.h"
 #include "server/config.h"
 #include "server/devices.h"
+#include "server/metrics.h"
+#include "server/plugin_metrics.h"
 #include "server/pod_resources.h"
 #include "server/single_flight.h"
 #include "topology/topology.h"
@@ -116,6 +118,14 @@ class NodeState {
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const;
 
+  // The plugin's instruments (thread-safe): the RPC handlers and PluginServer's threads update
+  // them, and so does this class (discovery, pod-resources errors, each allocation's alignment).
+  PluginMetrics& metrics() const { return metrics_; }
+  // One scrape: the instruments, then the node's state as of now (a copy taken under the lock,
+  // then the port counters read from sysfs outside it). Thread-safe.
+  void WriteMetrics(Exposition& out) const;
+  NodeMetricsInput MetricsInput() const;
+
  private:
   void StartList(std::function<void()> finished);
   void OnPods(absl::StatusOr<PodList> pods);
@@ -127,11 +137,17 @@ class NodeState {
   // Runs the listeners; call without mu_ held.
   void Notify();
   void RequestRescan() const;
+  // deps_.discover(), timed into metrics_.discovery.
+  absl::StatusOr<topology::TopologyPtr> Discover();
+  // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
+  // being admitted, as the last pod list shows it.
+  void CountAlignment(const std::vector<std::string>& pcis) const;
 
   const Config config_;
   NodeSources deps_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
+  mutable PluginMetrics metrics_;
 
   mutable absl::Mutex mu_;
   mutable absl::CondVar changed_;

@@ -224,6 +224,7 @@ bool PluginServer::TryRegister() {
   // kubelet.sock may have appeared during the call: its IN_CREATE is not a restart.
   kubelet_ino_ = kubelet_ino != 0 ? kubelet_ino : FileId(config_.KubeletSocketPath());
   ++registrations_;
+  node_->metrics().registrations.Add();
   Log()->info("Registered device plugin with Kubelet");
   return true;
 }
@@ -277,6 +278,7 @@ void PluginServer::LifecycleLoop() {
       restart = true;
     }
     if (restart) {
+      node_->metrics().kubelet_restarts.Add();
       Log()->info("kubelet restart detected in {}: serving again and re-registering",
                   config_.kubelet_dir);
       need_serve = need_serve || ours_gone;

@@ -62,10 +62,18 @@ class FinishOnce final : public Reactor {
     HappensBefore(this);
     this->Finish(status);
   }
+  // Done, after recording the call's latency (from this reactor's creation) and status.
+  void Done(const grpc::Status& status, PluginMetrics& metrics, Rpc rpc) {
+    metrics.ObserveRpc(rpc, absl::Now() - start_, static_cast<int>(status.error_code()));
+    Done(status);
+  }
   void OnDone() override {
     HappensAfter(this);
     delete this;
   }
+
+ private:
+  const absl::Time start_ = absl::Now();
 };
 using UnaryReactor = FinishOnce<grpc::ServerUnaryReactor>;
 using Stream = grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>;
@@ -302,9 +310,9 @@ int DevicePluginService::streams() const {
 grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
     grpc::CallbackServerContext*, const v1beta1::Empty*,
     v1beta1::DevicePluginOptions* response) {
-  FillOptions(response);
   auto* reactor = new UnaryReactor;
-  reactor->Done(grpc::Status::OK);
+  FillOptions(response);
+  reactor->Done(grpc::Status::OK, node_->metrics(), Rpc::kGetDevicePluginOptions);
   return reactor;
 }
 
@@ -336,8 +344,9 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
     grpc::CallbackServerContext*, const v1beta1::PreferredAllocationRequest* request,
     v1beta1::PreferredAllocationResponse* response) {
   auto* reactor = new UnaryReactor;
-  HandlePreferredAllocation(*node_, *request, response,
-                            [reactor](grpc::Status s) { reactor->Done(s); });
+  HandlePreferredAllocation(*node_, *request, response, [reactor, node = node_](grpc::Status s) {
+    reactor->Done(s, node->metrics(), Rpc::kGetPreferredAllocation);
+  });
   return reactor;
 }
 
@@ -345,7 +354,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                                                         const v1beta1::AllocateRequest* request,
                                                         v1beta1::AllocateResponse* response) {
   auto* reactor = new UnaryReactor;
-  reactor->Done(HandleAllocate(*node_, *request, response));
+  reactor->Done(HandleAllocate(*node_, *request, response), node_->metrics(), Rpc::kAllocate);
   return reactor;
 }
 
@@ -353,7 +362,7 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
     grpc::CallbackServerContext*, const v1beta1::PreStartContainerRequest*,
     v1beta1::PreStartContainerResponse*) {
   auto* reactor = new UnaryReactor;
-  reactor->Done(grpc::Status::OK);
+  reactor->Done(grpc::Status::OK, node_->metrics(), Rpc::kPreStartContainer);
   return reactor;
 }
 

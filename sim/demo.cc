@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
+#include "server/metrics.h"
 #include "server/plugin_server.h"
 #include "topology/discovery.h"
 #include "sim/sysfs_fixture.h"
@@ -103,7 +104,7 @@ std::vector<std::string> Ids(const KubeletSim::Devices& devices) {
 }
 
 // One mode: plugin + kubelet simulator in <dir>/<mode>.
-absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml,
+absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml, bool metrics,
                      std::ostream& out) {
   out << "\n== " << ModeName(mode) << " mode ==\n";
   Config config;
@@ -156,6 +157,17 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml,
     auto aligned = Prefer(*stub, available, {}, 2, out);
     if (!aligned.ok()) return aligned.status();
     if (absl::Status s = Allocate(*stub, *aligned, out); !s.ok()) return s;
+    if (metrics) {
+      // The containers as the kubelet's pod-resources shows them once they run.
+      pods.Set({{"default/infer-0/main", {{"rdma/hca", *two}}},
+                {"default/train-0/main", {{"nvidia.com/gpu", {a, b}}, {"rdma/hca", *aligned}}}});
+      if (!plugin.node().RefreshPodsAndWait()) {
+        return absl::UnavailableError("pod-resources did not answer");
+      }
+      server::Exposition scrape;
+      plugin.node().WriteMetrics(scrape);
+      out << "\nGET /metrics\n" << scrape.text();
+    }
   }
   plugin.Stop();
   return absl::OkStatus();
@@ -179,7 +191,7 @@ int RunDemo(const DemoOptions& options, std::ostream& out) {
   absl::StatusOr<std::string> xml = LayOutNode(options, dir, out);
   if (!xml.ok()) status = xml.status();
   for (Mode mode : {Mode::kExclusive, Mode::kShared}) {
-    if (status.ok()) status = RunMode(mode, dir, *xml, out);
+    if (status.ok()) status = RunMode(mode, dir, *xml, options.metrics, out);
   }
   std::error_code ec;
   if (temp) fs::remove_all(dir, ec);

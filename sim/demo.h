@@ -12,6 +12,9 @@ namespace rdp::sim {
 struct DemoOptions {
   std::string topology_xml;  // empty: the bundled dgx-h100-like node
   std::string work_dir;      // empty: a fresh directory under $TMPDIR, removed at the end
+  // After exclusive mode's allocations, print what a Prometheus scrape of the plugin returns
+  // (docs/metrics.md), with pod-resources showing the demo's containers holding their HCAs.
+  bool metrics = false;
 };
 
 // The bundled dgx-h100-like.xml (hwloc export; see test/data/).

@@ -82,6 +82,14 @@ int PhysStateNumber(const std::string& s) {
 
 }  // namespace
 
+std::map<std::string, std::uint64_t> FixtureCounters(int k, int port) {
+  const std::uint64_t n = static_cast<std::uint64_t>(k) + 1;
+  return {{"port_rcv_data", 1000000 * n + port}, {"port_xmit_data", 2000000 * n + port},
+          {"port_rcv_packets", 10000 * n},       {"port_xmit_packets", 20000 * n},
+          {"symbol_error", 0},                   {"link_downed", n - 1},
+          {"port_rcv_errors", 0}};
+}
+
 SysfsFixture::SysfsFixture(std::string root) : root_(std::move(root)) {
   std::error_code ec;
   fs::create_directories(root_, ec);
@@ -121,6 +129,11 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
         Write(pd / "phys_state", fmt::format("{}: {}", PhysStateNumber(p.phys_state), p.phys_state)));
     RDP_RETURN_IF_ERROR(Write(pd / "link_layer", p.link_layer));
     RDP_RETURN_IF_ERROR(Write(pd / "rate", p.rate));
+    const auto counters = p.counters.empty() ? FixtureCounters(laid.uverbs, p.number) : p.counters;
+    for (const auto& [file, value] : counters) {
+      RDP_RETURN_IF_ERROR(OneEntry("counter", file));
+      RDP_RETURN_IF_ERROR(Write(pd / "counters" / file, std::to_string(value)));
+    }
   }
   RDP_RETURN_IF_ERROR(Symlink(ib, sys / "class" / "infiniband" / hca.name));
   for (const std::string& n : hca.netdevs) RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / n));
@@ -175,6 +188,23 @@ absl::Status SysfsFixture::SetPortState(const std::string& name, int port,
   // Write to a temporary and rename, so a concurrent reader never sees a half-written file.
   const fs::path tmp = file.string() + ".tmp";
   RDP_RETURN_IF_ERROR(Write(tmp, fmt::format("{}: {}", PortStateNumber(state), state)));
+  fs::rename(tmp, file, ec);
+  return ec ? absl::InternalError("rename " + tmp.string() + ": " + ec.message())
+            : absl::OkStatus();
+}
+
+absl::Status SysfsFixture::SetCounter(const std::string& name, int port,
+                                      const std::string& counter, std::uint64_t value) {
+  Laid* l = Find(name);
+  if (!l) return absl::NotFoundError("no HCA " + name);
+  RDP_RETURN_IF_ERROR(OneEntry("counter", counter));
+  const fs::path dir = fs::path(l->device_dir) / "infiniband" / name / "ports" /
+                       std::to_string(port);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return absl::NotFoundError("no port " + dir.string());
+  const fs::path file = dir / "counters" / counter;
+  const fs::path tmp = file.string() + ".tmp";
+  RDP_RETURN_IF_ERROR(Write(tmp, std::to_string(value)));
   fs::rename(tmp, file, ec);
   return ec ? absl::InternalError("rename " + tmp.string() + ": " + ec.message())
             : absl::OkStatus();

@@ -7,6 +7,7 @@
 // Layout written under root (R):
 //   R/sys/devices/<pcie_root>/<bridge>/.../<pci>/{numa_node,vendor,device,class}
 //   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
+//   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/counters/<counter>
 //   R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
 //   R/sys/devices/.../<pci>/net/<netdev>/
 //   R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,dev,device -> ../../../<pci>}
@@ -20,6 +21,8 @@
 //   R/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}  (regular files standing in for char devices)
 // Not thread-safe; each instance owns its root's contents.
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,7 +37,17 @@ struct FixturePort {
   std::string phys_state = "LinkUp";  // written as "5: LinkUp"
   std::string link_layer = "InfiniBand";
   std::string rate = "400 Gb/sec (4X NDR)";
+  // Files of counters/ and their values. Empty: FixtureCounters(k, number) for the k-th HCA
+  // laid out (0 first), so that every fixture node has known, distinct traffic.
+  std::map<std::string, std::uint64_t> counters;
 };
+
+// The default port counters of the k-th HCA laid out (0-based), port `port`:
+//   port_rcv_data     1000000 * (k+1) + port   (4-octet words, as the kernel counts them)
+//   port_xmit_data    2000000 * (k+1) + port
+//   port_rcv_packets  10000 * (k+1),  port_xmit_packets 20000 * (k+1)
+//   symbol_error 0, link_downed k, port_rcv_errors 0
+std::map<std::string, std::uint64_t> FixtureCounters(int k, int port);
 
 struct FixtureHca {
   std::string name;                 // mlx5_0
@@ -63,6 +76,9 @@ class SysfsFixture {
   absl::Status SetPortState(const std::string& name, int port, const std::string& state);
   // Removes the HCA's class links, its device directory and its /dev nodes, as a hot-unplug does.
   absl::Status RemoveHca(const std::string& name);
+  // Rewrites one file of a port's counters/ (atomically, as SetPortState).
+  absl::Status SetCounter(const std::string& name, int port, const std::string& counter,
+                          std::uint64_t value);
   // Removes only the HCA's /dev/infiniband/uverbsN.
   absl::Status RemoveUverbs(const std::string& name);
 

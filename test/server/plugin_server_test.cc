@@ -254,6 +254,10 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
   }
   EXPECT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   EXPECT_GE(kubelet_->registrations(), 21);
+  // What Prometheus sees of it (docs/metrics.md): each restart seen, each registration made.
+  EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), 20u);
+  EXPECT_EQ(plugin_->node().metrics().registrations.value(),
+            static_cast<std::uint64_t>(plugin_->registrations()));
   EXPECT_TRUE(Exists(config_.SocketPath()));
   stub_ = kubelet_->PluginStub();
   v1beta1::AllocateResponse response;

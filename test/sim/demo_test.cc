@@ -21,5 +21,28 @@ TEST(DemoTest, RunsAgainstTheBundledNode) {
   EXPECT_NE(text.find("device /dev/infiniband/rdma_cm"), std::string::npos) << text;
 }
 
+// --metrics: the scrape of the exclusive-mode plugin after the demo's allocations (the sample
+// in docs/metrics.md).
+TEST(DemoTest, PrintsAScrapeOfTheExclusivePlugin) {
+  std::ostringstream out;
+  DemoOptions options;
+  options.metrics = true;
+  ASSERT_EQ(RunDemo(options, out), 0) << out.str();
+  const std::string text = out.str();
+  EXPECT_NE(text.find("\nrdma_device_plugin_hca_allocated{hca=\"mlx5_"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("namespace=\"default\",pod=\"train-0\",container=\"main\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("namespace=\"default\",pod=\"infer-0\",container=\"main\"} 1"),
+            std::string::npos);
+  // infer-0's allocation had no GPU context; train-0's sat next to its GPUs.
+  EXPECT_NE(text.find("rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("rdma_device_plugin_allocation_alignment_total{path_class=\"PIX\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("rdma_device_plugin_rpc_duration_seconds_count{method=\"Allocate\"} 2"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace rdp::sim
