@@ -37,6 +37,10 @@
 #include "dra/slice_sync.h"
 #include "dra/slices.h"
 #include "server/config.h"
+#include "server/devices.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
+#include "server/plugin_metrics.h"
 #include "topology/discovery.h"
 
 namespace rdp::cmd {
@@ -52,6 +56,7 @@ struct DraFlags {
   std::string mode = "exclusive";
   std::string health_interval = "5s";
   std::string resync = "30s";
+  std::string metrics_address;  // empty: no metrics endpoint
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -229,6 +234,27 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
   return std::make_shared<dra::KubeClient>(*std::move(config), std::move(transport));
 }
 
+// What a scrape shows in DRA mode: the node's HCAs (health, placement) and their port counters,
+// from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
+// driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
+std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env) {
+  server::NodeMetricsInput in;
+  in.mode = r.mode == dra::Mode::kShared ? server::Mode::kShared : server::Mode::kExclusive;
+  in.topology = topo;
+  for (const topology::Hca& h : topo->hcas()) {
+    server::HcaHealth health;
+    health.pci = h.place.pci;
+    health.name = h.name;
+    health.numa = h.place.numa;
+    health.present = true;
+    health.healthy = server::HcaUsable(h);
+    in.hcas.push_back(std::move(health));
+  }
+  server::Exposition out;
+  server::WriteNodeMetrics(in, env, out);
+  return out.Take();
+}
+
 // The pool this node publishes now: its HCAs as devices (health as taints), in slices.
 std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Topology& topo,
                                           Env& env) {
@@ -295,6 +321,19 @@ int Serve(const DraFlags& f, const Resolved& r) {
     poll.join();
     sync.Stop();
   };
+  std::unique_ptr<server::MetricsHttpServer> metrics;
+  if (!f.metrics_address.empty()) {
+    auto started = server::MetricsHttpServer::Start(
+        f.metrics_address, [&r, snapshot, env] { return RenderDraMetrics(r, snapshot->Current(), *env); });
+    if (!started.ok()) {
+      Log()->error("cannot start: {}", std::string(started.status().message()));
+      stop_background();
+      ::close(signals);
+      return kExitUsage;
+    }
+    metrics = std::move(*started);
+    Log()->info("metrics: serving on {}", metrics->address());
+  }
   if (absl::Status s = server.Start(); !s.ok()) {
     stop_background();
     Log()->error("cannot start: {}", s.ToString());
@@ -375,6 +414,9 @@ void AddDraServeFlags(CLI::App* dra) {
                   "How often the HCAs are discovered again (health as device taints, hotplug)")
       ->envname("RDP_HEALTH_INTERVAL")
       ->capture_default_str();
+  dra->add_option("--metrics-address", f->metrics_address,
+                  "Serve /metrics and /healthz on HOST:PORT (docs/metrics.md); empty: off")
+      ->envname("RDP_METRICS_ADDRESS");
   dra->add_option("--slice-resync", f->resync,
                   "How often the published ResourceSlices are checked against the node's even "
                   "when nothing changed")

@@ -41,14 +41,14 @@ KNOWN_FLAGS = {
     "--mode", "--resource-name", "--shared-devices", "--kubelet-dir", "--socket-name",
     "--pod-resources-socket", "--sysfs-root", "--dev-root", "--proc-root", "--topology-xml",
     "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
-    "--gpu-classes", "--gpu-vendors", "--admission-window",
+    "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
 }
 
 # The flags `rdma-device-plugin dra` accepts that the chart renders (cmd/dra_serve_cmd.cc).
 KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
-    "--gpu-vendors",
+    "--gpu-vendors", "--metrics-address",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
@@ -630,8 +630,10 @@ def check_overrides(r, helm):
             == "--kubelet-dir=/var/lib/k0s/kubelet/device-plugins")
     r.check("overrides: procDriver \"\" drops the mount and --proc-root",
             "/proc/driver" not in host_mounts(shared) and "--proc-root" not in f)
-    r.check("overrides: podAnnotations",
-            shared["spec"]["template"]["metadata"].get("annotations") == {"a": "b"})
+    annotations = shared["spec"]["template"]["metadata"].get("annotations", {})
+    r.check("overrides: podAnnotations beside the scrape annotations",
+            annotations.get("a") == "b" and annotations.get("prometheus.io/scrape") == "true",
+            str(annotations))
     pods = test_pods(docs)
     r.check("overrides: test pod asks for the custom resource",
             len(pods) == 1 and str(pods[0]["spec"]["containers"][0]["resources"]["limits"]
@@ -792,6 +794,67 @@ def check_dra(r, helm):
             f"kubectl get resourceslices --field-selector spec.driver={DRA_DRIVER}" in notes, notes)
 
 
+def check_metrics(r, helm):
+    """metrics (on by default): every mode's pods serve /metrics on the port, declare it and
+    carry the scrape annotations; off: none of it; serviceMonitor: a Service over the pods'
+    metrics port and a ServiceMonitor selecting it."""
+    for label, values in [("default", None), ("DRA", DRA_VALUES)]:
+        for mode, ds in sorted(by_mode(helm.template(values)).items()):
+            name = f"metrics/{label}/{mode}: "
+            c = container(ds)
+            annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+            r.check(name + "--metrics-address=0.0.0.0:9478",
+                    flag(ds, "--metrics-address") == "0.0.0.0:9478", str(c.get("args")))
+            r.check(name + "container port metrics 9478/TCP",
+                    c.get("ports") == [{"name": "metrics", "containerPort": 9478,
+                                        "protocol": "TCP"}], str(c.get("ports")))
+            r.check(name + "prometheus.io scrape annotations",
+                    annotations.get("prometheus.io/scrape") == "true"
+                    and annotations.get("prometheus.io/port") == "9478"
+                    and annotations.get("prometheus.io/path") == "/metrics", str(annotations))
+    docs = helm.template({"metrics": {"enabled": False, "port": 9478,
+                                      "serviceMonitor": {"enabled": True}},
+                          "podAnnotations": {"a": "b"}})
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = container(ds)
+        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        r.check(f"metrics/off/{mode}: no flag, port or scrape annotation; podAnnotations kept",
+                "--metrics-address" not in flags(ds) and not c.get("ports")
+                and annotations == {"a": "b"}, f"{c.get('args')} {c.get('ports')} {annotations}")
+    r.check("metrics/off: no Service or ServiceMonitor even when serviceMonitor is on",
+            not [d for d in docs if d.get("kind") in ("Service", "ServiceMonitor")])
+    r.check("metrics: no ServiceMonitor by default",
+            not [d for d in helm.template() if d.get("kind") in ("Service", "ServiceMonitor")])
+    docs = helm.template({"metrics": {"enabled": True, "port": 9100, "serviceMonitor": {
+        "enabled": True, "interval": "15s", "labels": {"release": "prom"}}}})
+    services = [d for d in docs if d.get("kind") == "Service"]
+    monitors = [d for d in docs if d.get("kind") == "ServiceMonitor"]
+    pods = [ds["spec"]["template"]["metadata"]["labels"] for ds in by_mode(docs).values()]
+    ok = len(services) == 1 and len(monitors) == 1
+    r.check("metrics/serviceMonitor: one Service and one ServiceMonitor", ok,
+            f"{len(services)} {len(monitors)}")
+    if ok:
+        svc, mon = services[0], monitors[0]
+        r.check("metrics/serviceMonitor: the Service selects every mode's pods on port metrics",
+                all(all(p.get(k) == v for k, v in svc["spec"]["selector"].items()) for p in pods)
+                and svc["spec"]["ports"] == [{"name": "metrics", "port": 9100,
+                                              "targetPort": "metrics", "protocol": "TCP"}],
+                str(svc["spec"]))
+        r.check("metrics/serviceMonitor: selects the Service, interval and labels as given",
+                all(svc["metadata"]["labels"].get(k) == v
+                    for k, v in mon["spec"]["selector"]["matchLabels"].items())
+                and mon["spec"]["endpoints"][0]["port"] == "metrics"
+                and mon["spec"]["endpoints"][0]["interval"] == "15s"
+                and mon["metadata"]["labels"].get("release") == "prom", str(mon))
+    for label, values in [("metrics.port 0", {"metrics": {"enabled": True, "port": 0,
+                                                          "serviceMonitor": {"enabled": False}}}),
+                          ("metrics.port as a string",
+                           {"metrics": {"enabled": True, "port": "9478",
+                                        "serviceMonitor": {"enabled": False}}})]:
+        rc, _, err = helm.run(["template", RELEASE], values)
+        r.check(f"schema rejects {label}", rc != 0 and SCHEMA_ERROR in err, err.strip()[:300])
+
+
 def check_notes(r, helm):
     notes = helm.notes()
     r.check("NOTES: how to label a node",
@@ -890,7 +953,7 @@ def main():
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
-                  check_test_pod_modes, check_image_required, check_dra]
+                  check_test_pod_modes, check_image_required, check_dra, check_metrics]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,7 +86,7 @@ func startDRADriver(t *testing.T, kubeconfig, node, root, cdiRoot string, discov
 		t.Fatal(err)
 	}
 	args := append([]string{"dra", "--mode", "exclusive", "--node-name", node, "--kubeconfig", kubeconfig,
-		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug"}, discovery...)
+		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0"}, discovery...)
 	cmd := exec.Command(draBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -198,6 +201,34 @@ func TestDRAKubeletPrepare(t *testing.T) {
 		}
 		return len(got) == len(want) && n == len(want[0].Spec.Devices), fmt.Sprintf("%d slices, %d devices", len(got), n), nil
 	})
+
+	// The same metrics as device-plugin mode (docs/metrics.md), from the driver's snapshot.
+	var scrape string
+	waitFor(t, settle, "the driver's /metrics", func(ctx context.Context) (bool, string, error) {
+		m := regexp.MustCompile(`metrics: serving on (127\.0\.0\.1:\d+)`).FindStringSubmatch(driver.output())
+		if m == nil {
+			return false, "no 'metrics: serving on' line yet", nil
+		}
+		resp, err := http.Get("http://" + m[1] + "/metrics")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		scrape = string(b)
+		return err == nil && resp.StatusCode == http.StatusOK, resp.Status, err
+	})
+	for _, line := range []string{
+		`rdma_device_plugin_hca_healthy{hca="mlx5_0",pci="0000:1a:00.0"} 1`,
+		`rdma_device_plugin_hca_healthy{hca="mlx5_bond_0",pci="0000:c9:00.0"} 1`,
+	} {
+		if !strings.Contains(scrape, line+"\n") {
+			t.Errorf("scrape has no line %q:\n%s", line, scrape)
+		}
+	}
+	if !strings.Contains(scrape, `rdma_device_plugin_port_data_received_bytes_total{hca="mlx5_0",port="1"} `) {
+		t.Errorf("scrape has no port counters of mlx5_0:\n%s", scrape)
+	}
 
 	claim := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "hca", Namespace: "default"},

@@ -690,6 +690,7 @@ func TestHelmControlPlane(t *testing.T) {
 			"custom-affinity":   {"--set-json", `affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}}`, "--set-json", `nodeSelector={"kubernetes.io/os":"linux"}`},
 			"maxUnavailable-10": {"--set", "updateStrategy.rollingUpdate.maxUnavailable=10%"},
 			"dra":               {"--set", "driver=dra"},
+			"metrics-off":       {"--set", "metrics.enabled=false"},
 			"dra-no-extended":   {"--set", "driver=dra", "--set", "dra.deviceClass.extendedResource=false"},
 		} {
 			out, err := h.run(append([]string{"install", "dry-" + strings.ToLower(name), h.chart,
