@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
+#include "dra/devices.h"
 #include "server/devices.h"
 
 namespace rdp::dra {
@@ -47,20 +48,6 @@ absl::Status ReadError(const ClaimRef& ref, const absl::Status& s) {
 }
 
 }  // namespace
-
-std::string HcaDeviceName(const topology::Hca& hca) {
-  std::string name = absl::StrCat("hca-", hca.place.pci);
-  std::replace_if(name.begin(), name.end(), [](char c) { return c == ':' || c == '.'; }, '-');
-  return name;
-}
-
-int FindHcaByDeviceName(const topology::Topology& topology, std::string_view device_name) {
-  const std::vector<topology::Hca>& hcas = topology.hcas();
-  for (std::size_t i = 0; i < hcas.size(); ++i) {
-    if (HcaDeviceName(hcas[i]) == device_name) return static_cast<int>(i);
-  }
-  return -1;
-}
 
 Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
                std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
@@ -183,7 +170,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
   topology::TopologyPtr snapshot = topology_();
   auto all_known = [&devices](const topology::Topology& t) {
     return std::all_of(devices.begin(), devices.end(), [&t](const AllocatedDevice& d) {
-      return FindHcaByDeviceName(t, d.device) >= 0;
+      return FindHca(t, d.device) >= 0;
     });
   };
   // A device we do not know may be an HCA plugged in since the snapshot was taken.
@@ -193,7 +180,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
   if (!snapshot) return absl::UnavailableError("no topology snapshot yet");
   std::vector<const topology::Hca*> hcas;
   for (const AllocatedDevice& d : devices) {
-    const int idx = FindHcaByDeviceName(*snapshot, d.device);
+    const int idx = FindHca(*snapshot, d.device);
     if (idx < 0) {
       return absl::NotFoundError(absl::StrCat("claim ", Describe(ref), ": device ", d.device,
                                               " is not on node ", config_.node_name));
@@ -217,7 +204,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
     const server::Verdict verdict = server::Assess(h);
     if (!verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
-                                                        " (", HcaDeviceName(h),
+                                                        " (", DeviceName(h),
                                                         ") is unusable: ", verdict.reason));
     }
   }

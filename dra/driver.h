@@ -105,10 +105,5 @@ class Driver {
   absl::CondVar claim_done_;                          // a UID left busy_
 };
 
-// The device name of an HCA in our ResourceSlices, "hca-<pci, ':' and '.' as '-'>"
-// ("hca-0000-1a-00-0"), and the index of the HCA a name denotes in `topology`, or -1.
-// TODO(dra-node): dra/devices.h (DeviceName, FindHca) is the one definition; use it once merged.
-std::string HcaDeviceName(const topology::Hca& hca);
-int FindHcaByDeviceName(const topology::Topology& topology, std::string_view device_name);
 
 }  // namespace rdp::dra

@@ -33,14 +33,6 @@ std::vector<std::string> SpecPaths(DraNode& n, const std::string& uid) {
   return out;
 }
 
-TEST(DRADriverTest, HcaDeviceNames) {
-  DraNode n;
-  EXPECT_EQ(HcaDeviceName(n.topology().hcas()[0]), kHca0);
-  EXPECT_EQ(FindHcaByDeviceName(n.topology(), kHca1), 1);
-  EXPECT_EQ(FindHcaByDeviceName(n.topology(), "hca-0000-ff-00-0"), -1);
-  EXPECT_EQ(FindHcaByDeviceName(n.topology(), "0000:1a:00.0"), -1);
-}
-
 TEST(DRADriverTest, PrepareWritesSpecAndCheckpointAndAnswersCdiIds) {
   DraNode n;
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0), Dev(kHca1, "hca/sub")});
