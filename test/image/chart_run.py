@@ -27,7 +27,9 @@ POD_IGNORED = {"automountServiceAccountToken", "enableServiceLinks", "priorityCl
                "volumes", "securityContext"}
 CONTAINER_IGNORED = {"name", "image", "imagePullPolicy", "startupProbe", "readinessProbe",
                      "livenessProbe", "args", "env", "securityContext", "resources",
-                     "volumeMounts"}
+                     "volumeMounts",
+                     # declarative only (the metrics port); the container's address serves it
+                     "ports"}
 
 
 class ChartError(Exception):

@@ -347,8 +347,20 @@ func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
 	if h.Ethernet() {
 		linkLayer = "Ethernet"
 	}
+	// The port counters the C++ fixture writes (sim/sysfs_fixture.cc FixtureCounters), from the
+	// HCA's uverbs number k (assigned below, in the same order).
+	k := uint64(*nextUverbs) + 1
 	for _, p := range h.Ports {
 		pd := filepath.Join(ib, "ports", strconv.Itoa(p))
+		for f, v := range map[string]uint64{
+			"port_rcv_data": 1000000*k + uint64(p), "port_xmit_data": 2000000*k + uint64(p),
+			"port_rcv_packets": 10000 * k, "port_xmit_packets": 20000 * k,
+			"symbol_error": 0, "link_downed": k - 1, "port_rcv_errors": 0,
+		} {
+			if err := writeFile(filepath.Join(pd, "counters", f), strconv.FormatUint(v, 10)); err != nil {
+				return err
+			}
+		}
 		state := h.PortState[p]
 		phys := "5: LinkUp"
 		if state != "ACTIVE" {
