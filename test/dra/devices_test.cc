@@ -201,7 +201,8 @@ TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
 TEST(DRADevicesTest, OurAttributesLiveUnderTheDriversDomain) {
   DeviceOptions opts;
   opts.driver_name = "rdma.example.com";
-  for (const auto& [key, value] : One(HealthyHca(), opts)["attributes"].items()) {
+  const nlohmann::json device = One(HealthyHca(), opts);  // the loop must not outlive it
+  for (const auto& [key, value] : device["attributes"].items()) {
     if (key.rfind(kStd, 0) == 0) continue;
     EXPECT_EQ(key.rfind("rdma.example.com/", 0), 0u) << key;
     // The identifier after the domain: a C identifier of at most 32 characters.
