@@ -57,6 +57,7 @@ class SliceSync {
   std::thread thread_;
 
   mutable absl::Mutex mu_;
+  absl::CondVar wake_;  // Trigger, Stop
   bool pending_ ABSL_GUARDED_BY(mu_) = true;  // the first publish
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::uint64_t successes_ ABSL_GUARDED_BY(mu_) = 0;

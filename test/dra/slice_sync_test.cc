@@ -14,6 +14,7 @@ class FakePublisher : public SlicePublisher {
   absl::Status Publish(const std::vector<nlohmann::json>& slices, absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     calls_.push_back(slices);
+    called_.SignalAll();
     deadlines_ok_ = deadlines_ok_ && deadline > absl::Now();
     if (script_.empty()) return absl::OkStatus();
     absl::Status s = script_.front();
@@ -27,8 +28,8 @@ class FakePublisher : public SlicePublisher {
   // Waits (bounded) until at least n calls were made; the calls so far.
   std::vector<std::vector<nlohmann::json>> WaitCalls(std::size_t n) {
     absl::MutexLock lock(&mu_);
-    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.size() >= n; };
-    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (calls_.size() < n && absl::Now() < deadline) called_.WaitWithDeadline(&mu_, deadline);
     return calls_;
   }
   bool deadlines_ok() {
@@ -38,6 +39,7 @@ class FakePublisher : public SlicePublisher {
 
  private:
   absl::Mutex mu_;
+  absl::CondVar called_;
   std::vector<std::vector<nlohmann::json>> calls_ ABSL_GUARDED_BY(mu_);
   std::deque<absl::Status> script_ ABSL_GUARDED_BY(mu_);
   bool deadlines_ok_ ABSL_GUARDED_BY(mu_) = true;
