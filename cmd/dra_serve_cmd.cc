@@ -301,19 +301,20 @@ int Serve(const DraFlags& f, const Resolved& r) {
   // A kubelet that (re)registers us has wiped the node's slices at its start: publish again.
   server.registration().SetOnStatus([&sync] { sync.Trigger(); });
   sync.Start();
-  // The health poll: the node discovered again every --health-interval; a change of the
-  // devices (an HCA's ports, its device nodes, hotplug) is published at once.
+  // The health poll: a sysfs scan every --health-interval; a change of the HCAs (an HCA's
+  // ports, its device nodes, hotplug) is discovered in full and published at once.
   absl::Notification stop_poll;
   std::thread poll([&] {
-    std::vector<nlohmann::json> last = DesiredSlices(r, *snapshot->Current(), *env);
     while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
-      if (!snapshot->Refresh()) continue;
-      std::vector<nlohmann::json> now = DesiredSlices(r, *snapshot->Current(), *env);
-      if (now != last) {
-        Log()->info("the node's HCAs changed: publishing the pool again");
-        last = std::move(now);
-        sync.Trigger();
+      // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
+      absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
+      if (!scan.ok() || topology::HcaFingerprint(*scan) ==
+                            topology::HcaFingerprint(snapshot->Current()->hcas())) {
+        continue;
       }
+      if (!snapshot->Refresh()) continue;
+      Log()->info("the node's HCAs changed: publishing the pool again");
+      sync.Trigger();
     }
   });
   auto stop_background = [&] {

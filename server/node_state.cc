@@ -17,19 +17,6 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("server"); }
 
-// What must match between a scan and the snapshot for the snapshot to stay current.
-std::string Fingerprint(const std::vector<topology::Hca>& hcas) {
-  std::vector<std::string> parts;
-  for (const topology::Hca& h : hcas) {
-    std::string p = absl::StrCat(h.place.pci, "|", h.name, "|", h.uverbs);
-    for (const auto& [path, present] : h.char_devices) absl::StrAppend(&p, "|", path, present);
-    for (const auto& port : h.ports) absl::StrAppend(&p, "|", port.number, port.state);
-    parts.push_back(std::move(p));
-  }
-  std::sort(parts.begin(), parts.end());
-  return absl::StrJoin(parts, ";");
-}
-
 absl::Status Invalid(const std::string& what, const std::string& id) {
   return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
 }
@@ -134,7 +121,7 @@ bool NodeState::Poll() {
     }
   }
   topology::TopologyPtr fresh;
-  if (scanned_ok && Fingerprint(scanned) != Fingerprint(current->hcas())) {
+  if (scanned_ok && topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
     metrics_.rediscoveries.Add();
     absl::StatusOr<topology::TopologyPtr> found = Discover();
     if (found.ok()) {

@@ -4,6 +4,8 @@
 #include <map>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "topology/internal/hwloc_tree.h"
@@ -164,6 +166,18 @@ absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text)
   }
   if (out.empty()) return absl::InvalidArgumentError("empty list: '" + text + "'");
   return out;
+}
+
+std::string HcaFingerprint(const std::vector<Hca>& hcas) {
+  std::vector<std::string> parts;
+  for (const Hca& h : hcas) {
+    std::string p = absl::StrCat(h.place.pci, "|", h.name, "|", h.uverbs);
+    for (const auto& [path, present] : h.char_devices) absl::StrAppend(&p, "|", path, present);
+    for (const auto& port : h.ports) absl::StrAppend(&p, "|", port.number, port.state);
+    parts.push_back(std::move(p));
+  }
+  std::sort(parts.begin(), parts.end());
+  return absl::StrJoin(parts, ";");
 }
 
 }  // namespace rdp::topology

@@ -96,6 +96,11 @@ absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(Env& env);
 absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
                                                 const std::string& dev_root);
 
+// What must match between a health scan (ReadSysfsHcas) and a snapshot's HCAs for the snapshot to
+// stay current: each HCA's address, name, uverbs device, device nodes and port states, in any
+// order. A health poll runs a full discovery only when the fingerprints differ.
+std::string HcaFingerprint(const std::vector<Hca>& hcas);
+
 // Parses "0x0302,0x0300" / "10de,1002" style lists for the --gpu-classes / --gpu-vendors flags.
 absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text);
 

@@ -86,7 +86,7 @@ func startDRADriver(t *testing.T, kubeconfig, node, root, cdiRoot string, discov
 		t.Fatal(err)
 	}
 	args := append([]string{"dra", "--mode", "exclusive", "--node-name", node, "--kubeconfig", kubeconfig,
-		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0"}, discovery...)
+		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0", "--health-interval", "200ms"}, discovery...)
 	cmd := exec.Command(draBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -228,6 +228,39 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	}
 	if !strings.Contains(scrape, `rdma_device_plugin_port_data_received_bytes_total{hca="mlx5_0",port="1"} `) {
 		t.Errorf("scrape has no port counters of mlx5_0:\n%s", scrape)
+	}
+
+	// Health as a device taint: a port going down taints that HCA's device in the published
+	// slice (the driver's health poll), and coming back lifts it.
+	state := filepath.Join(discovery[3], "sys", "class", "infiniband", "mlx5_0", "ports", "1", "state")
+	taintOf := func(ctx context.Context, device string) (string, error) {
+		got, err := nodeSlices(ctx, cp, node)
+		if err != nil {
+			return "", err
+		}
+		for _, s := range got {
+			for _, d := range s.Spec.Devices {
+				if d.Name == device {
+					for _, taint := range d.Taints {
+						return taint.Key + "=" + taint.Value + ":" + string(taint.Effect), nil
+					}
+					return "", nil
+				}
+			}
+		}
+		return "", fmt.Errorf("no device %s", device)
+	}
+	for _, step := range []struct{ state, taint string }{
+		{"1: DOWN", draDriver + "/unhealthy=PortNotActive:NoSchedule"},
+		{"4: ACTIVE", ""},
+	} {
+		if err := os.WriteFile(state, []byte(step.state+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, settle, "mlx5_0's taint after its port went "+step.state, func(ctx context.Context) (bool, string, error) {
+			taint, err := taintOf(ctx, "hca-0000-1a-00-0")
+			return err == nil && taint == step.taint, fmt.Sprintf("taint %q (want %q) %v", taint, step.taint, err), nil
+		})
 	}
 
 	claim := &resourcev1.ResourceClaim{
