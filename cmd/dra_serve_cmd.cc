@@ -1,8 +1,5 @@
 #include "cmd/dra_serve_cmd.h"
 
-#include <pthread.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +20,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/stop_signals.h"
 #include "dra/cdi.h"
 #include "absl/synchronization/notification.h"
 #include "dra/checkpoint.h"
@@ -267,12 +265,7 @@ std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Top
 }
 
 int Serve(const DraFlags& f, const Resolved& r) {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  const int signals = ::signalfd(-1, &stop, SFD_CLOEXEC);
+  const int signals = BlockStopSignals();
   if (signals < 0) {
     Log()->error("cannot start: signalfd: {}", std::strerror(errno));
     return 1;
@@ -343,9 +336,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   }
   const absl::Status why = server.Wait(signals);
   if (why.ok()) {
-    struct signalfd_siginfo info = {};
-    const bool got = ::read(signals, &info, sizeof info) == static_cast<ssize_t>(sizeof info);
-    Log()->info("{} received: stopping", got && info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+    Log()->info("{} received: stopping", ReadStopSignal(signals));
   }
   ::close(signals);
   server.Stop();

@@ -1,8 +1,5 @@
 #include "cmd/serve_cmd.h"
 
-#include <pthread.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/stop_signals.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/metrics_http.h"
@@ -89,12 +87,7 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
 int Serve(const Resolved& resolved) {
   const server::Config& config = resolved.config;
   // Block the stop signals in every thread (gRPC's included) and take them from a signalfd.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  const int signals = ::signalfd(-1, &stop, SFD_CLOEXEC);
+  const int signals = BlockStopSignals();
   if (signals < 0) {
     Logger("server")->error("cannot start: signalfd: {}", std::strerror(errno));
     return 1;
@@ -128,10 +121,7 @@ int Serve(const Resolved& resolved) {
   // that the kubelet restarts the pod rather than it serving stale state.
   const absl::Status why = plugin.Wait(signals);
   if (why.ok()) {
-    struct signalfd_siginfo info = {};
-    const bool got = ::read(signals, &info, sizeof info) == static_cast<ssize_t>(sizeof info);
-    Logger("server")->info("{} received: stopping",
-                           got && info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+    Logger("server")->info("{} received: stopping", ReadStopSignal(signals));
   }
   ::close(signals);
   metrics.reset();

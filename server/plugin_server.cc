@@ -108,17 +108,10 @@ void PluginServer::Stop() {
 }
 
 absl::Status PluginServer::Wait(int stop_fd) {
-  for (;;) {
-    struct pollfd fds[2] = {{stop_fd, POLLIN, 0}, {fatal_fd_, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, -1);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return Errno("waiting for a stop signal");
-    if (fds[1].revents & POLLIN) {
-      absl::MutexLock lock(&mu_);
-      return fatal_;
-    }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) return absl::OkStatus();
-  }
+  return WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
+    absl::MutexLock lock(&mu_);
+    return fatal_;
+  });
 }
 
 void PluginServer::Fatal(const absl::Status& status) {
