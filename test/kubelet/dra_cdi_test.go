@@ -20,16 +20,7 @@ import (
 // injecting the claim's device into an OCI spec adds exactly the claim's device nodes (with the
 // fixture's major:minor, so the runtime need not stat the host) and device-plugin Allocate's env.
 func TestDRACDISpecValid(t *testing.T) {
-	bin := draBinary(t)
-	dir := shortTempDir(t)
-	n, err := LoadNode(fixtureXML())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys, err := WriteSysfs(filepath.Join(dir, "node"), n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, dir, n, sys := draDriverFixture(t)
 	ib, roce := usableHCAs(n)
 	if len(ib) == 0 {
 		t.Fatalf("%s: no usable InfiniBand HCA", n.XML)

@@ -32,16 +32,7 @@ import (
 //   - its registration socket removed, and a kubelet restart that wipes plugins_registry/ and
 //     plugins/, get the driver registered again (our binary re-creates its sockets).
 func TestDRAKubeletPluginManager(t *testing.T) {
-	bin := draBinary(t)
-	dir := shortTempDir(t)
-	n, err := LoadNode(fixtureXML())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys, err := WriteSysfs(filepath.Join(dir, "node"), n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, dir, n, sys := draDriverFixture(t)
 	ib, _ := usableHCAs(n)
 	if len(ib) == 0 {
 		t.Fatalf("%s: no usable HCA", n.XML)

@@ -3,6 +3,7 @@ package kubelet
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -74,4 +75,21 @@ func draArgs(kubeletDir, cdiRoot string, sys *Sysfs, n *Node) []string {
 		"--topology-xml", n.XML,
 		"--log-level", "debug",
 	}
+}
+
+// draDriverFixture is what the driver tests of this package start from: the plugin binary, a short temp
+// dir, and the bundled fixture node laid out as sysfs under <dir>/node.
+func draDriverFixture(t *testing.T) (bin, dir string, n *Node, sys *Sysfs) {
+	t.Helper()
+	bin = draBinary(t)
+	dir = shortTempDir(t)
+	n, err := LoadNode(fixtureXML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys, err = WriteSysfs(filepath.Join(dir, "node"), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, dir, n, sys
 }

@@ -89,6 +89,22 @@ func chartDeviceClass(t *testing.T, h *helm) *resourcev1.DeviceClass {
 	return nil
 }
 
+// draControlPlane starts a control plane with the Ready nodes given (no rdma/hca capacity: DRA
+// serves them) and the DeviceClass the chart installs in DRA mode.
+func draControlPlane(t *testing.T, nodes ...string) *ControlPlane {
+	t.Helper()
+	helmBinary(t)
+	cp := Start(t)
+	for _, n := range nodes {
+		addDRANode(t, cp.Client, n)
+	}
+	class := chartDeviceClass(t, newHelm(t, cp))
+	if _, err := cp.Client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("DeviceClass: %v", err)
+	}
+	return cp
+}
+
 func addDRANode(t *testing.T, c kubernetes.Interface, name string) {
 	t.Helper()
 	addReadyNode(t, c, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
@@ -110,15 +126,10 @@ func rdmaPod(name string, count int64) *v1.Pod {
 // the pod's claim and allocates distinct devices of ours. No kubelet runs, so nothing prepares
 // the claim here (TestDRAKubelet* do that).
 func TestDRAExtendedResource(t *testing.T) {
-	helmBinary(t)
-	cp := Start(t)
-	h := newHelm(t, cp)
+	const node = "dra-node"
+	cp := draControlPlane(t, node, "no-rdma")
 	c := cp.Client
 	ctx := context.Background()
-
-	const node = "dra-node"
-	addDRANode(t, c, node)
-	addDRANode(t, c, "no-rdma")
 	slices := draNodeSlices(t, node, "exclusive", draFixtureNode(t, "dgx-h100-like.xml"))
 	ours := map[string]bool{}
 	for i := range slices {
@@ -128,9 +139,6 @@ func TestDRAExtendedResource(t *testing.T) {
 		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, &slices[i], metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create slice %s: %v", slices[i].Name, err)
 		}
-	}
-	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, chartDeviceClass(t, h), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("DeviceClass: %v", err)
 	}
 
 	for _, tc := range []struct {

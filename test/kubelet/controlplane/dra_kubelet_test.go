@@ -165,16 +165,10 @@ func cdiSpecs(t *testing.T, dir string) map[string]map[string]any {
 // claim, a kubelet restart (which wipes the node's slices) re-registers the driver, which
 // publishes again, and unprepare removes the claim's CDI spec.
 func TestDRAKubeletPrepare(t *testing.T) {
-	helmBinary(t)
-	cp := Start(t)
-	h := newHelm(t, cp)
+	const node = "dra-node"
+	cp := draControlPlane(t, node)
 	c := cp.Client
 	ctx := context.Background()
-	const node = "dra-node"
-	addDRANode(t, c, node)
-	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, chartDeviceClass(t, h), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("DeviceClass: %v", err)
-	}
 	discovery := draFixtureNode(t, "dgx-h100-like.xml")
 	root := t.TempDir()
 	cdiRoot := filepath.Join(t.TempDir(), "cdi")
