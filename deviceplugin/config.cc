@@ -1,20 +1,11 @@
-#include "server/config.h"
+#include "deviceplugin/config.h"
 
 #include <filesystem>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace rdp::server {
-
-absl::StatusOr<Mode> ParseMode(const std::string& text) {
-  if (text == "shared") return Mode::kShared;
-  if (text == "exclusive") return Mode::kExclusive;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--mode must be 'shared' or 'exclusive', not '", text, "'"));
-}
-
-const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
+namespace rdp::deviceplugin {
 
 NodeRoots Config::Roots() const {
   NodeRoots roots = discovery.Roots();
@@ -80,4 +71,4 @@ absl::Status Validate(const Config& c) {
   return absl::OkStatus();
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -9,18 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hca/hca.h"
 #include "topology/discovery.h"
 
-namespace rdp::server {
-
-enum class Mode { kShared, kExclusive };
-
-// "shared" / "exclusive"; InvalidArgument otherwise.
-absl::StatusOr<Mode> ParseMode(const std::string& text);
-const char* ModeName(Mode mode);
+namespace rdp::deviceplugin {
 
 struct Config {
-  Mode mode = Mode::kShared;
+  hca::Mode mode = hca::Mode::kShared;
   std::string resource_name = "rdma/hca";
   int shared_devices = 1000;
   std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
@@ -62,4 +57,4 @@ struct Config {
 // below 10 ms, a root or XML that does not exist.
 absl::Status Validate(const Config& config);
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

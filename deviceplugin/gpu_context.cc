@@ -1,9 +1,9 @@
-#include "server/gpu_context.h"
+#include "deviceplugin/gpu_context.h"
 
 #include <algorithm>
 #include <set>
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 const std::vector<std::string>* Find(const ContainerDevices& c, const std::string& resource) {
@@ -78,4 +78,4 @@ GpuSelection GpuContextFor(const PodList& pods,
   return out;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -9,11 +9,11 @@
 
 #include "absl/time/time.h"
 #include "allocator/allocator.h"
-#include "server/config.h"
-#include "server/pod_resources.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/pod_resources.h"
 #include "topology/topology.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // The container being admitted is the one that holds GPU devices of config.gpu_resources, none of
 // config.resource_name, and was first seen holding them within config.admission_window of
@@ -36,4 +36,4 @@ GpuSelection GpuContextFor(const PodList& pods,
 void UpdateFirstSeen(const PodList& pods, const std::vector<std::string>& gpu_resources,
                      absl::Time now, std::map<std::string, absl::Time>* first_seen);
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

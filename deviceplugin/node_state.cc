@@ -1,4 +1,4 @@
-#include "server/node_state.h"
+#include "deviceplugin/node_state.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,13 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
-#include "server/gpu_context.h"
-#include "server/nvidia_gpus.h"
-#include "server/withholding.h"
+#include "deviceplugin/gpu_context.h"
+#include "deviceplugin/nvidia_gpus.h"
+#include "deviceplugin/withholding.h"
 #include "topology/discovery.h"
 #include "base/log.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("server"); }
@@ -66,7 +66,7 @@ absl::Status NodeState::Init() {
   if (!config_.exclusive_label.empty()) {
     Log()->info("node {} has exclusive label, enabling exclusive mode", config_.node_name);
   }
-  if (config_.mode == Mode::kExclusive) {
+  if (config_.mode == hca::Mode::kExclusive) {
     Log()->info("hca-exclusive mode");
   } else {
     Log()->info("hca-shared mode: {} {} devices, every pod sees every HCA",
@@ -80,7 +80,7 @@ absl::Status NodeState::Init() {
     SwapSnapshot(*snapshot);
     gpu_ids_ = std::move(gpu_ids);
     for (const topology::Hca& h : snapshot_->hcas()) {
-      known_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, HcaUsable(h), 0};
+      known_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, hca::HcaUsable(h), 0};
     }
     Recompute();
     version_ = std::max<std::uint64_t>(version_, 1);
@@ -143,8 +143,8 @@ bool NodeState::Poll() {
     std::set<std::string> present;
     for (const topology::Hca& h : scanned) {
       present.insert(h.place.pci);
-      HcaHealth& k = known_[h.place.pci];
-      const Verdict verdict = Assess(h);
+      hca::AdvertisedHca& k = known_[h.place.pci];
+      const hca::Verdict verdict = hca::Assess(h);
       if (k.pci.empty()) {
         Log()->info("HCA added: {}", Describe(h));
       } else if (!k.present) {
@@ -171,7 +171,7 @@ bool NodeState::Poll() {
       }
     }
     for (auto it = known_.begin(); it != known_.end();) {
-      HcaHealth& k = it->second;
+      hca::AdvertisedHca& k = it->second;
       if (present.count(k.pci) == 0) {
         if (k.present) {
           Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", k.name,
@@ -299,10 +299,10 @@ bool NodeState::Recompute() {
   const std::string why = absl::StrJoin(w.reasons, "; ");
   withheld_.clear();
   for (const std::string& pci : w.pcis) withheld_[pci] = why;
-  std::vector<HcaHealth> hcas;
+  std::vector<hca::AdvertisedHca> hcas;
   for (const auto& [pci, k] : known_) hcas.push_back(k);
   std::vector<DeviceState> devices =
-      config_.mode == Mode::kExclusive
+      config_.mode == hca::Mode::kExclusive
           ? ExclusiveDevices(hcas, w.pcis)
           : SharedDevices(config_.shared_devices, hcas, w.pcis);
   // A change of the withheld set counts as a change even when the list looks the same (shared
@@ -357,9 +357,9 @@ topology::TopologyPtr NodeState::topology() const {
   return snapshot_;
 }
 
-absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::string>& ids) const {
+absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<std::string>& ids) const {
   if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
-  const bool exclusive = config_.mode == Mode::kExclusive;
+  const bool exclusive = config_.mode == hca::Mode::kExclusive;
   // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.
   std::vector<std::string> canonical;
   std::map<std::string, std::string> spelled;  // canonical -> as given
@@ -440,9 +440,9 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
       changed.back().char_devices[i].second = present[next + i];
     }
     next += hca->char_devices.size();
-    const Verdict verdict = Assess(*now);
+    const hca::Verdict verdict = hca::Assess(*now);
     if (!verdict.usable) {
-      const bool was_usable = HcaUsable(*hca);
+      const bool was_usable = hca::HcaUsable(*hca);
       if (exclusive) {
         if (was_usable) RequestRescan();
         return absl::FailedPreconditionError(
@@ -462,7 +462,7 @@ absl::StatusOr<ContainerAllocation> NodeState::Allocate(const std::vector<std::s
                                        absl::StrJoin(refused, "; ")));
   }
   if (exclusive) CountAlignment(canonical);
-  return BuildAllocation(chosen, present.back());
+  return hca::BuildAllocation(chosen, present.back());
 }
 
 void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
@@ -478,8 +478,8 @@ void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
   metrics_.CountAllocation(alignment);
 }
 
-NodeMetricsInput NodeState::MetricsInput() const {
-  NodeMetricsInput in;
+metrics::NodeMetricsInput NodeState::MetricsInput() const {
+  metrics::NodeMetricsInput in;
   in.mode = config_.mode;
   absl::MutexLock lock(&mu_);
   in.topology = snapshot_;
@@ -496,16 +496,16 @@ NodeMetricsInput NodeState::MetricsInput() const {
   return in;
 }
 
-void NodeState::WriteMetrics(Exposition& out) const {
+void NodeState::WriteMetrics(metrics::Exposition& out) const {
   metrics_.Write(out);
-  WriteNodeMetrics(MetricsInput(), *deps_.env, out);
+  metrics::WriteNodeMetrics(MetricsInput(), *deps_.env, out);
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
                                                            std::vector<std::string> must_include,
                                                            int size) const {
   allocator::Request request{std::move(available), std::move(must_include), size, {}};
-  if (config_.mode == Mode::kShared) {
+  if (config_.mode == hca::Mode::kShared) {
     for (const auto* list : {&request.available, &request.must_include}) {
       for (const std::string& id : *list) {
         if (!IsSharedId(id, config_.shared_devices)) return Invalid("unknown device ID", id);
@@ -539,4 +539,4 @@ absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::stri
   return answer;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

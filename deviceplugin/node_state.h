@@ -29,15 +29,17 @@
 #include "absl/time/time.h"
 #include "allocator/allocator.h"
 #include "base/env.h"
-#include "server/config.h"
-#include "server/devices.h"
-#include "server/metrics.h"
-#include "server/plugin_metrics.h"
-#include "server/pod_resources.h"
-#include "server/single_flight.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/plugin_metrics.h"
+#include "deviceplugin/pod_resources.h"
+#include "deviceplugin/resource_model.h"
+#include "hca/hca.h"
+#include "metrics/metrics.h"
+#include "metrics/node_metrics.h"
+#include "serving/single_flight.h"
 #include "topology/topology.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // Where the plugin's knowledge of the node comes from. Tests replace any of these.
 struct NodeSources {
@@ -106,7 +108,7 @@ class NodeState {
   // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
   // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
   // HCA's device nodes are checked at the call, so that no DeviceSpec names a missing node.
-  absl::StatusOr<ContainerAllocation> Allocate(const std::vector<std::string>& ids) const;
+  absl::StatusOr<hca::ContainerAllocation> Allocate(const std::vector<std::string>& ids) const;
 
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
   // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
@@ -123,8 +125,8 @@ class NodeState {
   PluginMetrics& metrics() const { return metrics_; }
   // One scrape: the instruments, then the node's state as of now (a copy taken under the lock,
   // then the port counters read from sysfs outside it). Thread-safe.
-  void WriteMetrics(Exposition& out) const;
-  NodeMetricsInput MetricsInput() const;
+  void WriteMetrics(metrics::Exposition& out) const;
+  metrics::NodeMetricsInput MetricsInput() const;
 
  private:
   void StartList(std::function<void()> finished);
@@ -153,7 +155,7 @@ class NodeState {
   mutable absl::CondVar changed_;
   topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, HcaHealth> known_ ABSL_GUARDED_BY(mu_);  // by PCI address
+  std::map<std::string, hca::AdvertisedHca> known_ ABSL_GUARDED_BY(mu_);  // by PCI address
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
@@ -170,7 +172,7 @@ class NodeState {
   std::function<void()> rescan_request_;  // set before serving, then only read
 
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
-  SingleFlight pod_refresh_;
+  serving::SingleFlight pod_refresh_;
 };
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

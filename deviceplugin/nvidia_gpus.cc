@@ -1,10 +1,10 @@
-#include "server/nvidia_gpus.h"
+#include "deviceplugin/nvidia_gpus.h"
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "topology/topology.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 std::map<std::string, std::string> ReadNvidiaGpuIds(Env& env) {
   constexpr char kGpus[] = "/proc/driver/nvidia/gpus";
@@ -30,4 +30,4 @@ std::map<std::string, std::string> ReadNvidiaGpuIds(const std::string& proc_root
   return ReadNvidiaGpuIds(*NewNodeEnv(roots));
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -8,7 +8,7 @@
 
 #include "base/env.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // GPU UUID -> PCI address from /proc/driver/nvidia/gpus/<pci>/information ("GPU UUID: GPU-..."),
 // read through `env`. Empty when the directory is absent; an unreadable entry is skipped. Every
@@ -17,4 +17,4 @@ std::map<std::string, std::string> ReadNvidiaGpuIds(Env& env);
 // The same on the filesystem, proc/ under proc_root.
 std::map<std::string, std::string> ReadNvidiaGpuIds(const std::string& proc_root);
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -1,7 +1,6 @@
-#include "server/plugin_server.h"
+#include "deviceplugin/plugin_server.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,11 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "server/file_watch.h"
-#include "server/unix_server.h"
+#include "serving/event_fd.h"
+#include "serving/file_watch.h"
+#include "serving/unix_server.h"
 #include "base/log.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 constexpr char kApiVersion[] = "v1beta1";
@@ -32,20 +32,7 @@ absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-void Signal(int eventfd) {
-  const std::uint64_t one = 1;
-  if (::write(eventfd, &one, sizeof one) < 0) Log()->warn("eventfd write failed");
-}
-
-void Drain(int eventfd) {
-  std::uint64_t value;
-  while (::read(eventfd, &value, sizeof value) > 0) {
-  }
-}
-
 }  // namespace
-
-std::uint64_t PluginServer::FileId(const std::string& path) { return server::FileId(path); }
 
 PluginServer::PluginServer(Config config, NodeSources deps)
     : config_(std::move(config)),
@@ -56,16 +43,16 @@ PluginServer::~PluginServer() { Stop(); }
 
 absl::Status PluginServer::Start() {
   if (absl::Status s = node_->Init(); !s.ok()) return s;
-  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  fatal_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  rescan_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  stop_fd_ = serving::NewEventFd();
+  fatal_fd_ = serving::NewEventFd();
+  rescan_fd_ = serving::NewEventFd();
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   pods_inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (stop_fd_ < 0 || fatal_fd_ < 0 || rescan_fd_ < 0 || inotify_fd_ < 0 ||
       pods_inotify_fd_ < 0) {
     return Errno("inotify/eventfd");
   }
-  node_->SetRescanRequest([fd = rescan_fd_] { Signal(fd); });
+  node_->SetRescanRequest([fd = rescan_fd_] { serving::SignalEventFd(fd); });
   std::error_code ec;
   std::filesystem::create_directories(config_.kubelet_dir, ec);
   if (!WatchKubeletDir()) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
@@ -91,13 +78,13 @@ void PluginServer::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
-    if (started_) Signal(stop_fd_);
+    if (started_) serving::SignalEventFd(stop_fd_);
   }
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
   StopServing();
-  if (socket_ino_ != 0 && FileId(config_.SocketPath()) == socket_ino_) {
+  if (socket_ino_ != 0 && serving::FileId(config_.SocketPath()) == socket_ino_) {
     ::unlink(config_.SocketPath().c_str());
   }
   node_->SetRescanRequest(nullptr);
@@ -108,7 +95,7 @@ void PluginServer::Stop() {
 }
 
 absl::Status PluginServer::Wait(int stop_fd) {
-  return WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
+  return serving::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
     absl::MutexLock lock(&mu_);
     return fatal_;
   });
@@ -122,7 +109,7 @@ void PluginServer::Fatal(const absl::Status& status) {
   }
   Log()->error("{}; the plugin cannot go on and exits so that it is restarted",
                std::string(status.message()));
-  Signal(fatal_fd_);
+  serving::SignalEventFd(fatal_fd_);
 }
 
 void PluginServer::RunLoop(const char* name, void (PluginServer::*loop)()) {
@@ -163,13 +150,13 @@ absl::Status PluginServer::Serve() {
   StopServing();
   const std::string path = config_.SocketPath();
   service_ = std::make_unique<DevicePluginService>(node_.get());
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartUnixServer(path, {service_.get()});
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = serving::StartUnixServer(path, {service_.get()});
   if (!server.ok()) {
     service_.reset();
     return server.status();
   }
   server_ = std::move(*server);
-  socket_ino_ = FileId(path);
+  socket_ino_ = serving::FileId(path);
   if (socket_ino_ == 0) {
     // Removed as soon as it appeared (a kubelet wiping its directory): no socket of ours to watch.
     StopServing();
@@ -203,7 +190,7 @@ bool PluginServer::TryRegister() {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + config_.register_timeout));
   v1beta1::Empty response;
-  const std::uint64_t kubelet_ino = FileId(config_.KubeletSocketPath());
+  const std::uint64_t kubelet_ino = serving::FileId(config_.KubeletSocketPath());
   grpc::Status status = stub->Register(&context, request, &response);
   if (!status.ok()) {
     if (!failing_) {
@@ -215,7 +202,7 @@ bool PluginServer::TryRegister() {
   }
   failing_ = false;
   // kubelet.sock may have appeared during the call: its IN_CREATE is not a restart.
-  kubelet_ino_ = kubelet_ino != 0 ? kubelet_ino : FileId(config_.KubeletSocketPath());
+  kubelet_ino_ = kubelet_ino != 0 ? kubelet_ino : serving::FileId(config_.KubeletSocketPath());
   ++registrations_;
   node_->metrics().registrations.Add();
   Log()->info("Registered device plugin with Kubelet");
@@ -224,16 +211,16 @@ bool PluginServer::TryRegister() {
 
 bool PluginServer::DrainInotify() {
   bool restart = false;
-  ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+  serving::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
     Log()->debug("inotify: {} mask={:#x}", name.empty() ? config_.kubelet_dir : name, mask);
     if (mask & IN_IGNORED) watch_ = -1;  // the directory itself went away
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst
     if (name == "kubelet.sock" && (mask & (IN_CREATE | IN_MOVED_TO)) &&
-        FileId(config_.KubeletSocketPath()) != kubelet_ino_) {
+        serving::FileId(config_.KubeletSocketPath()) != kubelet_ino_) {
       restart = true;
     }
     if (name == config_.socket_name && (mask & (IN_DELETE | IN_MOVED_FROM))) {
-      const std::uint64_t now = FileId(config_.SocketPath());
+      const std::uint64_t now = serving::FileId(config_.SocketPath());
       if (now == 0 || now != socket_ino_) restart = true;
     }
   });
@@ -259,14 +246,14 @@ void PluginServer::LifecycleLoop() {
     // The watch must be on the directory that is there now: re-watch one that came back or was
     // replaced (that is a restart: whatever happened in it was not seen). A directory removed
     // and made again may get the old one's inode number, so a lost watch alone says it too.
-    if ((watch_ < 0 || DirId(config_.kubelet_dir) != watched_dir_) && WatchKubeletDir()) {
+    if ((watch_ < 0 || serving::DirId(config_.kubelet_dir) != watched_dir_) && WatchKubeletDir()) {
       restart = true;
     }
     // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
     // with. A kubelet.sock that is gone is a kubelet on its way down: registering before the new
     // one has cleared the directory (it removes our socket as it starts) only times out.
-    const bool ours_gone = FileId(config_.SocketPath()) != socket_ino_;
-    const std::uint64_t kubelet_now = FileId(config_.KubeletSocketPath());
+    const bool ours_gone = serving::FileId(config_.SocketPath()) != socket_ino_;
+    const std::uint64_t kubelet_now = serving::FileId(config_.KubeletSocketPath());
     if (registered && (ours_gone || (kubelet_now != 0 && kubelet_now != kubelet_ino_))) {
       restart = true;
     }
@@ -300,10 +287,8 @@ void PluginServer::LifecycleLoop() {
   }
 }
 
-std::uint64_t PluginServer::DirId(const std::string& path) { return server::DirId(path); }
-
 bool PluginServer::WatchKubeletDir() {
-  const std::uint64_t dir = DirId(config_.kubelet_dir);
+  const std::uint64_t dir = serving::DirId(config_.kubelet_dir);
   if (dir == 0) return false;
   if (watch_ >= 0) ::inotify_rm_watch(inotify_fd_, watch_);
   watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
@@ -320,7 +305,7 @@ void PluginServer::HealthLoop() {
     absl::StatusOr<std::vector<bool>> ready = WaitFor({rescan_fd_}, next_poll);
     if (absl::IsCancelled(ready.status())) return;
     if (!ready.ok()) return Fatal(ready.status());
-    if ((*ready)[0]) Drain(rescan_fd_);
+    if ((*ready)[0]) serving::DrainEventFd(rescan_fd_);
     if ((*ready)[0] || absl::Now() >= next_poll) {
       try {
         node_->Poll();
@@ -344,7 +329,7 @@ bool PluginServer::DrainPodsInotify() {
   const std::string socket =
       std::filesystem::path(config_.pod_resources_socket).filename().string();
   bool appeared = false;
-  ReadInotifyEvents(pods_inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+  serving::ReadInotifyEvents(pods_inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
     if (mask & IN_IGNORED) pods_watch_ = -1;
     if (name == socket && (mask & (IN_CREATE | IN_MOVED_TO))) appeared = true;
   });
@@ -376,4 +361,4 @@ void PluginServer::PodsLoop() {
   }
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

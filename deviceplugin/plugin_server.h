@@ -28,11 +28,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
-#include "server/config.h"
-#include "server/node_state.h"
-#include "server/service.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/node_state.h"
+#include "deviceplugin/service.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 class PluginServer {
  public:
@@ -87,9 +87,6 @@ class PluginServer {
   // Stop after join.
   std::unique_ptr<DevicePluginService> service_;
   std::unique_ptr<grpc::Server> server_;
-  static std::uint64_t FileId(const std::string& path);
-  // Identity of a directory (device and inode), 0 when there is none.
-  static std::uint64_t DirId(const std::string& path);
   // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
   bool WatchKubeletDir();
   std::uint64_t socket_ino_ = 0;   // FileId of the socket we bound
@@ -111,4 +108,4 @@ class PluginServer {
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -1,4 +1,4 @@
-#include "server/pod_resources.h"
+#include "deviceplugin/pod_resources.h"
 
 #include <vector>
 
@@ -8,9 +8,9 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/podresources.grpc.pb.h"
-#include "server/happens_before.h"
+#include "serving/happens_before.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 class GrpcPodResources : public PodResourcesSource {
@@ -52,11 +52,11 @@ class GrpcPodResources : public PodResourcesSource {
     // Waits for a connection within the deadline: a socket that appeared a moment ago is
     // reached by this call rather than failed by the channel's last connect attempt.
     call->context.set_wait_for_ready(true);
-    HappensBefore(call);
+    serving::HappensBefore(call);
     Stub()->UnaryCall(
         &call->context, ListMethod(), grpc::StubOptions(), &call->request, &call->response,
         [this, call](grpc::Status status) {
-          HappensAfter(call);
+          serving::HappensAfter(call);
           std::unique_ptr<Call> owned(call);
           if (!status.ok()) {
             owned->done(absl::UnavailableError(
@@ -146,4 +146,4 @@ std::vector<std::string> HeldIds(const PodList& pods, const std::string& resourc
   return out;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

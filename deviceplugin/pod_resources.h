@@ -17,7 +17,7 @@ namespace v1 {
 class ListPodResourcesResponse;
 }  // namespace v1
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // One running container and its device-plugin devices.
 struct ContainerDevices {
@@ -48,4 +48,4 @@ std::unique_ptr<PodResourcesSource> NewGrpcPodResources(const std::string& socke
 // The IDs of `resource` that any container holds.
 std::vector<std::string> HeldIds(const PodList& pods, const std::string& resource);
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

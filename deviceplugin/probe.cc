@@ -1,13 +1,13 @@
-#include "server/probe.h"
+#include "deviceplugin/probe.h"
 
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 absl::Status Probe(const std::string& socket_path, absl::Duration timeout) {
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket_path));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(socket_path));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1beta1::DevicePluginOptions options;
@@ -17,4 +17,4 @@ absl::Status Probe(const std::string& socket_path, absl::Duration timeout) {
                       absl::StrCat("no answer on ", socket_path, ": ", status.error_message()));
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

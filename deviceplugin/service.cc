@@ -1,4 +1,4 @@
-#include "server/service.h"
+#include "deviceplugin/service.h"
 
 #include <algorithm>
 #include <exception>
@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/arena.h"
-#include "server/happens_before.h"
+#include "serving/happens_before.h"
 #include "base/log.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 constexpr char kHealthy[] = "Healthy";
@@ -59,7 +59,7 @@ template <typename Reactor>
 class FinishOnce final : public Reactor {
  public:
   void Done(const grpc::Status& status) {
-    HappensBefore(this);
+    serving::HappensBefore(this);
     this->Finish(status);
   }
   // Done, after recording the call's latency (from this reactor's creation) and status.
@@ -68,7 +68,7 @@ class FinishOnce final : public Reactor {
     Done(status);
   }
   void OnDone() override {
-    HappensAfter(this);
+    serving::HappensAfter(this);
     delete this;
   }
 
@@ -95,7 +95,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
 
   void Begin(std::shared_ptr<DeviceStream> self) {
     self_ = std::move(self);
-    HappensBefore(this);  // gRPC may run a reaction before Changed() starts an operation
+    serving::HappensBefore(this);  // gRPC may run a reaction before Changed() starts an operation
     Changed();
   }
 
@@ -110,7 +110,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
       sent_ = list.version;
       writing_ = true;
     }
-    HappensBefore(this);
+    serving::HappensBefore(this);
     StartWrite(&response_);
   }
 
@@ -124,12 +124,12 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
       if (writing_) return;  // OnWriteDone finishes
       finished_ = true;
     }
-    HappensBefore(this);
+    serving::HappensBefore(this);
     Finish(status);
   }
 
   void OnWriteDone(bool ok) override {
-    HappensAfter(this);
+    serving::HappensAfter(this);
     bool finish = false;
     grpc::Status status;
     {
@@ -145,7 +145,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
       }
     }
     if (finish) {
-      HappensBefore(this);
+      serving::HappensBefore(this);
       Finish(status);
       return;
     }
@@ -153,12 +153,12 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   }
 
   void OnCancel() override {
-    HappensAfter(this);
+    serving::HappensAfter(this);
     End(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
-    HappensAfter(this);
+    serving::HappensAfter(this);
     self_.reset();  // last: may delete this
   }
 
@@ -201,7 +201,7 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
     for (const auto& c : request.container_requests()) {
-      absl::StatusOr<ContainerAllocation> a = node.Allocate(Ids(c.devices_ids()));
+      absl::StatusOr<hca::ContainerAllocation> a = node.Allocate(Ids(c.devices_ids()));
       if (!a.ok()) return a.status();
       auto* out = response->add_container_responses();
       for (const auto& spec : a->devices) {
@@ -229,7 +229,7 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
     if (request.container_requests().empty()) {
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
-    if (node.config().mode == Mode::kShared) return PreferAll(node, request, response);
+    if (node.config().mode == hca::Mode::kShared) return PreferAll(node, request, response);
     // Exclusive: the GPU context comes from a pod list at least as new as this call. One
     // refresh serves every container of the request.
     deferred = true;
@@ -366,4 +366,4 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
   return reactor;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -17,9 +17,9 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/message_allocator.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "server/node_state.h"
+#include "deviceplugin/node_state.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // The one mapping from absl::Status to grpc::Status (codes are numerically equal).
 grpc::Status ToGrpc(const absl::Status& status);
@@ -92,4 +92,4 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   std::vector<std::weak_ptr<DeviceStream>> streams_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -1,13 +1,13 @@
-#include "server/withholding.h"
+#include "deviceplugin/withholding.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
-Withholding ComputeWithheld(const PodList& pods, const std::string& resource, Mode mode,
+Withholding ComputeWithheld(const PodList& pods, const std::string& resource, hca::Mode mode,
                             const topology::Topology& topology) {
   Withholding out;
   for (const ContainerDevices& c : pods) {
@@ -16,12 +16,12 @@ Withholding ComputeWithheld(const PodList& pods, const std::string& resource, Mo
     std::vector<std::string> foreign;
     for (const std::string& id : held->second) {
       const std::optional<std::string> pci = topology::NormalizePci(id);
-      if (mode == Mode::kExclusive && !pci) foreign.push_back(id);
-      if (mode == Mode::kShared && pci) foreign.push_back(*pci);
+      if (mode == hca::Mode::kExclusive && !pci) foreign.push_back(id);
+      if (mode == hca::Mode::kShared && pci) foreign.push_back(*pci);
     }
     if (foreign.empty()) continue;
     std::sort(foreign.begin(), foreign.end());  // one wording whatever order the kubelet lists
-    if (mode == Mode::kExclusive) {
+    if (mode == hca::Mode::kExclusive) {
       for (const auto& hca : topology.hcas()) out.pcis.insert(hca.place.pci);
       out.reasons.push_back(absl::StrCat(
           "container ", c.key, " holds shared-mode IDs (", absl::StrJoin(foreign, ","),
@@ -37,4 +37,4 @@ Withholding ComputeWithheld(const PodList& pods, const std::string& resource, Mo
   return out;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "server/config.h"
-#include "server/pod_resources.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/pod_resources.h"
 #include "topology/topology.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // HCAs (PCI addresses) that containers hold under the other mode's IDs, with one reason line per
 // container: in exclusive mode a container holding shared IDs of `resource` sees every HCA, so
@@ -20,7 +20,7 @@ struct Withholding {
   std::set<std::string> pcis;
   std::vector<std::string> reasons;
 };
-Withholding ComputeWithheld(const PodList& pods, const std::string& resource, Mode mode,
+Withholding ComputeWithheld(const PodList& pods, const std::string& resource, hca::Mode mode,
                             const topology::Topology& topology);
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -1,20 +1,12 @@
-#include "server/devices.h"
+#include "hca/hca.h"
 
-#include <string_view>
-
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace rdp::server {
+namespace rdp::hca {
 namespace {
 
-constexpr char kSharedPrefix[] = "shared-";
 constexpr char kDevDir[] = "/dev/infiniband/";
-
-bool Usable(const HcaHealth& h, const std::set<std::string>& withheld) {
-  return h.present && h.healthy && withheld.count(h.pci) == 0;
-}
 
 // Whether the char device named `node` (uverbs0, umad1...) was present when last checked.
 bool Existed(const topology::Hca& hca, const std::string& node) {
@@ -31,6 +23,15 @@ bool Existed(const topology::Hca& hca, const std::string& node) {
 
 }  // namespace
 
+absl::StatusOr<Mode> ParseMode(std::string_view text) {
+  if (text == "shared") return Mode::kShared;
+  if (text == "exclusive") return Mode::kExclusive;
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", std::string(text), "' is not a mode: shared or exclusive"));
+}
+
+const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
+
 Verdict Assess(const topology::Hca& hca) {
   if (hca.ports.empty()) return {false, "no port state is known"};
   for (const topology::Port& port : hca.ports) {
@@ -44,48 +45,6 @@ Verdict Assess(const topology::Hca& hca) {
     if (!present) return {false, absl::StrCat("device node ", path, " is missing")};
   }
   return {true, ""};
-}
-
-std::vector<DeviceState> ExclusiveDevices(const std::vector<HcaHealth>& hcas,
-                                          const std::set<std::string>& withheld) {
-  bool all_numa = true;
-  for (const HcaHealth& h : hcas) all_numa = all_numa && h.numa.has_value();
-  std::vector<DeviceState> out;
-  out.reserve(hcas.size());
-  for (const HcaHealth& h : hcas) {
-    out.push_back({h.pci, Usable(h, withheld), all_numa ? h.numa : std::nullopt});
-  }
-  return out;
-}
-
-std::vector<DeviceState> SharedDevices(int count, const std::vector<HcaHealth>& hcas,
-                                       const std::set<std::string>& withheld) {
-  if (hcas.empty()) return {};
-  bool any = false;
-  for (const HcaHealth& h : hcas) any = any || Usable(h, withheld);
-  std::vector<DeviceState> out;
-  out.reserve(count);
-  for (int i = 0; i < count; ++i) out.push_back({SharedId(i), any, std::nullopt});
-  return out;
-}
-
-std::string SharedId(int index) { return absl::StrCat(kSharedPrefix, index); }
-
-bool IsSharedId(const std::string& id, int count) {
-  // By hand: a shared GetPreferredAllocation checks 1000 of these.
-  constexpr std::string_view kPrefix = kSharedPrefix;
-  if (id.size() <= kPrefix.size() || id.size() > kPrefix.size() + 10) return false;  // int
-  for (std::size_t i = 0; i < kPrefix.size(); ++i) {
-    if (id[i] != kPrefix[i]) return false;
-  }
-  if (id.size() > kPrefix.size() + 1 && id[kPrefix.size()] == '0') return false;
-  long long n = 0;
-  for (std::size_t i = kPrefix.size(); i < id.size(); ++i) {
-    const char c = id[i];
-    if (c < '0' || c > '9') return false;
-    n = n * 10 + (c - '0');
-  }
-  return n < count;
 }
 
 ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
@@ -114,4 +73,4 @@ ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hca
   return out;
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::hca

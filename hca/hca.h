@@ -1,31 +1,31 @@
 #pragma once
 
-// The plugin's resource model, as pure functions: which devices ListAndWatch advertises and
-// what Allocate gives a container. No I/O, no locks, no protobuf.
+// The node's HCAs as both front doors (the device plugin, dra/) see them, as pure functions: what
+// makes an HCA usable, what a container holding some of them gets, and the node's mode. No I/O,
+// no locks, no protobuf.
 
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "topology/topology.h"
 
-namespace rdp::server {
+namespace rdp::hca {
 
-// One advertised device.
-struct DeviceState {
-  std::string id;
-  bool healthy = false;
-  std::optional<int> numa;  // TopologyInfo; nullopt: none reported
-  bool operator==(const DeviceState& o) const {
-    return id == o.id && healthy == o.healthy && numa == o.numa;
-  }
-};
+// How the node hands out its HCAs: shared (every consumer sees every HCA) or exclusive (one
+// consumer owns each). Chosen per node by a label (DESIGN.md).
+enum class Mode { kShared, kExclusive };
 
-// What the plugin knows of an HCA it has ever advertised (vanished ones included, until
-// forgotten).
-struct HcaHealth {
+// "shared" / "exclusive"; InvalidArgument naming the text otherwise.
+absl::StatusOr<Mode> ParseMode(std::string_view text);
+const char* ModeName(Mode mode);
+
+// What a front door knows of an HCA it has advertised (vanished ones included, until
+// forgotten): its identity, placement, health in the latest scan and how long it has been gone.
+struct AdvertisedHca {
   std::string pci;
   std::string name;
   std::optional<int> numa;
@@ -44,22 +44,8 @@ struct Verdict {
 Verdict Assess(const topology::Hca& hca);
 inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }
 
-// Exclusive mode: one device per HCA, ID = PCI address, in PCI order. Healthy iff present,
-// healthy and not withheld. NUMA is reported for every device or, when any is unknown, for none.
-std::vector<DeviceState> ExclusiveDevices(const std::vector<HcaHealth>& hcas,
-                                          const std::set<std::string>& withheld);
-
-// Shared mode: `count` interchangeable IDs "shared-0".."shared-<count-1>", all Healthy iff at
-// least one HCA is present, healthy and not withheld; no TopologyInfo. No device at all when the
-// node has no HCA (a CPU-only node advertises no rdma/hca).
-std::vector<DeviceState> SharedDevices(int count, const std::vector<HcaHealth>& hcas,
-                                       const std::set<std::string>& withheld);
-
-std::string SharedId(int index);
-// True for "shared-<n>" with 0 <= n < count, written canonically (no sign, no leading zeros).
-bool IsSharedId(const std::string& id, int count);
-
-// What Allocate returns for one container, before it becomes protobuf.
+// What a container holding some HCAs gets (device-plugin Allocate, a DRA claim's CDI device),
+// before it becomes protobuf or CDI JSON.
 struct ContainerAllocation {
   struct Spec {
     std::string container_path;
@@ -77,4 +63,4 @@ struct ContainerAllocation {
 ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
                                     bool with_rdma_cm);
 
-}  // namespace rdp::server
+}  // namespace rdp::hca

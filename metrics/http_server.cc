@@ -1,4 +1,4 @@
-#include "server/metrics_http.h"
+#include "metrics/http_server.h"
 
 #include <arpa/inet.h>
 
@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "civetweb.h"
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 
-namespace rdp::server {
+namespace rdp::metrics {
 namespace {
 
 constexpr char kFlag[] = "--metrics-address";
@@ -158,4 +158,4 @@ int MetricsHttpServer::HandleHealthz(struct mg_connection* conn, void*) {
   return Reply(conn, 200, "text/plain", "ok\n");
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::metrics

@@ -15,7 +15,7 @@
 struct mg_context;
 struct mg_connection;
 
-namespace rdp::server {
+namespace rdp::metrics {
 
 // "HOST:PORT" as --metrics-address takes it -> civetweb's listening_ports spelling. HOST is an
 // IPv4 address, "localhost" (127.0.0.1), empty (every IPv4 interface) or a bracketed IPv6
@@ -53,4 +53,4 @@ class MetricsHttpServer {
   mg_context* context_ = nullptr;
 };
 
-}  // namespace rdp::server
+}  // namespace rdp::metrics

@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 
 #include <cassert>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "fmt/format.h"
 
-namespace rdp::server {
+namespace rdp::metrics {
 
 Histogram::Histogram(const double* bounds_seconds, std::size_t n) {
   for (std::size_t i = 0; i < n && size_ < kMaxBuckets; ++i) {
@@ -132,7 +132,7 @@ void Exposition::Sample(const std::vector<Label>& labels, double value,
   Append(labels.data(), labels.size(), value, suffix, nullptr);
 }
 
-void Exposition::Histogram(const std::vector<Label>& labels, const Histogram::Snapshot& h) {
+void Exposition::HistogramSamples(const std::vector<Label>& labels, const Histogram::Snapshot& h) {
   for (std::size_t i = 0; i < h.cumulative.size(); ++i) {
     const std::string le = i < h.bounds.size() ? FormatValue(h.bounds[i]) : "+Inf";
     const Label extra{"le", le};
@@ -144,4 +144,14 @@ void Exposition::Histogram(const std::vector<Label>& labels, const Histogram::Sn
          static_cast<double>(h.cumulative.empty() ? 0 : h.cumulative.back()), "_count", nullptr);
 }
 
-}  // namespace rdp::server
+std::string Name(std::string_view suffix) {
+  return "rdma_device_plugin_" + std::string(suffix);
+}
+
+void WriteCounter(Exposition& out, std::string_view name, std::string_view help,
+                  const Counter& c) {
+  out.Family(Name(name), help, Exposition::Type::kCounter);
+  out.Sample({}, static_cast<double>(c.value()));
+}
+
+}  // namespace rdp::metrics

@@ -18,7 +18,7 @@
 
 #include "absl/time/time.h"
 
-namespace rdp::server {
+namespace rdp::metrics {
 
 // A monotonically increasing count. Thread-safe, lock-free.
 class Counter {
@@ -77,7 +77,7 @@ class Exposition {
   void Sample(std::initializer_list<Label> labels, double value, std::string_view suffix = "");
   void Sample(const std::vector<Label>& labels, double value, std::string_view suffix = "");
   // The _bucket, _sum and _count samples of a histogram family opened last.
-  void Histogram(const std::vector<Label>& labels, const Histogram::Snapshot& h);
+  void HistogramSamples(const std::vector<Label>& labels, const Histogram::Snapshot& h);
 
   const std::string& text() const { return out_; }
   std::string Take() { return std::move(out_); }
@@ -96,7 +96,13 @@ std::string EscapeLabelValue(std::string_view value);
 // A sample value as the text format spells it.
 std::string FormatValue(double value);
 
+// Every metric's name: "rdma_device_plugin_" + suffix.
+std::string Name(std::string_view suffix);
+// A counter family `name` (suffix, as Name takes it) with one unlabelled sample.
+void WriteCounter(Exposition& out, std::string_view name, std::string_view help,
+                  const Counter& c);
+
 // The content type of the text exposition format 0.0.4.
 inline constexpr char kExpositionContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
-}  // namespace rdp::server
+}  // namespace rdp::metrics

@@ -1,4 +1,4 @@
-#include "server/file_watch.h"
+#include "serving/file_watch.h"
 
 #include <poll.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 absl::Status WaitForStopOrFatal(int stop_fd, int fatal_fd,
                                 const std::function<absl::Status()>& fatal) {
@@ -39,4 +39,4 @@ std::uint64_t DirId(const std::string& path) {
   return (static_cast<std::uint64_t>(st.st_dev) << 40) ^ static_cast<std::uint64_t>(st.st_ino);
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 // Blocks until `stop_fd` is readable (a signalfd: OK) or `fatal_fd` is (an eventfd a background
 // thread wrote when it could not go on: `fatal()`, its error). Internal naming errno when poll(2)
@@ -45,4 +45,4 @@ void ReadInotifyEvents(int fd, F on_event) {
   }
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

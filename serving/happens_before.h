@@ -25,7 +25,7 @@ void __tsan_release(void* addr);
 }
 #endif
 
-namespace rdp::server {
+namespace rdp::serving {
 
 inline void HappensBefore(const void* obj) {
 #ifdef RDP_TSAN
@@ -43,4 +43,4 @@ inline void HappensAfter(const void* obj) {
 #endif
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

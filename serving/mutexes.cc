@@ -1,11 +1,11 @@
-#include "server/mutexes.h"
+#include "serving/mutexes.h"
 
 #include "absl/synchronization/mutex.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 void DisableMutexDeadlockDetection() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

@@ -1,6 +1,6 @@
 #pragma once
 
-namespace rdp::server {
+namespace rdp::serving {
 
 // absl::Mutex as Debian builds it (without NDEBUG) checks every acquisition for lock-order
 // cycles: an update of one process-wide graph under its own lock, with a stack trace for each
@@ -10,4 +10,4 @@ namespace rdp::server {
 // what the plugin runs.
 void DisableMutexDeadlockDetection();
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

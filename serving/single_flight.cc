@@ -1,4 +1,4 @@
-#include "server/single_flight.h"
+#include "serving/single_flight.h"
 
 #include <atomic>
 #include <exception>
@@ -6,7 +6,7 @@
 
 #include "base/log.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 SingleFlight::SingleFlight(Start start) : start_(std::move(start)) {}
 
@@ -65,4 +65,4 @@ void SingleFlight::WaitIdle() {
       +[](bool* running) { return !*running; }, &running_));
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

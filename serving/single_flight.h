@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 class SingleFlight {
  public:
@@ -45,4 +45,4 @@ class SingleFlight {
   std::vector<Then> next_ ABSL_GUARDED_BY(mu_);     // asked while it was in flight
 };
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

@@ -1,11 +1,11 @@
-#include "cmd/stop_signals.h"
+#include "serving/stop_signals.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-namespace rdp::cmd {
+namespace rdp::serving {
 
 int BlockStopSignals() {
   sigset_t stop;
@@ -22,4 +22,4 @@ std::string ReadStopSignal(int signal_fd) {
   return got && info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
-}  // namespace rdp::cmd
+}  // namespace rdp::serving

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace rdp::cmd {
+namespace rdp::serving {
 
 // Blocks SIGTERM and SIGINT in the calling thread (and so in every thread it starts) and returns a
 // signalfd that becomes readable when one arrives; -1 with errno set on failure.
@@ -14,4 +14,4 @@ int BlockStopSignals();
 // The name of the stop signal waiting on `signal_fd` ("SIGINT" or "SIGTERM"), read from it.
 std::string ReadStopSignal(int signal_fd);
 
-}  // namespace rdp::cmd
+}  // namespace rdp::serving

@@ -1,4 +1,4 @@
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
     const std::string& path, const std::vector<grpc::Service*>& services) {
@@ -55,4 +55,4 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path) {
   return grpc::CreateCustomChannel("unix://" + path, grpc::InsecureChannelCredentials(), args);
 }
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

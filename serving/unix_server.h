@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 
-namespace rdp::server {
+namespace rdp::serving {
 
 // The served socket's mode: the owner alone (the plugin runs as root, as the kubelet does).
 inline constexpr unsigned kSocketMode = 0600;
@@ -35,4 +35,4 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartUnixServer(
 // inherited from an earlier connection to the same path).
 std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path);
 
-}  // namespace rdp::server
+}  // namespace rdp::serving

@@ -1,8 +1,8 @@
-#include "server/config.h"
+#include "deviceplugin/config.h"
 
 #include "gtest/gtest.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 TEST(ConfigTest, DefaultsAreValid) {
@@ -40,10 +40,10 @@ TEST(ConfigTest, BadValuesNameTheFlag) {
 }
 
 TEST(ConfigTest, ParseMode) {
-  EXPECT_EQ(*ParseMode("shared"), Mode::kShared);
-  EXPECT_EQ(*ParseMode("exclusive"), Mode::kExclusive);
-  EXPECT_FALSE(ParseMode("Exclusive").ok());
+  EXPECT_EQ(*hca::ParseMode("shared"), hca::Mode::kShared);
+  EXPECT_EQ(*hca::ParseMode("exclusive"), hca::Mode::kExclusive);
+  EXPECT_FALSE(hca::ParseMode("Exclusive").ok());
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

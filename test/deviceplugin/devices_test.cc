@@ -1,11 +1,11 @@
-#include "server/devices.h"
+#include "deviceplugin/resource_model.h"
 
 #include "gtest/gtest.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
-HcaHealth H(const std::string& pci, std::optional<int> numa, bool present = true,
+hca::AdvertisedHca H(const std::string& pci, std::optional<int> numa, bool present = true,
             bool healthy = true) {
   return {pci, "mlx5_x", numa, present, healthy};
 }
@@ -57,35 +57,5 @@ TEST(SharedIdTest, Canonical) {
   EXPECT_FALSE(IsSharedId("shared-2147483647", 2147483647));
 }
 
-TEST(BuildAllocationTest, SpecsAndExactMatchEnvs) {
-  topology::Hca a;
-  a.name = "mlx5_1";
-  a.place.pci = "0000:1a:00.0";
-  a.uverbs = "uverbs1";
-  a.umad = {"umad1"};
-  a.issm = {"issm1"};
-  a.char_devices = {{"/x/dev/infiniband/uverbs1", true},
-                    {"/x/dev/infiniband/umad1", true},
-                    {"/x/dev/infiniband/issm1", false}};
-  topology::Hca b;
-  b.name = "mlx5_10";
-  b.place.pci = "0000:9a:00.0";
-  b.uverbs = "uverbs10";
-  b.char_devices = {{"/x/dev/infiniband/uverbs10", true}};
-  ContainerAllocation got = BuildAllocation({&a, &b}, true);
-  std::vector<std::string> paths;
-  for (const auto& s : got.devices) {
-    EXPECT_EQ(s.host_path, s.container_path);
-    EXPECT_EQ(s.permissions, "rw");
-    paths.push_back(s.host_path);
-  }
-  EXPECT_EQ(paths, (std::vector<std::string>{"/dev/infiniband/uverbs1", "/dev/infiniband/umad1",
-                                             "/dev/infiniband/uverbs10",
-                                             "/dev/infiniband/rdma_cm"}));
-  EXPECT_EQ(got.envs["NCCL_IB_HCA"], "=mlx5_1,mlx5_10");
-  EXPECT_EQ(got.envs["RDMA_HCA_NAMES"], "mlx5_1,mlx5_10");
-  EXPECT_EQ(got.envs["RDMA_HCA_PCI"], "0000:1a:00.0,0000:9a:00.0");
-}
-
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -40,15 +40,15 @@
 #include "gtest/gtest.h"
 #include "proto/podresources.grpc.pb.h"
 #include "sim/kubelet_sim.h"
-#include "server/plugin_server.h"
-#include "server/unix_server.h"
-#include "test/server/test_node.h"
+#include "deviceplugin/plugin_server.h"
+#include "serving/unix_server.h"
+#include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
 #include "test/support/fault_env.h"
 
 extern char** environ;
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 namespace fs = std::filesystem;
@@ -107,7 +107,7 @@ bool Exists(const std::string& path) {
 // register with a restarted kubelet a moment before it sees that the same wipe took its socket,
 // and serve again right after.
 std::optional<DeviceTable> FreshList(const std::string& socket) {
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(socket));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
   context.set_wait_for_ready(true);
@@ -123,7 +123,7 @@ std::optional<DeviceTable> FreshList(const std::string& socket) {
 // Allocate of the one HCA `id` on a fresh connection: OK within kRpcBound, and its
 // RDMA_HCA_PCI names that HCA.
 ::testing::AssertionResult AllocateWorks(const std::string& socket, const std::string& id) {
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(socket));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
   v1beta1::AllocateRequest request;
@@ -264,7 +264,7 @@ constexpr int kThreadSlack = 2;
 
 TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
   TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   PluginServer plugin(config, node.Deps());
   ASSERT_TRUE(plugin.Start().ok());
   // No kubelet: the plugin serves its socket all the same and retries registration.
@@ -299,7 +299,7 @@ TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
 
 TEST(FaultBinaryTest, KubeletAbsentAtStartThenAppears) {
   TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   Child plugin(ServeArgs(config));
   ASSERT_TRUE(plugin.running());
   // It serves, and has failed to register at least once, before the kubelet exists.
@@ -344,7 +344,7 @@ absl::Status Wipe(KubeletSim& kubelet, int how) {
 
 TEST(FaultBinaryTest, KubeletDirWipedHundredTimes) {
   TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   const std::string socket = config.SocketPath();
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
@@ -439,7 +439,7 @@ class OneShotFault {
 // it was before.
 void RunVanishing(TestNode& node, OneShotFault& fault, const std::string& victim,
                   const std::function<absl::Status()>& restore) {
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   PluginServer plugin(config, node.Deps(nullptr, fault.env()));
@@ -447,7 +447,7 @@ void RunVanishing(TestNode& node, OneShotFault& fault, const std::string& victim
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
   ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
 
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(config.SocketPath()));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(config.SocketPath()));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + 2 * kWait));
   auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
@@ -565,7 +565,7 @@ class ParkedLister final : public v1::PodResourcesLister::Service {
 class ParkedPodResources {
  public:
   explicit ParkedPodResources(const std::string& path) {
-    auto server = StartUnixServer(path, {&lister_});
+    auto server = serving::StartUnixServer(path, {&lister_});
     if (server.ok()) server_ = std::move(*server);
   }
   ~ParkedPodResources() {
@@ -670,7 +670,7 @@ void RunWithSilentPodResources(TestNode& node, const Config& config,
   ASSERT_TRUE(contacted()) << "the plugin never reached the pod-resources server";
 
   const std::string socket = config.SocketPath();
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(socket));
   for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     {
@@ -723,7 +723,7 @@ void RunWithSilentPodResources(TestNode& node, const Config& config,
 template <typename Silent>
 void SilentPodResourcesTest(const std::function<bool(Silent&)>& contacted) {
   TestNode node;
-  Config config = node.MakeConfig(Mode::kExclusive);
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = node.dir().Sub("pr.sock");
   auto pods = std::make_unique<Silent>(config.pod_resources_socket);
   ASSERT_TRUE(pods->ok());
@@ -749,7 +749,7 @@ TEST(FaultPodResourcesTest, SocketNeverWrites) {
 
 TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
   TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   const std::string socket = config.SocketPath();
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
@@ -782,7 +782,7 @@ TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
     } joiner{&stop, &threads};
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
-        auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+        auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(socket));
         for (int i = 0; !stop.load(); ++i) {
           grpc::ClientContext context;
           context.set_deadline(absl::ToChronoTime(absl::Now() + kCallBound));
@@ -868,7 +868,7 @@ TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
 // channel dropped without Finish; (2) cancelled before the first read; (3) dropped before the
 // first read.
 ::testing::AssertionResult DropStream(const std::string& socket, int how) {
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(socket));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(socket));
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + kRpcBound));
   auto reader = stub->ListAndWatch(context.get(), v1beta1::Empty());
@@ -896,7 +896,7 @@ TEST(FaultBinaryTest, SigtermDuringAllocateLoad) {
 
 TEST(FaultBinaryTest, ListAndWatchStreamsDroppedAbruptly) {
   TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   const std::string socket = config.SocketPath();
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
@@ -932,4 +932,4 @@ TEST(FaultBinaryTest, ListAndWatchStreamsDroppedAbruptly) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

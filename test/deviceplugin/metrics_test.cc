@@ -1,9 +1,9 @@
-// The Prometheus exposition (server/metrics.h) and what the plugin exports (plugin_metrics.h)
-// on fixture nodes: port counters with known values, an HCA down, a container holding an HCA
+// What the device plugin exports (deviceplugin/plugin_metrics.h, metrics/node_metrics.h) on
+// fixture nodes: port counters with known values, an HCA down, a container holding an HCA
 // through the fake pod-resources server, each allocation's alignment with the container's GPUs,
-// and the HTTP endpoint (metrics_http.h) fetched with libcurl.
+// and the built binary's endpoint fetched with libcurl. The exposition format and the HTTP
+// endpoint alone: test/metrics.
 
-#include <curl/curl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,14 +18,14 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics.h"
-#include "server/metrics_http.h"
-#include "server/node_state.h"
-#include "server/plugin_metrics.h"
-#include "test/server/test_node.h"
+#include "deviceplugin/node_state.h"
+#include "metrics/metrics.h"
+#include "metrics/node_metrics.h"
+#include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
+#include "test/support/http_get.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 using ::testing::HasSubstr;
@@ -41,65 +41,6 @@ bool HasLine(const std::string& text, const std::string& line) {
     if (l == line) return true;
   }
   return false;
-}
-
-// --- The exposition format ---
-
-TEST(ExpositionTest, FamiliesSamplesAndEscaping) {
-  Exposition out;
-  out.Family("x_total", "Help with a \\ and a\nnewline.", Exposition::Type::kCounter);
-  out.Sample({{"a", "plain"}, {"b", "q\"uote\\back\nline"}}, 3);
-  out.Sample({}, 0.25);
-  out.Family("y", "A gauge.", Exposition::Type::kInfo);
-  out.Sample({{"k", ""}}, 1);
-  EXPECT_EQ(out.text(),
-            "# HELP x_total Help with a \\\\ and a\\nnewline.\n"
-            "# TYPE x_total counter\n"
-            "x_total{a=\"plain\",b=\"q\\\"uote\\\\back\\nline\"} 3\n"
-            "x_total 0.25\n"
-            "# HELP y A gauge.\n"
-            "# TYPE y gauge\n"
-            "y{k=\"\"} 1\n");
-}
-
-TEST(ExpositionTest, Values) {
-  EXPECT_EQ(FormatValue(0), "0");
-  EXPECT_EQ(FormatValue(4000004), "4000004");
-  EXPECT_EQ(FormatValue(1e15), "1000000000000000");
-  EXPECT_EQ(FormatValue(0.0001), "0.0001");
-  EXPECT_EQ(FormatValue(1.0 / 0.0), "+Inf");
-  EXPECT_EQ(FormatValue(-1.0 / 0.0), "-Inf");
-  EXPECT_EQ(FormatValue(0.0 / 0.0), "NaN");
-}
-
-TEST(ExpositionTest, HistogramIsCumulativeWithInf) {
-  Histogram h({0.001, 0.01});
-  h.Observe(absl::Microseconds(500));  // <= 0.001
-  h.Observe(absl::Milliseconds(1));    // == 0.001: counted in le="0.001"
-  h.Observe(absl::Milliseconds(5));    // <= 0.01
-  h.Observe(absl::Seconds(2));         // +Inf only
-  Exposition out;
-  out.Family("d_seconds", "Durations.", Exposition::Type::kHistogram);
-  out.Histogram({{"method", "Allocate"}}, h.Read());
-  EXPECT_EQ(out.text(),
-            "# HELP d_seconds Durations.\n"
-            "# TYPE d_seconds histogram\n"
-            "d_seconds_bucket{method=\"Allocate\",le=\"0.001\"} 2\n"
-            "d_seconds_bucket{method=\"Allocate\",le=\"0.01\"} 3\n"
-            "d_seconds_bucket{method=\"Allocate\",le=\"+Inf\"} 4\n"
-            "d_seconds_sum{method=\"Allocate\"} 2.0065\n"
-            "d_seconds_count{method=\"Allocate\"} 4\n");
-}
-
-TEST(ExpositionTest, EmptyHistogramHasZeroSeries) {
-  Histogram h({1});
-  Exposition out;
-  out.Family("e_seconds", "E.", Exposition::Type::kHistogram);
-  out.Histogram({}, h.Read());
-  EXPECT_TRUE(HasLine(out.text(), "e_seconds_bucket{le=\"1\"} 0"));
-  EXPECT_TRUE(HasLine(out.text(), "e_seconds_bucket{le=\"+Inf\"} 0"));
-  EXPECT_TRUE(HasLine(out.text(), "e_seconds_sum 0"));
-  EXPECT_TRUE(HasLine(out.text(), "e_seconds_count 0"));
 }
 
 // --- Alignment ---
@@ -142,7 +83,7 @@ constexpr absl::Duration kWait = absl::Seconds(10);
 class NodeMetricsTest : public ::testing::Test {
  protected:
   std::string Scrape(const NodeState& state) {
-    Exposition out;
+    metrics::Exposition out;
     state.WriteMetrics(out);
     return out.Take();
   }
@@ -155,7 +96,7 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
   ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "port_rcv_data", 250).ok());
   ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "port_xmit_data", 1000).ok());
   ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "symbol_error", 7).ok());
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   NodeState state(config, node_.Deps());
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(node_.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
@@ -197,7 +138,7 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
 }
 
 TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
-  Config config = node_.MakeConfig(Mode::kShared);
+  Config config = node_.MakeConfig(hca::Mode::kShared);
   NodeState state(config, node_.Deps());
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_1").ok());
@@ -213,7 +154,7 @@ TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
 // read would wait for a writer forever) and a value that is not a number give no series, and
 // the scrape still answers.
 TEST_F(NodeMetricsTest, CountersThatCannotBeReadHaveNoSeries) {
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   NodeState state(config, node_.Deps());
   ASSERT_TRUE(state.Init().ok());
   const std::string dir = node_.dir().Sub("node") + "/sys/class/infiniband/mlx5_2/ports/1/counters/";
@@ -238,7 +179,7 @@ TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
             {"team-b/infer-1/server", {{"rdma/hca", {"shared-4", "shared-9"}}}},
             {"team-c/cpu/only", {{"cpu.example.com/x", {"x"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
   NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
@@ -268,7 +209,7 @@ TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
 
 TEST_F(NodeMetricsTest, PodResourcesErrorsAreCounted) {
   const std::string socket = node_.dir().Sub("absent.sock");  // nobody serves it
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
   NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
@@ -284,7 +225,7 @@ TEST_F(NodeMetricsTest, AllocationAlignmentByPathClass) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
   ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
   NodeSources deps = node_.Deps(NewGrpcPodResources(socket));
   std::shared_ptr<Env> env = node_.NodeEnv();
@@ -323,7 +264,7 @@ TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
   FakePodResources pods(socket);
   pods.Set({{"team-a/train-0/main", {{"rdma/hca", {"0000:9a:00.0"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
   NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
@@ -363,77 +304,6 @@ TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
   EXPECT_EQ(scrapes, 200);
 }
 
-// --- The HTTP endpoint ---
-
-struct Fetched {
-  long code = 0;
-  std::string body;
-  std::string content_type;
-};
-
-size_t Append(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
-Fetched Get(const std::string& url) {
-  Fetched f;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &f.body);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  if (curl_easy_perform(curl) == CURLE_OK) {
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &f.code);
-    char* type = nullptr;
-    curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &type);
-    if (type) f.content_type = type;
-  }
-  curl_easy_cleanup(curl);
-  return f;
-}
-
-TEST(MetricsHttpTest, ParsesAddresses) {
-  EXPECT_EQ(*ParseListenAddress(":9402"), "9402");
-  EXPECT_EQ(*ParseListenAddress("127.0.0.1:0"), "127.0.0.1:0");
-  EXPECT_EQ(*ParseListenAddress("localhost:9402"), "127.0.0.1:9402");
-  EXPECT_EQ(*ParseListenAddress("0.0.0.0:9402"), "0.0.0.0:9402");
-  for (const char* bad : {"9402", "host:9402", "1.2.3.4:", "1.2.3.4:65536", "1.2.3.4:-1",
-                          "1.2.3.4:9x", "[zz]:1", "1.2.3:80"}) {
-    absl::StatusOr<std::string> parsed = ParseListenAddress(bad);
-    ASSERT_FALSE(parsed.ok()) << bad;
-    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--metrics-address")) << bad;
-  }
-}
-
-TEST(MetricsHttpTest, ServesMetricsAndHealthzOnAnEphemeralPort) {
-  std::atomic<int> renders{0};
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", [&renders] {
-    ++renders;
-    return std::string("# HELP a_total A.\n# TYPE a_total counter\na_total 1\n");
-  });
-  ASSERT_TRUE(server.ok()) << server.status();
-  ASSERT_GT((*server)->port(), 0);
-  EXPECT_EQ((*server)->address(), "127.0.0.1:" + std::to_string((*server)->port()));
-  const std::string base = "http://" + (*server)->address();
-  Fetched metrics = Get(base + "/metrics");
-  EXPECT_EQ(metrics.code, 200);
-  EXPECT_EQ(metrics.body, "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n");
-  EXPECT_EQ(metrics.content_type, kExpositionContentType);
-  EXPECT_EQ(renders.load(), 1);
-  Fetched health = Get(base + "/healthz");
-  EXPECT_EQ(health.code, 200);
-  EXPECT_EQ(health.body, "ok\n");
-  EXPECT_EQ(Get(base + "/other").code, 404);
-  EXPECT_EQ(Get(base + "/metrics/x").code, 404);
-
-  // The port is taken now: a second server there cannot listen, and says which flag.
-  auto clash = MetricsHttpServer::Start((*server)->address(), [] { return std::string(); });
-  ASSERT_FALSE(clash.ok());
-  EXPECT_THAT(std::string(clash.status().message()), HasSubstr("--metrics-address"));
-}
-
 // --- The built binary, scraped over HTTP ---
 
 // The port of the "metrics: serving on HOST:PORT" line, or 0.
@@ -446,7 +316,7 @@ int ServedPort(const std::string& output) {
 
 TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   testing::TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   const std::string socket = node.dir().Sub("pr.sock");
@@ -485,7 +355,7 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
     ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
   }
 
-  const Fetched scrape = Get("http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics");
   ASSERT_EQ(scrape.code, 200);
   const std::string& text = scrape.body;
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total 1")) << text;
@@ -501,7 +371,7 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
       text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"GetPreferredAllocation\"} 1"));
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"));
-  EXPECT_EQ(Get("http://127.0.0.1:" + std::to_string(port) + "/healthz").body, "ok\n");
+  EXPECT_EQ(rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/healthz").body, "ok\n");
 
   // promtool (Debian's prometheus package, scripts/install-deps.sh) holds the scrape to the
   // format; without it, the checks above stand alone.
@@ -525,4 +395,4 @@ TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

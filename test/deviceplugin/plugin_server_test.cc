@@ -1,7 +1,7 @@
 // The plugin against the kubelet simulator over real unix sockets in a temp dir. Every wait is
 // bounded (condition variables / stream reads with deadlines); no test asserts a timing.
 
-#include "server/plugin_server.h"
+#include "deviceplugin/plugin_server.h"
 
 #include <sys/stat.h>
 
@@ -14,10 +14,10 @@
 
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
-#include "server/probe.h"
-#include "test/server/test_node.h"
+#include "deviceplugin/probe.h"
+#include "test/deviceplugin/test_node.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 using testing::TestNode;
@@ -45,7 +45,7 @@ bool Exists(const std::string& path) {
 
 class PluginServerTest : public ::testing::Test {
  protected:
-  void StartAll(Mode mode, std::unique_ptr<PodResourcesSource> pods = nullptr,
+  void StartAll(hca::Mode mode, std::unique_ptr<PodResourcesSource> pods = nullptr,
                 const std::function<void(Config&)>& tune = nullptr) {
     config_ = node_.MakeConfig(mode);
     if (tune) tune(config_);
@@ -95,7 +95,7 @@ const std::vector<std::string> kPcis = {"0000:1a:00.0", "0000:3a:00.0", "0000:9a
                                         "0000:ba:00.0"};
 
 TEST_F(PluginServerTest, RegistersWithTheKubelet) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   auto reg = kubelet_->WaitForRegistration(0, kWait);
   EXPECT_EQ(reg->version, "v1beta1");
   EXPECT_EQ(reg->endpoint, "rdma-hca.sock");
@@ -117,7 +117,7 @@ TEST_F(PluginServerTest, RegistersWithTheKubelet) {
 }
 
 TEST_F(PluginServerTest, RegistersWhenTheKubeletComesLater) {
-  config_ = node_.MakeConfig(Mode::kShared);
+  config_ = node_.MakeConfig(hca::Mode::kShared);
   plugin_ = std::make_unique<PluginServer>(config_, node_.Deps());
   ASSERT_TRUE(plugin_->Start().ok());
   KubeletSim kubelet(config_.kubelet_dir);
@@ -126,7 +126,7 @@ TEST_F(PluginServerTest, RegistersWhenTheKubeletComesLater) {
 }
 
 TEST_F(PluginServerTest, ListAndWatchExclusive) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   auto devices = kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait);
   ASSERT_TRUE(devices.has_value());
   for (size_t i = 0; i < devices->size(); ++i) {
@@ -139,7 +139,7 @@ TEST_F(PluginServerTest, ListAndWatchExclusive) {
 }
 
 TEST_F(PluginServerTest, ListAndWatchShared) {
-  StartAll(Mode::kShared);
+  StartAll(hca::Mode::kShared);
   auto devices = kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 1000; }, kWait);
   ASSERT_TRUE(devices.has_value());
   std::set<std::string> ids;
@@ -155,7 +155,7 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
   auto cards = testing::FourCards();
   cards[2].numa = -1;
   TestNode node(cards);
-  Config config = node.MakeConfig(Mode::kExclusive);
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   PluginServer plugin(config, node.Deps());
@@ -166,7 +166,7 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
 }
 
 TEST_F(PluginServerTest, SeveralStreamsAllSeeChanges) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>>> readers;
   for (int i = 0; i < 3; ++i) {
@@ -192,7 +192,7 @@ TEST_F(PluginServerTest, SeveralStreamsAllSeeChanges) {
 }
 
 TEST_F(PluginServerTest, PortDownIsUnhealthyThenRecovers) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   ASSERT_TRUE(kubelet_->WaitForDevices(HealthIs("0000:3a:00.0", "Healthy"), kWait));
   ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
   auto down = kubelet_->WaitForDevices(HealthIs("0000:3a:00.0", "Unhealthy"), kWait);
@@ -203,7 +203,7 @@ TEST_F(PluginServerTest, PortDownIsUnhealthyThenRecovers) {
 }
 
 TEST_F(PluginServerTest, SharedStaysHealthyWhileOneHcaIs) {
-  StartAll(Mode::kShared);
+  StartAll(hca::Mode::kShared);
   for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2"}) {
     ASSERT_TRUE(node_.fixture().SetPortState(name, 1, "DOWN").ok());
   }
@@ -214,7 +214,7 @@ TEST_F(PluginServerTest, SharedStaysHealthyWhileOneHcaIs) {
 }
 
 TEST_F(PluginServerTest, HcaRemovedStaysListedUnhealthyAndReturns) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_2").ok());
   auto gone = kubelet_->WaitForDevices(HealthIs("0000:9a:00.0", "Unhealthy"), kWait);
   ASSERT_TRUE(gone.has_value());
@@ -235,7 +235,7 @@ TEST_F(PluginServerTest, HcaRemovedStaysListedUnhealthyAndReturns) {
 }
 
 TEST_F(PluginServerTest, HcaHotAdded) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_4", "0000:cc:00.0", 1,
                                                           "pci0000:c8")).ok());
   auto added = kubelet_->WaitForDevices(HealthIs("0000:cc:00.0", "Healthy"), kWait);
@@ -244,7 +244,7 @@ TEST_F(PluginServerTest, HcaHotAdded) {
 }
 
 TEST_F(PluginServerTest, TwentyKubeletRestarts) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   for (int i = 1; i <= 20; ++i) {
     ASSERT_TRUE(kubelet_->Restart().ok());
     // The restarted kubelet (not the previous one) got a registration.
@@ -269,7 +269,7 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
 // replaced at once. The periodic check is an hour away here, so only the watch can see each
 // restart in time.
 TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
-  StartAll(Mode::kExclusive, nullptr, [](Config& c) { c.register_backoff_max = absl::Hours(1); });
+  StartAll(hca::Mode::kExclusive, nullptr, [](Config& c) { c.register_backoff_max = absl::Hours(1); });
   for (int i = 1; i <= 10; ++i) {
     kubelet_->Stop();
     // Moved aside first, then removed: the plugin serves again as soon as its socket goes, and
@@ -294,7 +294,7 @@ TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
 }
 
 TEST_F(PluginServerTest, OurSocketRemovedServesAgain) {
-  StartAll(Mode::kShared);
+  StartAll(hca::Mode::kShared);
   const int serves = plugin_->serves();
   ASSERT_EQ(::unlink(config_.SocketPath().c_str()), 0);
   ASSERT_TRUE(kubelet_->WaitForRegistration(1, kWait).has_value());
@@ -303,7 +303,7 @@ TEST_F(PluginServerTest, OurSocketRemovedServesAgain) {
 }
 
 TEST_F(PluginServerTest, StopEndsStreamsAndRemovesTheSocket) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
   auto reader = stub_->ListAndWatch(&context, v1beta1::Empty());
@@ -318,7 +318,7 @@ TEST_F(PluginServerTest, StopEndsStreamsAndRemovesTheSocket) {
 }
 
 TEST_F(PluginServerTest, AllocateExclusive) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(Allocate({{"0000:ba:00.0", "0000:1a:00.0"}, {"0000:3a:00.0"}}, &response).ok());
   ASSERT_EQ(response.container_responses_size(), 2);
@@ -341,7 +341,7 @@ TEST_F(PluginServerTest, AllocateExclusive) {
 }
 
 TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {
-  StartAll(Mode::kShared);
+  StartAll(hca::Mode::kShared);
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(Allocate({{"shared-7"}}, &response).ok());
   const auto& c = response.container_responses(0);
@@ -350,7 +350,7 @@ TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {
 }
 
 TEST_F(PluginServerTest, PreferredAllocation) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   std::vector<std::string> got;
   ASSERT_TRUE(Prefer(kPcis, {"0000:ba:00.0"}, 2, &got).ok());
   ASSERT_EQ(got.size(), 2u);
@@ -360,7 +360,7 @@ TEST_F(PluginServerTest, PreferredAllocation) {
 }
 
 TEST_F(PluginServerTest, PreferredAllocationShared) {
-  StartAll(Mode::kShared);
+  StartAll(hca::Mode::kShared);
   std::vector<std::string> got;
   ASSERT_TRUE(Prefer({"shared-10", "shared-2", "shared-3"}, {"shared-10"}, 2, &got).ok());
   EXPECT_EQ(got.size(), 2u);
@@ -368,7 +368,7 @@ TEST_F(PluginServerTest, PreferredAllocationShared) {
 }
 
 TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   v1beta1::AllocateResponse response;
   const auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
   EXPECT_EQ(Allocate({}, &response).error_code(), kInvalid);
@@ -394,7 +394,7 @@ TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
 }
 
 TEST_F(PluginServerTest, ParallelAllocateAndPrefer) {
-  StartAll(Mode::kExclusive);
+  StartAll(hca::Mode::kExclusive);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 16; ++t) {
@@ -441,7 +441,7 @@ TEST_F(PluginServerTest, ParallelPreferAnsweredAfterPodLists) {
   const std::string pods_socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(pods_socket);
   ASSERT_TRUE(pods.Start().ok());
-  StartAll(Mode::kExclusive, NewGrpcPodResources(pods_socket));
+  StartAll(hca::Mode::kExclusive, NewGrpcPodResources(pods_socket));
   ASSERT_TRUE(kubelet_->WaitForDevices(
       [](const Devices& d) {
         for (const auto& x : d) {
@@ -479,7 +479,7 @@ TEST_F(PluginServerTest, ExclusiveWithholdsWhileSharedPodsRun) {
   FakePodResources pods(pods_socket);
   pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  StartAll(Mode::kExclusive, NewGrpcPodResources(pods_socket));
+  StartAll(hca::Mode::kExclusive, NewGrpcPodResources(pods_socket));
   auto withheld = kubelet_->WaitForDevices(
       [](const Devices& d) {
         return d.size() == 4 && HealthIs(kPcis[0], "Unhealthy")(d) &&
@@ -506,7 +506,7 @@ TEST_F(PluginServerTest, SharedWithholdsExclusivelyHeldHcas) {
   FakePodResources pods(pods_socket);
   pods.Set({{"default/old/main", {{"rdma/hca", {"0000:3a:00.0"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  StartAll(Mode::kShared, NewGrpcPodResources(pods_socket));
+  StartAll(hca::Mode::kShared, NewGrpcPodResources(pods_socket));
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(Allocate({{"shared-0"}}, &response).ok());
   EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_PCI"),
@@ -526,4 +526,4 @@ TEST_F(PluginServerTest, SharedWithholdsExclusivelyHeldHcas) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

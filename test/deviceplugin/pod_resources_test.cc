@@ -1,15 +1,15 @@
-#include "server/gpu_context.h"
-#include "server/nvidia_gpus.h"
-#include "server/pod_resources.h"
-#include "server/withholding.h"
+#include "deviceplugin/gpu_context.h"
+#include "deviceplugin/nvidia_gpus.h"
+#include "deviceplugin/pod_resources.h"
+#include "deviceplugin/withholding.h"
 
 #include <fstream>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "test/server/test_node.h"
+#include "test/deviceplugin/test_node.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 topology::Topology Node() {
@@ -52,7 +52,7 @@ TEST(GrpcPodResourcesTest, DestroyedRightAfterAFailedListDoesNotAbort) {
 TEST(WithheldTest, ExclusiveWithholdsEverythingFromSharedHolders) {
   PodList pods = {{"ns/a/c", {{"rdma/hca", {"shared-3"}}}},
                   {"ns/b/c", {{"rdma/hca", {"0000:1a:00.0"}}}}};
-  Withholding w = ComputeWithheld(pods, "rdma/hca", Mode::kExclusive, Node());
+  Withholding w = ComputeWithheld(pods, "rdma/hca", hca::Mode::kExclusive, Node());
   EXPECT_EQ(w.pcis, (std::set<std::string>{"0000:1a:00.0", "0000:9a:00.0"}));
   ASSERT_EQ(w.reasons.size(), 1u);
   EXPECT_NE(w.reasons[0].find("ns/a/c"), std::string::npos);
@@ -62,13 +62,13 @@ TEST(WithheldTest, SharedWithholdsExclusivelyHeldHcas) {
   PodList pods = {{"ns/a/c", {{"rdma/hca", {"shared-3"}}}},
                   {"ns/b/c", {{"rdma/hca", {"0000:9A:00.0"}}, {"nvidia.com/gpu", {"x"}}}},
                   {"ns/c/c", {{"other/res", {"0000:1a:00.0"}}}}};
-  Withholding w = ComputeWithheld(pods, "rdma/hca", Mode::kShared, Node());
+  Withholding w = ComputeWithheld(pods, "rdma/hca", hca::Mode::kShared, Node());
   EXPECT_EQ(w.pcis, (std::set<std::string>{"0000:9a:00.0"}));
 }
 
 TEST(WithheldTest, NothingWithheldInTheSameMode) {
   PodList pods = {{"ns/b/c", {{"rdma/hca", {"0000:1a:00.0"}}}}};
-  EXPECT_TRUE(ComputeWithheld(pods, "rdma/hca", Mode::kExclusive, Node()).pcis.empty());
+  EXPECT_TRUE(ComputeWithheld(pods, "rdma/hca", hca::Mode::kExclusive, Node()).pcis.empty());
 }
 
 TEST(GpuIdsTest, ReadsNvidiaInformation) {
@@ -119,4 +119,4 @@ TEST(GpuContextTest, TwoCandidatesMeanNoContext) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

@@ -3,7 +3,7 @@
 // operators, asked through Prometheus' HTTP API, names the pods that hold HCAs and the bytes
 // their HCAs received. Slow (ctest label slow): Prometheus takes a few seconds to start.
 
-#include <curl/curl.h>
+#include <curl/curl.h>  // curl_easy_escape
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,34 +16,21 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "test/server/test_node.h"
+#include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
+#include "test/support/http_get.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 constexpr char kPrometheus[] = "/usr/bin/prometheus";
 constexpr absl::Duration kWait = absl::Seconds(20);
 constexpr absl::Duration kScrapeWait = absl::Seconds(90);
 
-size_t Append(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
 // GET url -> body, or "" when it failed or was not a 200.
 std::string Get(const std::string& url) {
-  std::string body;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  long code = 0;
-  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-  curl_easy_cleanup(curl);
-  return code == 200 ? body : "";
+  rdp::testing::HttpResponse r = rdp::testing::HttpGet(url, absl::Seconds(5));
+  return r.code == 200 ? r.body : "";
 }
 
 std::string Escape(const std::string& query) {
@@ -90,7 +77,7 @@ TEST(PrometheusTest, ScrapesThePluginAndJoinsTrafficToPods) {
   ASSERT_EQ(::access(kPrometheus, X_OK), 0)
       << kPrometheus << " is missing: scripts/install-deps.sh installs Debian's prometheus";
   testing::TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   const std::string socket = node.dir().Sub("pr.sock");
@@ -166,4 +153,4 @@ TEST(PrometheusTest, ScrapesThePluginAndJoinsTrafficToPods) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

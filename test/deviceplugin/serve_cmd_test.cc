@@ -9,10 +9,10 @@
 
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
-#include "test/server/test_node.h"
+#include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(20);
@@ -35,7 +35,7 @@ TEST(ServeCmdTest, BadValuesExitTwo) {
 
 TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   testing::TestNode node;
-  const Config config = node.MakeConfig(Mode::kExclusive);
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   rdp::testing::Child plugin(RDP_BINARY, {"--mode", "exclusive", "--exclusive-label",
@@ -71,4 +71,4 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

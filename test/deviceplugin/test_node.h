@@ -12,15 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/config.h"
-#include "server/node_state.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/node_state.h"
 #include "topology/discovery.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
 #include "sim/sysfs_fixture.h"
 #include "test/support/temp_dir.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 
 // The test doubles (sim/) by their short names in the server tests.
 using sim::FakePodResources;
@@ -60,7 +60,7 @@ class TestNode {
   sim::SysfsFixture& fixture() { return fixture_; }
   const TempDir& dir() const { return dir_; }
 
-  Config MakeConfig(Mode mode) const {
+  Config MakeConfig(hca::Mode mode) const {
     Config c;
     c.mode = mode;
     c.kubelet_dir = dir_.Sub("dp");
@@ -104,4 +104,4 @@ class TestNode {
 };
 
 }  // namespace testing
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin

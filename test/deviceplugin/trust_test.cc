@@ -25,11 +25,11 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
-#include "server/plugin_server.h"
-#include "server/unix_server.h"
-#include "test/server/test_node.h"
+#include "deviceplugin/plugin_server.h"
+#include "serving/unix_server.h"
+#include "test/deviceplugin/test_node.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 using testing::TestNode;
@@ -138,7 +138,7 @@ class TrustTest : public ::testing::Test {
 // that exists. Before, it returned a spec for the missing node, and the runtime refused every
 // rdma/hca pod on the node.
 TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
-  Config config = node_.MakeConfig(Mode::kShared);
+  Config config = node_.MakeConfig(hca::Mode::kShared);
   config.health_interval = kNever;
   StartAll(config, node_.Deps());
   ASSERT_TRUE(node_.fixture().RemoveUverbs("mlx5_1").ok());
@@ -155,7 +155,7 @@ TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
 // No HCA usable: Allocate refuses with FAILED_PRECONDITION naming why, and once a scan has run
 // the shared units are listed Unhealthy.
 TEST_F(TrustTest, SharedAllocateRefusedWhenNoHcaIsUsable) {
-  Config config = node_.MakeConfig(Mode::kShared);
+  Config config = node_.MakeConfig(hca::Mode::kShared);
   config.health_interval = kNever;
   StartAll(config, node_.Deps());
   for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
@@ -174,7 +174,7 @@ TEST_F(TrustTest, SharedAllocateRefusedWhenNoHcaIsUsable) {
 TEST_F(TrustTest, CpuOnlyNodeAdvertisesNothing) {
   TestNode empty(std::vector<sim::FixtureHca>{});
   std::filesystem::create_directories(empty.dir().Sub("node/sys/class"));
-  Config config = empty.MakeConfig(Mode::kShared);
+  Config config = empty.MakeConfig(hca::Mode::kShared);
   kubelet_ = std::make_unique<KubeletSim>(config.kubelet_dir);
   ASSERT_TRUE(kubelet_->Start().ok());
   PluginServer plugin(config, empty.Deps());
@@ -194,7 +194,7 @@ TEST_F(TrustTest, CpuOnlyNodeAdvertisesNothing) {
 TEST_F(TrustTest, SlowPodResourcesAtStartOfferNothing) {
   auto pods = std::make_unique<ScriptedPods>();
   ScriptedPods* script = pods.get();
-  StartAll(node_.MakeConfig(Mode::kExclusive), node_.Deps(std::move(pods)));
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(std::move(pods)));
   // Some lists arrive and retries happen (with backoff) while the List keeps failing.
   ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   const int before = script->calls();
@@ -220,7 +220,7 @@ TEST_F(TrustTest, SlowPodResourcesAtStartOfferNothing) {
 // answers, then withholds what the pods hold. Before, the feature stayed off for the life of
 // the process and every HCA was offered.
 TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = node_.dir().Sub("pod-resources/kubelet.sock");
   StartAll(config, [&] {
     NodeSources deps = node_.Deps();
@@ -250,7 +250,7 @@ TEST_F(TrustTest, ExclusiveAllocateRefusesWithheldAndUnhealthyHcas) {
   FakePodResources pods(socket);
   pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  StartAll(node_.MakeConfig(Mode::kExclusive), node_.Deps(NewGrpcPodResources(socket)));
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(NewGrpcPodResources(socket)));
   v1beta1::AllocateResponse response;
   grpc::Status s = Allocate({kPcis[0]}, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -271,7 +271,7 @@ TEST_F(TrustTest, ExclusiveAllocateRefusesWithheldAndUnhealthyHcas) {
 // One HCA in two spellings is one HCA: given twice, the request is invalid. Before, it got two
 // copies of every device spec and NCCL_IB_HCA==mlx5_0,mlx5_0.
 TEST_F(TrustTest, OneHcaInTwoSpellingsIsADuplicate) {
-  StartAll(node_.MakeConfig(Mode::kExclusive), node_.Deps());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
   v1beta1::AllocateResponse response;
   const grpc::Status s = Allocate({"0000:1a:00.0", "0000:1A:00.0"}, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -306,7 +306,7 @@ TEST_F(TrustTest, VanishedHcasAreForgottenUnlessHeld) {
   FakePodResources pods(socket);
   pods.Set({{"default/train/main", {{"rdma/hca", {"0000:3A:00.0"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.forget_after_polls = 3;
   StartAll(config, node_.Deps(NewGrpcPodResources(socket)));
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
@@ -332,7 +332,7 @@ TEST_F(TrustTest, AThrowingPodListDoesNotFreezeTheRefresh) {
   auto pods = std::make_unique<ScriptedPods>();
   ScriptedPods* script = pods.get();
   script->ThrowNext();
-  NodeState plugin(node_.MakeConfig(Mode::kExclusive), node_.Deps(std::move(pods)));
+  NodeState plugin(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(std::move(pods)));
   ASSERT_TRUE(plugin.Init().ok());
   EXPECT_FALSE(plugin.RefreshPodsAndWait());
   script->Answer({});
@@ -346,7 +346,7 @@ TEST_F(TrustTest, PodListRefreshesAreCoalesced) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
   ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.health_interval = kNever;  // no periodic refresh in between
   StartAll(config, node_.Deps(NewGrpcPodResources(socket)));
   v1beta1::PreferredAllocationRequest request;
@@ -382,7 +382,7 @@ TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
     }
     return inner();
   };
-  StartAll(node_.MakeConfig(Mode::kExclusive), std::move(deps));
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), std::move(deps));
   ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_4", "0000:db:00.0", 1,
                                                           "pci0000:d7")).ok());
   ASSERT_TRUE(entered->WaitForNotificationWithTimeout(kWait)) << "no re-discovery started";
@@ -405,7 +405,7 @@ TEST_F(TrustTest, AFailingPollIsFatal) {
     }
     return ::poll(fds, n, timeout);
   };
-  Config config = node_.MakeConfig(Mode::kExclusive);
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
   StartAll(config, std::move(deps));
   fail->store(true);
   // The health thread wakes within 50 ms and fails. Wait is bounded by kWait: past it, a
@@ -430,14 +430,14 @@ TEST_F(TrustTest, AFailingPollIsFatal) {
 // thread): past DevicePluginService::kMaxStreams they are refused with RESOURCE_EXHAUSTED, and
 // the kubelet's own stream keeps working.
 TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
-  StartAll(node_.MakeConfig(Mode::kExclusive), node_.Deps());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
   struct Stream {
     grpc::ClientContext context;
     std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader;
   };
   std::vector<std::unique_ptr<Stream>> open;
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(config_.SocketPath()));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(config_.SocketPath()));
   int refused = 0;
   for (int i = 0; i < DevicePluginService::kMaxStreams + 4; ++i) {
     auto s = std::make_unique<Stream>();
@@ -466,7 +466,7 @@ TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
 // umask.
 TEST_F(TrustTest, SocketModeIsOwnerOnly) {
   const mode_t old = ::umask(0);
-  StartAll(node_.MakeConfig(Mode::kExclusive), node_.Deps());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
   ::umask(old);
   struct stat st;
   ASSERT_EQ(::stat(config_.SocketPath().c_str(), &st), 0);
@@ -474,4 +474,4 @@ TEST_F(TrustTest, SocketModeIsOwnerOnly) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin
