@@ -34,35 +34,40 @@ void SingleFlight::Run() {
   try {
     start_(finished);
   } catch (const std::exception& e) {
-    rdp::Logger("server")->error("refresh failed: {}", e.what());
+    rdp::Logger("serving")->error("refresh failed: {}", e.what());
     finished();
   } catch (...) {
-    rdp::Logger("server")->error("refresh failed with an unknown exception");
+    rdp::Logger("serving")->error("refresh failed with an unknown exception");
     finished();
   }
 }
 
 void SingleFlight::Finished() {
   std::vector<Then> answered;
-  bool again = false;
   {
     absl::MutexLock lock(&mu_);
     answered.swap(current_);
+  }
+  // The callbacks run while the run still counts as in flight, so that WaitIdle (and the owner's
+  // destructor behind it) cannot return while one of them still reads the owner.
+  for (Then& then : answered) then();
+  bool again = false;
+  {
+    absl::MutexLock lock(&mu_);
     if (!next_.empty()) {
       current_.swap(next_);
       again = true;
     } else {
       running_ = false;
+      idle_.SignalAll();
     }
   }
-  for (Then& then : answered) then();
   if (again) Run();
 }
 
 void SingleFlight::WaitIdle() {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](bool* running) { return !*running; }, &running_));
+  while (running_) idle_.Wait(&mu_);
 }
 
 }  // namespace rdp::serving

@@ -30,17 +30,20 @@ class SingleFlight {
 
   // `then` runs once a run that started after this call has finished (on the thread that
   // finished it, or on this one).
-  void Request(Then then);
-  // Blocks until no run is in flight.
-  void WaitIdle();
+  void Request(Then then) ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until no run is in flight and no `then` is running.
+  void WaitIdle() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Run();
-  void Finished();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Finished() ABSL_LOCKS_EXCLUDED(mu_);
 
   const Start start_;
   absl::Mutex mu_;
+  // A run is in flight or its callbacks are running. A CondVar, not Mutex::Await: TSan cannot
+  // follow an Await condition evaluated inside Debian's uninstrumented abseil.
   bool running_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar idle_;  // signalled when running_ becomes false
   std::vector<Then> current_ ABSL_GUARDED_BY(mu_);  // answered by the run in flight
   std::vector<Then> next_ ABSL_GUARDED_BY(mu_);     // asked while it was in flight
 };
