@@ -131,7 +131,7 @@ v1beta1::AllocateRequest AllocateRequest(const Rig& rig, int devices) {
   return request;
 }
 
-Mode ModeArg(const benchmark::State& state) {
+hca::Mode ModeArg(const benchmark::State& state) {
   return state.range(0) == 0 ? hca::Mode::kExclusive : hca::Mode::kShared;
 }
 
