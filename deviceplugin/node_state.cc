@@ -21,10 +21,6 @@ absl::Status Invalid(const std::string& what, const std::string& id) {
   return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
 }
 
-// Allocate checks every device node it names now: the scan that saw them may be a poll old, and
-// a DeviceSpec naming a missing node makes the container runtime refuse the container.
-constexpr char kRdmaCm[] = "/dev/infiniband/rdma_cm";
-
 std::string Describe(const topology::Hca& hca) {
   return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
 }
@@ -418,41 +414,23 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<s
       asked.push_back(&hca);
     }
   }
-  // Their device nodes as they are now (one batch: a lookup in /dev/infiniband each), and
-  // rdma_cm's.
-  std::vector<std::string_view> paths;
-  paths.reserve(asked.size() * 3 + 1);
+  // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
+  std::vector<topology::Hca> chosen;
+  bool stale = false;  // a node the last scan saw is gone: the health thread should look
   for (const topology::Hca* hca : asked) {
-    for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
-  }
-  paths.push_back(kRdmaCm);
-  const std::vector<bool> present = deps_.env->ExistAll(paths);
-  std::vector<topology::Hca> changed;  // copies of HCAs whose nodes changed since the scan
-  changed.reserve(asked.size());
-  std::vector<const topology::Hca*> chosen;
-  bool stale = false;
-  size_t next = 0;
-  for (const topology::Hca* hca : asked) {
-    const topology::Hca* now = hca;
-    for (size_t i = 0; i < hca->char_devices.size(); ++i) {
-      if (present[next + i] == hca->char_devices[i].second) continue;
-      if (now == hca) now = &changed.emplace_back(*hca);
-      changed.back().char_devices[i].second = present[next + i];
-    }
-    next += hca->char_devices.size();
-    const hca::Verdict verdict = hca::Assess(*now);
-    if (!verdict.usable) {
-      const bool was_usable = hca::HcaUsable(*hca);
-      if (exclusive) {
-        if (was_usable) RequestRescan();
-        return absl::FailedPreconditionError(
-            absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
-      }
-      stale = stale || was_usable;
-      refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
+    topology::Hca now = hca::WithDeviceNodesNow(*hca, *deps_.env);
+    const hca::Verdict verdict = hca::Assess(now);
+    if (verdict.usable) {
+      chosen.push_back(std::move(now));
       continue;
     }
-    chosen.push_back(now);
+    stale = stale || hca::HcaUsable(*hca);
+    if (exclusive) {
+      if (stale) RequestRescan();
+      return absl::FailedPreconditionError(
+          absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
+    }
+    refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
   }
   if (stale) RequestRescan();
   if (!exclusive && chosen.empty()) {
@@ -462,7 +440,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<s
                                        absl::StrJoin(refused, "; ")));
   }
   if (exclusive) CountAlignment(canonical);
-  return hca::BuildAllocation(chosen, present.back());
+  return hca::BuildAllocation(chosen, deps_.env->Exists(hca::kRdmaCmPath));
 }
 
 void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {

@@ -14,8 +14,6 @@
 namespace rdp::dra {
 namespace {
 
-constexpr char kRdmaCm[] = "/dev/infiniband/rdma_cm";
-
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
 
 std::string Describe(const ClaimRef& ref) {
@@ -189,28 +187,20 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
     if (std::find(hcas.begin(), hcas.end(), hca) == hcas.end()) hcas.push_back(hca);
   }
   // Their device nodes as they are now, and rdma_cm's (as NodeState::Allocate checks them).
-  std::vector<std::string_view> paths;
-  for (const topology::Hca* hca : hcas) {
-    for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
-  }
-  paths.push_back(kRdmaCm);
-  const std::vector<bool> present = env_->ExistAll(paths);
   std::vector<topology::Hca> now;
   now.reserve(hcas.size());
-  std::size_t next = 0;
   for (const topology::Hca* hca : hcas) {
-    topology::Hca& h = now.emplace_back(*hca);
-    for (auto& [path, was] : h.char_devices) was = present[next++];
+    topology::Hca h = hca::WithDeviceNodesNow(*hca, *env_);
     const hca::Verdict verdict = hca::Assess(h);
     if (!verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
                                                         " (", DeviceName(h),
                                                         ") is unusable: ", verdict.reason));
     }
+    now.push_back(std::move(h));
   }
-  std::vector<const topology::Hca*> chosen;
-  for (const topology::Hca& h : now) chosen.push_back(&h);
-  const hca::ContainerAllocation allocation = hca::BuildAllocation(chosen, present.back());
+  const hca::ContainerAllocation allocation =
+      hca::BuildAllocation(now, env_->Exists(hca::kRdmaCmPath));
   return BuildCdiSpec(config_.driver_name, ref.uid, allocation, *env_);
 }
 
