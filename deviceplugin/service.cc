@@ -37,6 +37,9 @@ std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::strin
 
 absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                        v1beta1::PreferredAllocationResponse* response) {
+  if (request.container_requests().empty()) {
+    return absl::InvalidArgumentError("empty request: no container_requests");
+  }
   response->Clear();
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
@@ -219,26 +222,16 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
 void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done) {
-  // done() exactly once, whichever path ends the call.
-  auto once = std::make_shared<std::atomic<bool>>(false);
-  auto finish = [once, done = std::move(done)](const grpc::Status& s) {
-    if (!once->exchange(true)) done(s);
+  auto answer = [&node, &request, response, done = std::move(done)] {
+    done(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
   };
-  bool deferred = false;  // the refresh finishes the call
-  const grpc::Status checked = Guard(kPreferRpc, [&]() -> absl::Status {
-    if (request.container_requests().empty()) {
-      return absl::InvalidArgumentError("empty request: no container_requests");
-    }
-    if (node.config().mode == hca::Mode::kShared) return PreferAll(node, request, response);
-    // Exclusive: the GPU context comes from a pod list at least as new as this call. One
-    // refresh serves every container of the request.
-    deferred = true;
-    node.RefreshPods([&node, &request, response, finish] {
-      finish(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
-    });
-    return absl::OkStatus();
-  });
-  if (!deferred || !checked.ok()) finish(checked);
+  if (node.config().mode == hca::Mode::kShared || request.container_requests().empty()) {
+    answer();
+    return;
+  }
+  // Exclusive: the GPU context comes from a pod list at least as new as this call. One refresh
+  // serves every container of the request; `answer` runs once it is over.
+  node.RefreshPods(std::move(answer));
 }
 
 namespace {
