@@ -306,7 +306,6 @@ bool NodeState::Recompute() {
   if (devices == devices_ && !withholding_changed) return false;
   devices_ = std::move(devices);
   ++version_;
-  changed_.SignalAll();
   return true;
 }
 
@@ -340,20 +339,13 @@ NodeState::DeviceList NodeState::Devices() const {
   return {version_, devices_};
 }
 
-NodeState::DeviceList NodeState::WaitForChange(std::uint64_t seen, absl::Time deadline) const {
-  absl::MutexLock lock(&mu_);
-  while (version_ == seen && absl::Now() < deadline) {
-    changed_.WaitWithDeadline(&mu_, deadline);
-  }
-  return {version_, devices_};
-}
-
 topology::TopologyPtr NodeState::topology() const {
   absl::MutexLock lock(&mu_);
   return snapshot_;
 }
 
-absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<std::string>& ids) const {
+absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
+    const std::vector<std::string>& ids) const {
   if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
   const bool exclusive = config_.mode == hca::Mode::kExclusive;
   // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.

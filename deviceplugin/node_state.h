@@ -93,8 +93,6 @@ class NodeState {
     std::vector<DeviceState> devices;
   };
   DeviceList Devices() const;
-  // Blocks until the version differs from `seen` or `deadline` passes; the current list.
-  DeviceList WaitForChange(std::uint64_t seen, absl::Time deadline) const;
   // `listener` runs after every change of the device list, on the thread that made the change,
   // outside the plugin's lock; it must not add or remove listeners. RemoveListener returns once
   // no call of that listener is running.
@@ -152,7 +150,6 @@ class NodeState {
   mutable PluginMetrics metrics_;
 
   mutable absl::Mutex mu_;
-  mutable absl::CondVar changed_;
   topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, hca::AdvertisedHca> known_ ABSL_GUARDED_BY(mu_);  // by PCI address

@@ -21,6 +21,7 @@ namespace rdp::deviceplugin {
 namespace {
 
 using testing::TestNode;
+using testing::WaitUntil;
 using Devices = KubeletSim::Devices;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -513,15 +514,14 @@ TEST_F(PluginServerTest, SharedWithholdsExclusivelyHeldHcas) {
             "0000:1a:00.0,0000:9a:00.0,0000:ba:00.0");
   pods.Set({});
   // Once the container is gone (seen on a later poll), the HCA is shared again.
-  bool back = false;
-  const absl::Time deadline = absl::Now() + kWait;
-  while (!back && absl::Now() < deadline) {
-    const std::uint64_t version = plugin_->node().Devices().version;
-    ASSERT_TRUE(Allocate({{"shared-0"}}, &response).ok());
-    back = response.container_responses(0).envs().at("NCCL_IB_HCA") ==
-           "=mlx5_0,mlx5_1,mlx5_2,mlx5_3";
-    if (!back) plugin_->node().WaitForChange(version, deadline);
-  }
+  const bool back = WaitUntil(
+      plugin_->node(),
+      [&] {
+        v1beta1::AllocateResponse r;
+        return Allocate({{"shared-0"}}, &r).ok() &&
+               r.container_responses(0).envs().at("NCCL_IB_HCA") == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3";
+      },
+      absl::Now() + kWait);
   EXPECT_TRUE(back);
 }
 

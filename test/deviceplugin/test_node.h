@@ -5,12 +5,16 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/node_state.h"
@@ -47,6 +51,35 @@ inline std::vector<sim::FixtureHca> FourCards() {
           FixtureCard("mlx5_1", "0000:3a:00.0", 0, "pci0000:37"),
           FixtureCard("mlx5_2", "0000:9a:00.0", 1, "pci0000:97"),
           FixtureCard("mlx5_3", "0000:ba:00.0", 1, "pci0000:b7")};
+}
+
+// Waits until `done()` holds or `deadline` passes, checking it again after every change of the
+// node's device list, which it learns of as the plugin's own ListAndWatch streams do (a
+// NodeState listener). The last value of `done()`.
+inline bool WaitUntil(NodeState& node, const std::function<bool()>& done, absl::Time deadline) {
+  absl::Mutex mu;
+  absl::CondVar changed;
+  std::uint64_t changes = 0;
+  const int listener = node.AddListener([&] {
+    absl::MutexLock lock(&mu);
+    ++changes;
+    changed.SignalAll();
+  });
+  bool ok = false;
+  for (;;) {
+    std::uint64_t seen;
+    {
+      absl::MutexLock lock(&mu);
+      seen = changes;
+    }
+    ok = done();
+    if (ok || absl::Now() >= deadline) break;
+    absl::MutexLock lock(&mu);
+    while (changes == seen && !changed.WaitWithDeadline(&mu, deadline)) {
+    }
+  }
+  node.RemoveListener(listener);
+  return ok;
 }
 
 // A node in a temp dir: fake sysfs + /dev under <dir>/node, kubelet dir <dir>/dp.

@@ -33,6 +33,7 @@ namespace rdp::deviceplugin {
 namespace {
 
 using testing::TestNode;
+using testing::WaitUntil;
 using Devices = KubeletSim::Devices;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -233,11 +234,9 @@ TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
   FakePodResources pods(config.pod_resources_socket);
   pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  const absl::Time deadline = absl::Now() + kWait;
-  while (!plugin_->node().pods_known() && absl::Now() < deadline) {
-    plugin_->node().WaitForChange(plugin_->node().Devices().version, deadline);
-  }
-  ASSERT_TRUE(plugin_->node().pods_known()) << "the socket that appeared was never used";
+  ASSERT_TRUE(WaitUntil(plugin_->node(), [&] { return plugin_->node().pods_known(); },
+                        absl::Now() + kWait))
+      << "the socket that appeared was never used";
   EXPECT_EQ(kubelet_->max_healthy(), 0);
   pods.Set({});
   EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
