@@ -327,11 +327,17 @@ void NodeState::RemoveListener(int id) {
 }
 
 void NodeState::SetRescanRequest(std::function<void()> request) {
+  absl::MutexLock lock(&mu_);
   rescan_request_ = std::move(request);
 }
 
 void NodeState::RequestRescan() const {
-  if (rescan_request_) rescan_request_();
+  std::function<void()> request;
+  {
+    absl::MutexLock lock(&mu_);
+    request = rescan_request_;
+  }
+  if (request) request();
 }
 
 NodeState::DeviceList NodeState::Devices() const {

@@ -102,12 +102,14 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
     Changed();
   }
 
-  void Changed() {
+  void Changed() ABSL_LOCKS_EXCLUDED(mu_) {
+    // The list is read before the stream's lock is taken, so that no lock of NodeState is ever
+    // taken under it; versions only grow, so a list that is not newer than the one sent is
+    // dropped (a newer one was, or OnWriteDone reads it again).
+    NodeState::DeviceList list = node_->Devices();
     {
       absl::MutexLock lock(&mu_);
-      if (finishing_ || writing_) return;  // OnWriteDone looks again
-      NodeState::DeviceList list = node_->Devices();
-      if (list.version == sent_) return;
+      if (finishing_ || writing_ || list.version <= sent_) return;
       response_.Clear();
       ToProto(list.devices, &response_);
       sent_ = list.version;
@@ -118,7 +120,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   }
 
   // Finishes the stream once, after the write in flight if there is one.
-  void End(const grpc::Status& status) {
+  void End(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
       if (finishing_) return;
@@ -131,7 +133,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
     Finish(status);
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     serving::HappensAfter(this);
     bool finish = false;
     grpc::Status status;
@@ -174,7 +176,9 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
   std::uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
-  v1beta1::ListAndWatchResponse response_;  // owned by the write in flight while writing_
+  // Filled under mu_ while no write is in flight; then read by the write in flight (writing_),
+  // which gRPC runs outside any lock of ours.
+  v1beta1::ListAndWatchResponse response_;
 };
 
 grpc::Status ToGrpc(const absl::Status& status) {
