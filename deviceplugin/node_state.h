@@ -64,7 +64,7 @@ NodeSources DefaultSources(const Config& config);
 
 class NodeState {
  public:
-  NodeState(Config config, NodeSources deps);
+  NodeState(Config config, NodeSources sources);
   ~NodeState();  // waits for a pod-resources List in flight (each has a deadline)
   NodeState(const NodeState&) = delete;
   NodeState& operator=(const NodeState&) = delete;
@@ -86,7 +86,7 @@ class NodeState {
   // succeeded (always, without a pod-resources source).
   bool RefreshPodsAndWait() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
-  bool has_pod_resources() const { return deps_.pod_resources != nullptr; }
+  bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
 
   struct DeviceList {
     std::uint64_t version = 0;
@@ -133,20 +133,20 @@ class NodeState {
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Swaps in a new snapshot and its allocator.
   void SwapSnapshot(topology::TopologyPtr snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Recomputes devices_ from known_, the snapshot and the pods; bumps version_ and logs
+  // Recomputes devices_ from advertised_, the snapshot and the pods; bumps version_ and logs
   // withholding decisions when different. True when the list or the withheld set changed.
   bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the listeners.
   void Notify() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void RequestRescan() const ABSL_LOCKS_EXCLUDED(mu_);
-  // deps_.discover(), timed into metrics_.discovery.
+  // sources_.discover(), timed into metrics_.discovery.
   absl::StatusOr<topology::TopologyPtr> Discover() ABSL_LOCKS_EXCLUDED(mu_);
   // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
   // being admitted, as the last pod list shows it.
   void CountAlignment(const std::vector<std::string>& pcis) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
-  NodeSources deps_;
+  NodeSources sources_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
   mutable PluginMetrics metrics_;
@@ -159,7 +159,7 @@ class NodeState {
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
   topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, hca::AdvertisedHca> known_ ABSL_GUARDED_BY(mu_);  // by PCI address
+  std::map<std::string, hca::AdvertisedHca> advertised_ ABSL_GUARDED_BY(mu_);  // by PCI address
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged

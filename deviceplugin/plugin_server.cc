@@ -34,10 +34,10 @@ absl::Status Errno(const std::string& what) {
 
 }  // namespace
 
-PluginServer::PluginServer(Config config, NodeSources deps)
+PluginServer::PluginServer(Config config, NodeSources sources)
     : config_(std::move(config)),
-      poll_(deps.poll),
-      node_(std::make_unique<NodeState>(config_, std::move(deps))),
+      poll_(sources.poll),
+      node_(std::make_unique<NodeState>(config_, std::move(sources))),
       stop_fd_(serving::NewEventFd()),
       fatal_fd_(serving::NewEventFd()),
       rescan_fd_(serving::NewEventFd()),

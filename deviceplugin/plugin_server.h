@@ -37,7 +37,7 @@ namespace rdp::deviceplugin {
 
 class PluginServer {
  public:
-  PluginServer(Config config, NodeSources deps);
+  PluginServer(Config config, NodeSources sources);
   ~PluginServer();  // Stop(), then closes the descriptors
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;

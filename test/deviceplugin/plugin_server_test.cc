@@ -52,7 +52,7 @@ class PluginServerTest : public ::testing::Test {
     if (tune) tune(config_);
     kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
     ASSERT_TRUE(kubelet_->Start().ok());
-    plugin_ = std::make_unique<PluginServer>(config_, node_.Deps(std::move(pods)));
+    plugin_ = std::make_unique<PluginServer>(config_, node_.Sources(std::move(pods)));
     ASSERT_TRUE(plugin_->Start().ok());
     ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
     stub_ = kubelet_->PluginStub();
@@ -119,7 +119,7 @@ TEST_F(PluginServerTest, RegistersWithTheKubelet) {
 
 TEST_F(PluginServerTest, RegistersWhenTheKubeletComesLater) {
   config_ = node_.MakeConfig(hca::Mode::kShared);
-  plugin_ = std::make_unique<PluginServer>(config_, node_.Deps());
+  plugin_ = std::make_unique<PluginServer>(config_, node_.Sources());
   ASSERT_TRUE(plugin_->Start().ok());
   KubeletSim kubelet(config_.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
@@ -159,7 +159,7 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
   Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  PluginServer plugin(config, node.Deps());
+  PluginServer plugin(config, node.Sources());
   ASSERT_TRUE(plugin.Start().ok());
   auto devices = kubelet.WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait);
   ASSERT_TRUE(devices.has_value());

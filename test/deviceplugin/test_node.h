@@ -115,20 +115,20 @@ class TestNode {
 
   // Discovery from sysfs alone (no hwloc), read through `env` (default: NodeEnv()): HCAs with
   // their NUMA nodes, no GPUs.
-  NodeSources Deps(std::unique_ptr<PodResourcesSource> pods = nullptr,
+  NodeSources Sources(std::unique_ptr<PodResourcesSource> pods = nullptr,
                   std::shared_ptr<Env> env = nullptr) const {
-    NodeSources deps;
+    NodeSources sources;
     if (!env) env = NodeEnv();
-    deps.env = env;
-    deps.scan = [env] { return topology::ReadSysfsHcas(*env); };
-    deps.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
+    sources.env = env;
+    sources.scan = [env] { return topology::ReadSysfsHcas(*env); };
+    sources.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
       auto hcas = topology::ReadSysfsHcas(*env);
       if (!hcas.ok()) return hcas.status();
       return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
                                                         std::vector<topology::Gpu>{});
     };
-    deps.pod_resources = std::move(pods);
-    return deps;
+    sources.pod_resources = std::move(pods);
+    return sources;
   }
 
  private:
