@@ -65,6 +65,8 @@ fail() { echo "real-node: FAILED: $*" >&2; exit 1; }
 usage_error() { echo "real-node: $*" >&2; echo "usage: $0 up [--node DIR] [--driver deviceplugin|dra] [--mode shared|exclusive] [--nri] | kubectl ARGS... | down | restart kubelet|containerd | reboot | ns CMD... | build" >&2; exit 2; }
 skip() { echo "real-node: SKIPPED: $*"; exit 77; }
 now_ms() { date +%s%3N; }
+# RDP_REAL_NODE_TRACE=1: when each step of a teardown ended.
+trace() { [[ ${RDP_REAL_NODE_TRACE:-0} == 0 ]] || echo "real-node: $(date +%T.%3N) $*" >&2; }
 
 # Waits until "$@" succeeds, at most $1 seconds; $2 names what is awaited.
 wait_for() {
@@ -380,7 +382,7 @@ start() {
   local name=$1
   shift
   rm -f "$run/pids/$name"
-  in_ns sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$run/pids/$name" "$@" \
+  nsenter -t "$(holder)" -m -- sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$run/pids/$name" "$@" \
     >>"$run/logs/$name.log" 2>&1 </dev/null 9>&- &
   wait_for 10 "$name's PID" test -s "$run/pids/$name" || fail "$name did not start (log: $run/logs/$name.log)"
 }
@@ -591,9 +593,11 @@ remove_cgroups() {
 # Stops the node (kubelet, containers, shims, containerd, the namespace), not the control plane.
 stop_node() {
   stop_pid "$(pid_of kubelet)" 5
+  trace "kubelet stopped"
+  # The containers (the runc shim keeps them under <Root>/<containerd namespace>).
   if alive "$(holder)"; then
-    in_ns runc --root /run/runc list -q 2>/dev/null | while read -r c; do
-      in_ns runc --root /run/runc kill "$c" KILL 2>/dev/null || true
+    in_ns runc --root /run/runc/k8s.io list -q 2>/dev/null | while read -r c; do
+      in_ns runc --root /run/runc/k8s.io kill "$c" KILL 2>/dev/null || true
     done
   fi
   local p
@@ -601,13 +605,17 @@ stop_node() {
     [[ $p == "$(pid_of containerd)" || $p == "$(holder)" ]] && continue
     kill -KILL "$p" 2>/dev/null || true
   done
+  trace "containers and shims killed"
   stop_pid "$(pid_of containerd)" 5
   stop_pid "$(holder)" 1
-  local deadline=$((SECONDS + 5))
-  while [[ -n $(node_processes) ]] && ((SECONDS < deadline)); do
-    for p in $(node_processes); do kill -KILL "$p" 2>/dev/null || true; done
+  trace "containerd and the namespace stopped"
+  local deadline=$((SECONDS + 5)) left
+  while left=$(node_processes) && [[ -n $left ]] && ((SECONDS < deadline)); do
+    for p in $left; do kill -KILL "$p" 2>/dev/null || true; done
     sleep 0.05
   done
+  [[ -z $left ]] || say "processes of the node still there: $(for p in $left; do echo -n "$p($(cat /proc/$p/comm 2>/dev/null)) "; done)"
+  trace "no process left"
   remove_cgroups
   rm -f "$run/pids/kubelet" "$run/pids/containerd" "$run/pids/holder"
 }
