@@ -54,9 +54,16 @@ func buildDir() string {
 	return b
 }
 
+// scriptTimeout bounds one call of the script (up is within 60 s once built; ctest
+// real_node_build has built everything).
+const scriptTimeout = 4 * time.Minute
+
 // script runs scripts/real-node.sh with args; its combined output and exit code.
 func script(args ...string) (string, int) {
-	cmd := exec.Command(filepath.Join(repoRoot(), "scripts", "real-node.sh"), args...)
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(), "scripts", "real-node.sh"), args...)
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "BUILD_DIR="+buildDir())
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -626,4 +633,18 @@ func minus(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+func sortStrings(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
+}
+
+// splitList: "a,b" -> [a b]; "" -> none.
+func splitList(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
