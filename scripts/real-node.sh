@@ -196,8 +196,12 @@ build_images() {
   if [[ ! -f $images/workload.tar ]]; then
     local d
     d=$(mktemp -d "$images/busybox.XXXXXX")
-    (cd "$d" && apt-get download busybox-static >/dev/null 2>"$d/apt.err") ||
-      { cat "$d/apt.err" >&2; fail "apt-get download busybox-static (run apt-get update?)"; }
+    # Downloaded, not installed; on a machine whose package lists lack it, after apt-get update.
+    if ! (cd "$d" && apt-get download busybox-static >/dev/null 2>"$d/apt.err"); then
+      apt-get -o DPkg::Lock::Timeout=900 update -qq >/dev/null 2>&1 || true
+      (cd "$d" && apt-get download busybox-static >/dev/null 2>"$d/apt.err") ||
+        { cat "$d/apt.err" >&2; fail "apt-get download busybox-static"; }
+    fi
     dpkg-deb -x "$d"/busybox-static_*.deb "$d/x"
     mkdir -p "$d/rootfs/bin" "$d/rootfs/tmp" "$d/rootfs/dev" "$d/rootfs/proc" "$d/rootfs/sys" "$d/rootfs/etc"
     install -m 0755 "$d/x/bin/busybox" "$d/rootfs/bin/busybox"
@@ -213,10 +217,13 @@ build_images() {
   fi
   # The project's image from the Dockerfile (scripts/build-image.sh, the build step of
   # scripts/image-test.sh: with the sources unchanged podman reuses every layer of its build).
-  # Built again only when the build context changed (a hash of the files the Dockerfile can see),
-  # so that up does not wait on the machine's image-build lock for nothing.
+  # Built again only when what the image is built from changed (a hash of the context's files
+  # less the tests, benchmarks, scripts and prose the Dockerfile's build leaves out: BUILD_TESTING
+  # and RDP_BUILD_BENCHMARKS off, only install-deps.sh run), so that up does not wait on the machine's image-build lock for
+  # nothing.
   local context id
-  context=$(git ls-files -co --exclude-standard -- . ':!docs' ':!charts' ':!build*' | sort |
+  context=$(git ls-files -co --exclude-standard -- . ':!docs' ':!charts' ':!build*' ':!test' \
+            ':!bench' ':!*.md' ':!scripts' scripts/install-deps.sh | sort |
             xargs -d '\n' sha256sum 2>/dev/null | sha256sum | cut -c1-16)
   id=$(podman --runtime runc image inspect --format '{{.Id}}' "$rdp_image" 2>/dev/null || true)
   if [[ -z $id || $(cat "$images/rdp.context" 2>/dev/null) != "$context $id" ]]; then
@@ -460,7 +467,9 @@ start_node() {
   for c in $(cgroup_mounts); do mkdir -p "$c/$(cgroup_root)"; done
   write_containerd_config
   start_containerd
+  trace "containerd up"
   import_images
+  trace "images imported"
   [[ -f $run/kubelet.yaml ]] || write_kubelet_config
   start_kubelet
 }
@@ -525,6 +534,7 @@ cmd_up() {
   build_binaries
   local plugin=$build/cmd/rdma-device-plugin
   build_images
+  trace "binaries and images ready"
   local t0
   t0=$(now_ms)
   rm -rf "$run"
@@ -541,14 +551,19 @@ cmd_up() {
   # A failed up stops what it started (the logs stay under $run/logs).
   up_done=0
   trap 'if ((up_done == 0)); then say "up failed: stopping what started (logs: $run/logs)"; cmd_down_locked >/dev/null 2>&1 || true; fi' EXIT
+  trace "node laid out"
   start_controlplane
   wait_for 60 "the control plane" test -f "$run/cp/ready" || fail "the control plane did not start (log: $run/logs/controlplane.log)"
+  trace "control plane ready"
   start_node
+  trace "kubelet started"
   wait_for 60 "node $node_name Ready" node_ready || fail "the node is not Ready (logs: $run/logs/kubelet.log)"
+  trace "node Ready"
   kubectl_ label node "$node_name" "$rdma_label=true" >/dev/null
   [[ $mode == exclusive ]] && kubectl_ label node "$node_name" "$exclusive_label=true" >/dev/null
   wait_for 30 "the node's taints lifted" node_untainted || fail "the node keeps its taints: $(kubectl_ get node "$node_name" -o jsonpath='{.spec.taints}')"
   install_chart
+  trace "chart installed"
   if [[ $driver == deviceplugin ]]; then
     wait_for 60 "allocatable rdma/hca" allocatable_hca || fail "no rdma/hca on the node (kubectl get pods -n $namespace; logs under $run/logs)"
     say "allocatable rdma/hca: $(kubectl_ get node "$node_name" -o jsonpath='{.status.allocatable.rdma/hca}')"
@@ -635,6 +650,7 @@ stop_node() {
 cmd_down_locked() {
   stop_node
   stop_pid "$(pid_of controlplane)" 10
+  trace "control plane stopped"
   rm -f "$run/pids/controlplane" "$run/cp/ready" "$run/mntns" "$kubeconfig"
   # The sockets left in the build directory by processes that are gone.
   [[ -d $run ]] && find "$run" -type s -delete 2>/dev/null

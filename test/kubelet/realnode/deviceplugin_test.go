@@ -46,6 +46,7 @@ func TestRealNodeDevicePlugin(t *testing.T) {
 	gone := "uverbs3"
 	goneHCA := c.hcaOfNode(gone)
 	c.inNS("rm", "/dev/infiniband/"+gone)
+	c.waitPluginLog("HCA "+goneHCA+" ", "unhealthy")
 	c.create(workloadPod("shared-after-vanish", nil, ctr{name: "c", limits: hca(1)}))
 	c.waitRunning(podTimeout, "shared-after-vanish")
 	in := c.inside("shared-after-vanish", "c")
@@ -60,6 +61,7 @@ func TestRealNodeDevicePlugin(t *testing.T) {
 	}
 	mm := c.sysfs("class", "infiniband_verbs", gone, "dev")
 	c.inNS("mknod", "-m", "0666", "/dev/infiniband/"+gone, "c", strings.Split(mm, ":")[0], strings.Split(mm, ":")[1])
+	c.waitPluginLog("HCA "+goneHCA+" ", "is now healthy")
 	c.deletePods(podTimeout, "shared-1", "shared-2", "shared-after-vanish")
 
 	// Relabel to exclusive while shared-0 runs: the exclusive plugin withholds every HCA it sees.
@@ -189,6 +191,34 @@ func checkSubcommand(t *testing.T, c *cluster) {
 	c.deletePods(podTimeout, "check-clean", "check-leak")
 }
 
+// waitPluginLog waits until a line of the running plugin pod's log holds both parts (the plugin
+// polls the node every second, --health-interval=1s).
+func (c *cluster) waitPluginLog(part1, part2 string) {
+	c.t.Helper()
+	eventually(c.t, podTimeout, "the plugin logging "+part1+"... "+part2, func() (bool, string) {
+		pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != v1.PodRunning {
+				continue
+			}
+			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{}).Do(c.ctx()).Raw()
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, l := range strings.Split(string(raw), "\n") {
+				if strings.Contains(l, part1) && strings.Contains(l, part2) {
+					c.t.Logf("plugin: %s", l)
+					return true, ""
+				}
+			}
+		}
+		return false, "not logged yet"
+	})
+}
+
 // imageOfPlugin: the image the chart's DaemonSet runs.
 func imageOfPlugin(t *testing.T, c *cluster) string {
 	pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
@@ -223,8 +253,11 @@ func gpuAndHCA(t *testing.T, c *cluster) {
 		in := c.inside(name, "c")
 		hcas := ncclHCAs(in.env["NCCL_IB_HCA"])
 		c.checkExactly(name, in, hcas)
-		allocs := gpu.Allocations(i + 1)
-		g, _ := c.node.GPUByPCI(allocs[len(allocs)-1].IDs[0])
+		allocs := gpu.Allocations(0) // the pods start one after the other: the last is this one's
+		if len(allocs) != i+1 || len(allocs[i].IDs) != 1 {
+			t.Fatalf("%s: the GPU plugin's Allocate calls: %+v", name, allocs)
+		}
+		g, _ := c.node.GPUByPCI(allocs[i].IDs[0])
 		order := allocationOrder(t, c, string(p.UID))
 		var h kubelet.HCA
 		for _, x := range c.node.HCAs {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +64,9 @@ func script(args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot(), "scripts", "real-node.sh"), args...)
+	// Its own process group, killed whole at the deadline (the script's children with it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "BUILD_DIR="+buildDir())
 	out, err := cmd.CombinedOutput()
@@ -124,12 +128,12 @@ func up(t *testing.T, args ...string) *cluster {
 }
 
 // hostState is what the node must not change on the machine: its /var/lib/kubelet,
-// /run/containerd, /etc/cdi and /var/run/cdi (listings), the sysctls the kubelet sets, and the
-// cgroup roots (listings of the top level of each hierarchy).
+// /run/containerd, /etc/cdi, /var/run/cdi and /var/log/pods (listings) and the sysctls the
+// kubelet sets. (Not /run/runc: podman's builds on the machine use it.)
 func hostState(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	for _, d := range []string{"/var/lib/kubelet", "/run/containerd", "/etc/cdi", "/var/run/cdi", "/run/runc", "/var/log/pods", "/var/log/containers"} {
+	for _, d := range []string{"/var/lib/kubelet", "/run/containerd", "/etc/cdi", "/var/run/cdi", "/var/log/pods", "/var/log/containers"} {
 		fmt.Fprintf(&b, "%s: %s\n", d, listing(d))
 	}
 	for _, s := range []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"} {
@@ -489,6 +493,9 @@ func (c *cluster) hcaNodes(name string) []string {
 	for _, class := range []string{"infiniband_verbs", "infiniband_mad"} {
 		entries, _ := os.ReadDir(filepath.Join(c.run, "node", "sys", "class", class))
 		for _, e := range entries {
+			if _, err := os.Stat(filepath.Join(c.run, "node", "sys", "class", class, e.Name(), "ibdev")); err != nil {
+				continue // abi_version
+			}
 			if c.sysfs("class", class, e.Name(), "ibdev") == name {
 				out = append(out, e.Name())
 			}

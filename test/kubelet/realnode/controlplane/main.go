@@ -99,6 +99,8 @@ func run(tb *processTB, dir, kubeconfig, node string) {
 			"--kubelet-client-certificate=" + filepath.Join(pki, "apiserver-kubelet-client.crt"),
 			"--kubelet-client-key=" + filepath.Join(pki, "apiserver-kubelet-client.key"),
 			"--kubelet-preferred-address-types=InternalIP",
+			// As kubeadm's clusters: privileged pods (the tests' hostPath leak case).
+			"--allow-privileged=true",
 		},
 		Kubeconfig:  kubeconfig,
 		KubeletRuns: true,
