@@ -427,7 +427,7 @@ import_images() {
 start_kubelet() {
   start kubelet "$bin/kubelet" --config "$run/kubelet.yaml" \
     --kubeconfig "$run/cp/kubelet.kubeconfig" --hostname-override "$node_name" \
-    --cloud-provider external --v 2
+    --cloud-provider external --v 3
 }
 
 start_controlplane() {

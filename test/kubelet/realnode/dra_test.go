@@ -66,8 +66,8 @@ func TestRealNodeDRA(t *testing.T) {
 	})
 	t.Logf("claim-one deleted: its CDI spec is gone (%v left)", c.cdiSpecs())
 
-	t.Run("GPUAndHCA", func(t *testing.T) { draGPUAndHCA(t, c) })
-	t.Run("Restarts", func(t *testing.T) { draRestarts(t, c) })
+	t.Run("GPUAndHCA", func(t *testing.T) { draGPUAndHCA(t, c.with(t)) })
+	t.Run("Restarts", func(t *testing.T) { draRestarts(t, c.with(t)) })
 }
 
 // request: an exactly-count request for class.
@@ -318,7 +318,7 @@ func draRestarts(t *testing.T, c *cluster) {
 	if out, code := script("restart", "kubelet"); code != 0 {
 		t.Fatalf("restart kubelet: %s", out)
 	}
-	now := parseProbe(t, c.exec("kept", "c", probe))
+	now := parseProbe(t, c.execSoon("kept", "c", probe))
 	if describe(now) != describe(before) {
 		t.Errorf("after a kubelet restart kept sees %s, before %s", describe(now), describe(before))
 	}

@@ -470,6 +470,26 @@ func (in inside) names() []string {
 	return n
 }
 
+// with: the cluster for a subtest (failures go to t).
+func (c *cluster) with(t *testing.T) *cluster {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
+// execSoon: exec, retried until the kubelet knows the pod again (after its restart) or the
+// timeout passes.
+func (c *cluster) execSoon(pod, container, cmd string) string {
+	c.t.Helper()
+	var out string
+	eventually(c.t, podTimeout, "exec in "+pod+"/"+container, func() (bool, string) {
+		var code int
+		out, code = script("kubectl", "exec", "-n", testNS, pod, "-c", container, "--", "/bin/sh", "-c", cmd)
+		return code == 0, out
+	})
+	return out
+}
+
 // exec runs a shell command in a running container (through the API server's exec to the
 // kubelet's streaming endpoint, then containerd's).
 func (c *cluster) exec(pod, container, cmd string) string {
