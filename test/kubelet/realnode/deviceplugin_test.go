@@ -219,6 +219,20 @@ func (c *cluster) waitPluginLog(part1, part2 string) {
 	})
 }
 
+// pluginRestarts: the restart count of the running plugin pod's container (-1: none running).
+func pluginRestarts(t *testing.T, c *cluster) int32 {
+	pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
+	if err != nil {
+		return -1
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+			return p.Status.ContainerStatuses[0].RestartCount
+		}
+	}
+	return -1
+}
+
 // imageOfPlugin: the image the chart's DaemonSet runs.
 func imageOfPlugin(t *testing.T, c *cluster) string {
 	pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
@@ -373,9 +387,16 @@ func deviceplugInRestarts(t *testing.T, c *cluster, usable []string) {
 	still("the plugin's pod was deleted")
 	newPod("after-plugin-pod-deleted")
 
+	restarts := pluginRestarts(t, c)
 	if out, code := script("reboot"); code != 0 {
 		t.Fatalf("reboot: %s", out)
 	}
+	// The plugin's container started again by the kubelet, registered with it again.
+	eventually(t, 2*podTimeout, "the plugin's container restarted after the reboot", func() (bool, string) {
+		n := pluginRestarts(t, c)
+		return n > restarts, fmt.Sprintf("restarts %d", n)
+	})
+	c.waitPluginLog("Registered device plugin with Kubelet", "")
 	c.waitAllocatable(hcaResource, int64(len(usable)), 2*podTimeout)
 	newPod("after-reboot")
 	t.Logf("after the reboot the plugin registered again (allocatable %d) and a new pod started", len(usable))

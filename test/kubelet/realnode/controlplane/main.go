@@ -8,6 +8,7 @@
 //     `kubectl exec` reach the kubelet's authenticated, authorizing endpoint;
 //   - the root CA publisher (each namespace's kube-root-ca.crt), so that pods' service-account
 //     volumes verify the API server at https://127.0.0.1:<port>;
+//   - the resource-claim controller (claims released and deallocated when their pods are gone);
 //   - the part of the cloud-node and node-lifecycle controllers a lone local node needs: the
 //     kubelet runs with --cloud-provider=external (it refuses 127.0.0.1 as --node-ip, and any
 //     address it would pick itself is the machine's own), so this process gives the node the
@@ -43,6 +44,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/certificates/rootcacertpublisher"
+	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 	testutil "k8s.io/kubernetes/test/utils"
 
 	"github.com/rdma-device-plugin/rdma-device-plugin/test/kubelet/controlplane"
@@ -130,10 +132,20 @@ func run(tb *processTB, dir, kubeconfig, node string) {
 	if err != nil {
 		tb.Fatalf("root CA publisher: %v", err)
 	}
+	// The resource-claim controller, as kube-controller-manager runs it: claims of pods that are
+	// gone are released (status.reservedFor) and deallocated, the claims the scheduler made for
+	// extended-resource requests and from templates deleted with their pods.
+	claims, err := resourceclaim.NewController(klog.Background(), cp.Client, factory.Core().V1().Pods(),
+		factory.Scheduling().V1beta1().PodGroups(), factory.Resource().V1().ResourceClaims(),
+		factory.Resource().V1().ResourceClaimTemplates())
+	if err != nil {
+		tb.Fatalf("resource-claim controller: %v", err)
+	}
 	watchNode(ctx, cp.Client, factory, node)
 	factory.Start(ctx.Done())
 	tb.Cleanup(factory.Shutdown)
 	go publisher.Run(ctx, 1)
+	go claims.Run(ctx, 2)
 
 	ready := filepath.Join(dir, "ready")
 	if err := os.WriteFile(ready+".tmp", []byte(cp.Config.Host+"\n"), 0o644); err != nil {
