@@ -39,20 +39,19 @@ PluginServer::PluginServer(Config config, NodeSources sources)
       poll_(sources.poll),
       node_(std::make_unique<NodeState>(config_, std::move(sources))),
       stop_fd_(serving::NewEventFd()),
-      fatal_fd_(serving::NewEventFd()),
       rescan_fd_(serving::NewEventFd()),
       kubelet_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)),
       pods_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {}
 
 PluginServer::~PluginServer() {
   Stop();
-  for (int fd : {kubelet_inotify_, pods_inotify_, stop_fd_, fatal_fd_, rescan_fd_}) {
+  for (int fd : {kubelet_inotify_, pods_inotify_, stop_fd_, rescan_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
 
 absl::Status PluginServer::Start() {
-  if (stop_fd_ < 0 || fatal_fd_ < 0 || rescan_fd_ < 0 || kubelet_inotify_ < 0 ||
+  if (stop_fd_ < 0 || !fatal_.ok() || rescan_fd_ < 0 || kubelet_inotify_ < 0 ||
       pods_inotify_ < 0) {
     return Errno("inotify/eventfd");
   }
@@ -110,22 +109,12 @@ void PluginServer::Stop() {
   node_->SetRescanRequest(nullptr);
 }
 
-absl::Status PluginServer::Wait(int stop_fd) {
-  return serving::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
-    absl::MutexLock lock(&mu_);
-    return fatal_;
-  });
-}
+absl::Status PluginServer::Wait(int stop_fd) { return fatal_.Wait(stop_fd); }
 
 void PluginServer::Fatal(const absl::Status& status) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!fatal_.ok()) return;
-    fatal_ = status;
-  }
+  if (!fatal_.Raise(status)) return;
   Log()->error("{}; the plugin cannot go on and exits so that it is restarted",
                std::string(status.message()));
-  serving::SignalEventFd(fatal_fd_);
 }
 
 void PluginServer::RunLoop(const char* name, const std::function<void()>& loop) {

@@ -31,6 +31,7 @@
 #include "deviceplugin/config.h"
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/service.h"
+#include "serving/fatal_latch.h"
 #include "serving/thread_role.h"
 
 namespace rdp::deviceplugin {
@@ -52,7 +53,7 @@ class PluginServer {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until `stop_fd` is readable (OK) or a background thread failed (its error). Does not
   // Stop().
-  absl::Status Wait(int stop_fd) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Wait(int stop_fd);
 
   NodeState& node() { return *node_; }
   const Config& config() const { return config_; }
@@ -84,7 +85,7 @@ class PluginServer {
   absl::StatusOr<std::vector<bool>> WaitFor(const std::vector<int>& fds, absl::Time deadline);
   // Runs `loop`; a failure other than Cancelled is fatal.
   void RunLoop(const char* name, const std::function<void()>& loop);
-  void Fatal(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void Fatal(const absl::Status& status);
 
   const Config config_;
   const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // NodeSources::poll
@@ -94,7 +95,6 @@ class PluginServer {
 
   // Descriptors, made with the server and closed with it (-1: could not be made; Start fails).
   const int stop_fd_;           // eventfd written once by Stop(), never read: wakes every thread
-  const int fatal_fd_;          // eventfd written by Fatal()
   const int rescan_fd_;         // eventfd: the health thread polls at once
   const int kubelet_inotify_;   // the kubelet dir (lifecycle thread)
   const int pods_inotify_;      // the pod-resources socket's dir (pods thread)
@@ -117,7 +117,7 @@ class PluginServer {
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  serving::FatalLatch fatal_;
 };
 
 }  // namespace rdp::deviceplugin
