@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -234,7 +237,8 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
 // from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
 // driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
 std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env,
-                             bool registered, const dra::SliceSync::Status& sync) {
+                             bool registered, const dra::SliceSync::Status& sync,
+                             std::map<std::string, std::uint64_t> dropped) {
   metrics::NodeMetricsInput in;
   in.mode = r.mode;
   in.topology = topo;
@@ -263,6 +267,15 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
              "Publishes of the node's ResourceSlices, by result", Type::kCounter);
   out.Sample({{"result", "success"}}, static_cast<double>(sync.successes));
   out.Sample({{"result", "failure"}}, static_cast<double>(sync.failures));
+  out.Family("rdma_device_plugin_dra_dropped_fields_total",
+             "Writes of a ResourceSlice whose answer from the API server lacked a field we sent "
+             "(its feature gate is off on the control plane), by field",
+             Type::kCounter);
+  dropped.emplace("taints", 0);  // the fields we send that a gate controls, listed at 0
+  dropped.emplace("allowMultipleAllocations", 0);
+  for (const auto& [field, n] : dropped) {
+    out.Sample({{"field", field}}, static_cast<double>(n));
+  }
   return out.Take();
 }
 
@@ -282,10 +295,11 @@ absl::Status DraHealth(bool registered, const dra::SliceSync::Status& sync) {
 
 // The pool this node publishes now: its HCAs as devices (health as taints), in slices.
 std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Topology& topo,
-                                          Env& env) {
+                                          Env& env, bool taints) {
   dra::DeviceOptions options;
   options.driver_name = r.driver.driver_name;
   options.mode = r.mode;
+  options.taints = taints;
   options.kernel = dra::ReadKernelPci(env, topo);
   return dra::BuildResourceSlices(dra::BuildDevices(topo, options),
                                   {r.driver.driver_name, r.driver.node_name, "", 1});
@@ -304,9 +318,19 @@ int Serve(const DraFlags& f, const Resolved& r) {
   dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
   NodeSnapshot* snapshot = node.snapshot.get();
   Env* env = node.env.get();
+  // Cleared when the API server drops device taints: unusable HCAs are then left out.
+  std::atomic<bool> taints{true};
   dra::SliceSync sync(
-      publisher, [&r, snapshot, env] { return DesiredSlices(r, *snapshot->Current(), *env); },
+      publisher,
+      [&r, snapshot, env, &taints] { return DesiredSlices(r, *snapshot->Current(), *env, taints); },
       {r.resync, absl::Seconds(10), absl::Seconds(1)});
+  publisher.SetOnDropped([&taints, &sync](const std::string& field) {
+    if (field == "taints" && taints.exchange(false)) {
+      Log()->warn("device taints are not kept by this control plane: unusable HCAs are no longer "
+                  "offered at all (not tainted) until the driver restarts");
+      sync.Trigger();
+    }
+  });
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
               r.driver.driver_name, r.driver.node_name, node.snapshot->Current()->hcas().size(),
               f.cdi_root, f.mode);
@@ -355,8 +379,9 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
   run.metrics_address = f.metrics_address;
-  run.render_metrics = [&r, snapshot, env, &server, &sync] {
-    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered(), sync.status());
+  run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher] {
+    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered(), sync.status(),
+                            publisher.DroppedCounts());
   };
   run.health = [&server, &sync] { return DraHealth(server.registered(), sync.status()); };
   return RunServer(run);

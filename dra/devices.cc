@@ -134,8 +134,10 @@ std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
   std::vector<nlohmann::json> devices;
   devices.reserve(topo.hcas().size());
   for (const topology::Hca& hca : topo.hcas()) {
+    const hca::Verdict verdict = hca::Assess(hca);
+    if (!verdict.usable && !opts.taints) continue;
     nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
-    if (const hca::Verdict verdict = hca::Assess(hca); !verdict.usable) {
+    if (!verdict.usable) {
       device["taints"] = nlohmann::json::array({{
           {"key", UnhealthyTaintKey(opts.driver_name)},
           {"value", TaintValue(verdict.reason)},

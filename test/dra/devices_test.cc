@@ -180,6 +180,22 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
 }
 
+// A control plane that drops taints (DRADeviceTaints off): no device rather than an untainted one
+// that the scheduler would allocate and Prepare would refuse.
+TEST(DRADevicesTest, WithoutTaintsAnUnusableHcaIsLeftOut) {
+  DeviceOptions opts;
+  opts.taints = false;
+  topology::Hca down = HealthyHca();
+  down.place.pci = "0000:1b:00.0";
+  down.name = "mlx5_1";
+  down.uverbs.clear();
+  const topology::Topology topo({0}, {HealthyHca(), down}, {});
+  const std::vector<json> devices = BuildDevices(topo, opts);
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_EQ(devices[0]["name"], "hca-0000-1a-00-0");
+  EXPECT_FALSE(devices[0].contains("taints"));
+}
+
 TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   DeviceOptions opts;
   opts.mode = hca::Mode::kShared;
