@@ -18,8 +18,21 @@ constexpr char kStandardPrefix[] = "resource.kubernetes.io/";
 constexpr std::size_t kMaxStringValue = 64;  // resource.DeviceAttributeMaxValueLength
 constexpr char kDevicePrefix[] = "hca-";
 
+// Whether `s` can be a JSON string, i.e. is well-formed UTF-8: nlohmann's own check, so that
+// what passes here never makes a later dump() throw.
+bool IsUtf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 void PutString(nlohmann::json& attrs, const std::string& name, const std::string& value) {
-  if (!value.empty() && value.size() <= kMaxStringValue) attrs[name] = {{"string", value}};
+  if (!value.empty() && value.size() <= kMaxStringValue && IsUtf8(value)) {
+    attrs[name] = {{"string", value}};
+  }
 }
 
 // "400 Gb/sec (4X NDR)" -> 400, "2.5 Gb/sec (1X SDR)" -> 2; nullopt when there is no number.

@@ -196,6 +196,16 @@ TEST(DRADevicesTest, WithoutTaintsAnUnusableHcaIsLeftOut) {
   EXPECT_FALSE(devices[0].contains("taints"));
 }
 
+// A name read from sysfs that is not UTF-8 cannot be a JSON string: left out, as an over-long
+// one is, so that nothing downstream (the API client's dump()) meets it.
+TEST(DRADevicesTest, StringsThatAreNotUtf8AreLeftOut) {
+  topology::Hca h = HealthyHca();
+  h.name = "mlx5_\xff";
+  const json d = One(h);
+  EXPECT_FALSE(d["attributes"].contains(Own("hcaName")));
+  EXPECT_NO_THROW(d.dump());
+}
+
 TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   DeviceOptions opts;
   opts.mode = hca::Mode::kShared;
