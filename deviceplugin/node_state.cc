@@ -30,6 +30,25 @@ NodeSources WithEnv(NodeSources sources, const Config& config) {
   return sources;
 }
 
+// Health per port: each port whose state differs from the snapshot's, one line each (the HCA's
+// own verdict is logged with the rest of its state).
+void LogPortChanges(const topology::Topology& before, const std::vector<topology::Hca>& now) {
+  for (const topology::Hca& h : now) {
+    const int idx = before.HcaIndex(h.place.pci);
+    if (idx < 0) continue;
+    const std::vector<topology::Port>& old_ports = before.hcas()[idx].ports;
+    for (const topology::Port& port : h.ports) {
+      auto was = std::find_if(old_ports.begin(), old_ports.end(),
+                              [&port](const topology::Port& p) { return p.number == port.number; });
+      if (was != old_ports.end() && was->state != port.state) {
+        Log()->info("HCA {} port {} is now {} (was {})", Describe(h), port.number,
+                    port.state.empty() ? "in an unknown state" : port.state,
+                    was->state.empty() ? "unknown" : was->state);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
@@ -116,6 +135,7 @@ bool NodeState::Poll() {
       scanned.clear();
     }
   }
+  if (scanned_ok) LogPortChanges(*current, scanned);
   topology::TopologyPtr fresh;
   if (scanned_ok && topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
     metrics_.rediscoveries.Add();

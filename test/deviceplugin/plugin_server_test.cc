@@ -166,6 +166,41 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
   for (const auto& d : *devices) EXPECT_FALSE(d.has_topology()) << d.id();
 }
 
+// A dual-port HCA with one port uncabled (DOWN) is offered, and used through its ACTIVE port:
+// NCCL_IB_HCA names that port. With no ACTIVE port left it is Unhealthy. Before (issue 25) every
+// port had to be ACTIVE, so such a card, a common way to cable ConnectX cards, was never offered.
+TEST(PluginServerPortsTest, DualPortHcaWithOneUncabledPortIsOffered) {
+  auto cards = testing::FourCards();
+  cards[0].ports.resize(2);
+  cards[0].ports[1].number = 2;
+  cards[0].ports[1].state = "DOWN";
+  cards[0].ports[1].phys_state = "Polling";
+  TestNode node(cards);
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  PluginServer plugin(config, node.Sources());
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet.WaitForDevices(HealthIs("0000:1a:00.0", "Healthy"), kWait))
+      << "a card with one ACTIVE port of two is not offered";
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  auto stub = kubelet.PluginStub();
+  v1beta1::AllocateRequest request;
+  request.add_container_requests()->add_devices_ids("0000:1a:00.0");
+  request.add_container_requests()->add_devices_ids("0000:3a:00.0");
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("NCCL_IB_HCA"), "=mlx5_0:1");
+  EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_NAMES"), "mlx5_0");
+  EXPECT_EQ(response.container_responses(1).envs().at("NCCL_IB_HCA"), "=mlx5_1")
+      << "an HCA whose every port is ACTIVE is named alone";
+
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_0", 1, "DOWN").ok());
+  EXPECT_TRUE(kubelet.WaitForDevices(HealthIs("0000:1a:00.0", "Unhealthy"), kWait));
+}
+
 TEST_F(PluginServerTest, SeveralStreamsAllSeeChanges) {
   StartAll(hca::Mode::kExclusive);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
