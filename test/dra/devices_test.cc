@@ -184,7 +184,7 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   one_down.ports[1].state = "DOWN";
   const json d = One(one_down, opts);
   EXPECT_FALSE(d.contains("taints")) << d.dump();
-  EXPECT_EQ(d["attributes"][Own("allPortsActive")]["bool"], false);
+  EXPECT_EQ(d["attributes"]["rdma.example.com/allPortsActive"]["bool"], false);
 }
 
 TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
