@@ -128,12 +128,25 @@ bool NodeState::Poll() {
       scan_failing_ = false;
     } else {
       if (!scan_failing_) {
-        Log()->warn("health scan failed, every HCA counts as absent: {}",
+        Log()->warn("health scan failed, every HCA is listed Unhealthy (none forgotten) until a "
+                    "scan succeeds: {}",
                     scan.status().ToString());
       }
       scan_failing_ = true;
-      scanned.clear();
     }
+  }
+  if (sources_.scan && !scanned_ok) {
+    // A failed scan says nothing about the HCAs (a broken /host/sys mount): the last good state
+    // is kept, every HCA Unhealthy, none counted absent or forgotten (issue 25: before, every
+    // HCA counted as absent and the unheld ones were forgotten after forget_after_polls polls).
+    bool changed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [pci, a] : advertised_) a.healthy = false;
+      changed = Recompute();
+    }
+    if (changed) Notify();
+    return changed;
   }
   if (scanned_ok) LogPortChanges(*current, scanned);
   topology::TopologyPtr fresh;

@@ -324,6 +324,40 @@ TEST_F(TrustTest, VanishedHcasAreForgottenUnlessHeld) {
       [](const Devices& d) { return d.size() == 4 && HealthyCount(d) == 3; }, kWait));
 }
 
+// A failed health scan (a broken /host/sys mount) keeps the last good state: every HCA listed
+// Unhealthy, none forgotten, however long it fails; the next good scan restores them. Before
+// (issue 25) every HCA counted as absent, and after forget_after_polls polls the unheld ones
+// were forgotten: the node's capacity shrank.
+TEST_F(TrustTest, AFailedScanKeepsTheLastGoodState) {
+  auto pods = std::make_unique<ScriptedPods>();
+  pods->Answer({});
+  auto failing = std::make_shared<std::atomic<bool>>(false);
+  NodeSources sources = node_.Sources(std::move(pods));
+  sources.scan = [scan = sources.scan, failing]() -> absl::StatusOr<std::vector<topology::Hca>> {
+    if (*failing) return absl::UnavailableError("/host/sys/class/infiniband: not mounted");
+    return scan();
+  };
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.forget_after_polls = 3;
+  NodeState state(config, std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  auto healthy = [&] {
+    int n = 0;
+    for (const DeviceState& d : state.Devices().devices) n += d.healthy ? 1 : 0;
+    return n;
+  };
+  ASSERT_EQ(healthy(), 4);
+  *failing = true;
+  for (int i = 0; i < 10; ++i) state.Poll();
+  EXPECT_EQ(state.Devices().devices.size(), 4u) << "HCAs forgotten while the scan failed";
+  EXPECT_EQ(healthy(), 0);
+  *failing = false;
+  state.Poll();
+  EXPECT_EQ(state.Devices().devices.size(), 4u);
+  EXPECT_EQ(healthy(), 4);
+}
+
 // A pod-resources List that throws (a readdir error in a source) must not freeze the refresh:
 // the next one runs. Before, a flag set for the refresh was never reset, and withholding and
 // the GPU context froze for the life of the process.
