@@ -323,7 +323,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   dra::SliceSync sync(
       publisher,
       [&r, snapshot, env, &taints] { return DesiredSlices(r, *snapshot->Current(), *env, taints); },
-      {r.resync, absl::Seconds(10), absl::Seconds(1)});
+      {r.resync, absl::Seconds(10), absl::Seconds(1), absl::Seconds(30)});
   publisher.SetOnDropped([&taints, &sync](const std::string& field) {
     if (field == "taints" && taints.exchange(false)) {
       Log()->warn("device taints are not kept by this control plane: unusable HCAs are no longer "
@@ -448,8 +448,8 @@ void AddDraServeFlags(CLI::App* dra) {
                   "Serve /metrics and /healthz on HOST:PORT (docs/metrics.md); empty: off")
       ->envname("RDP_METRICS_ADDRESS");
   dra->add_option("--slice-resync", f->resync,
-                  "How often the published ResourceSlices are checked against the node's even "
-                  "when nothing changed")
+                  "How often the published ResourceSlices are checked against the node's while "
+                  "no watch of them is up (the watch says when someone else changed them)")
       ->envname("RDP_SLICE_RESYNC")
       ->capture_default_str();
   dra->callback([f, dra] {
