@@ -22,6 +22,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/dra_cmd.h"
 #include "cmd/run_server.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
@@ -110,10 +111,8 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
           absl::StrCat(flag, " '", *text, "': not a positive duration such as 5s"));
     }
   }
-  if (f.node_name.empty()) {
-    char host[256] = {};
-    if (::gethostname(host, sizeof(host) - 1) == 0) f.node_name = host;
-  }
+  // As `dra slices` and the kubelet name the node: a host name "Node-A" is the Node "node-a".
+  if (f.node_name.empty()) f.node_name = HostNodeName();
   if (f.node_name.empty()) {
     return absl::InvalidArgumentError("--node-name (or NODE_NAME) is required");
   }
@@ -228,6 +227,10 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
         absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
                                           : "--kubeconfig: ",
                      config.status().message()));
+  }
+  if (absl::Status s = dra::CheckCredentialsSafe(*config); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.kubeconfig.empty() ? "in-cluster: " : "--kubeconfig: ", s.message()));
   }
   auto transport = dra::NewCurlTransport(*config);
   return std::make_shared<dra::KubeClient>(*std::move(config), std::move(transport));

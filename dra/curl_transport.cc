@@ -261,11 +261,16 @@ class CurlTransport : public Transport {
     }
     // Files are named rather than read here so that curl reads them at each exchange: a
     // rotated CA or client certificate is used from the next request on.
+    // A configured CA is the only one trusted: curl's built-in bundle and directory (the system's
+    // CAs, which any public certificate chains to) are cleared, as kubectl trusts only it.
     if (!config_.ca_data.empty()) {
+      curl_easy_setopt(c, CURLOPT_CAINFO, nullptr);
+      curl_easy_setopt(c, CURLOPT_CAPATH, nullptr);
       curl_blob blob{const_cast<char*>(config_.ca_data.data()), config_.ca_data.size(),
                      CURL_BLOB_COPY};
       curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
     } else if (!config_.ca_file.empty()) {
+      curl_easy_setopt(c, CURLOPT_CAPATH, nullptr);
       curl_easy_setopt(c, CURLOPT_CAINFO, config_.ca_file.c_str());
     }
     if (!config_.client_cert_data.empty()) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "dra/internal/files.h"
@@ -134,7 +135,18 @@ absl::Duration KubeClient::Backoff(int attempt) {
   return bound * half_to_one(rng_);
 }
 
+absl::Status CheckCredentialsSafe(const KubeConfig& config) {
+  if (absl::StartsWithIgnoreCase(config.server, "http://") &&
+      (!config.token.empty() || !config.token_file.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", config.server, " (", config.source.empty() ? "the configuration" : config.source,
+        ") is plain http: the bearer token would be sent in clear; use https"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::string>> KubeClient::Headers(bool with_body) {
+  if (absl::Status s = CheckCredentialsSafe(config_); !s.ok()) return s;
   auto token = Token();
   if (!token.ok()) return token.status();
   std::vector<std::string> headers = {"Accept: application/json",

@@ -24,6 +24,7 @@
 //   an answer over 64 MiB             -> ResourceExhausted
 //   the token file unreadable before  -> Unauthenticated (nothing sent)
 //     any token was read
+//   a token for an http:// server     -> FailedPrecondition (nothing sent: CheckCredentialsSafe)
 
 #include <cstdint>
 #include <functional>
@@ -65,6 +66,10 @@ struct KubeConfig {
   // Where this configuration came from, for messages ("kubeconfig /root/.kube/config").
   std::string source;
 };
+
+// FailedPrecondition when `config` would send a credential in clear: a bearer token (token or
+// token_file) to an http:// server. A client certificate cannot go over plain HTTP at all.
+absl::Status CheckCredentialsSafe(const KubeConfig& config);
 
 // Looks an environment variable up; nullopt when unset.
 using GetEnvFunc = std::function<std::optional<std::string>(const std::string&)>;

@@ -116,5 +116,32 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   EXPECT_NE(::stat(info.endpoint().c_str(), &st), 0) << "DRA socket left behind";
 }
 
+// Without --node-name or NODE_NAME the node is the host name lower-cased, as the kubelet names
+// it and `dra slices` did already: a host "Node-A.Example" published a pool "Node-A.Example"
+// (refused: not a DNS subdomain). The host name is set in a UTS namespace of the child's own.
+TEST_F(DRAServeCmdTest, TheHostNameIsTheNodeNameLowerCased) {
+  if (rdp::testing::RunToEnd("/usr/bin/unshare", {"--uts", "true"}, kTimeout) != 0) {
+    GTEST_SKIP() << "needs unshare --uts (root)";
+  }
+  std::vector<std::string> args = {"--uts", "/bin/sh", "-c",
+                                   "hostname Node-A.Example && exec \"$0\" \"$@\"", RDP_BINARY,
+                                   "dra", "prepare-local", "--claim-uid",
+                                   "0c1a1e00-0000-4000-8000-00000000000b", "--device", kHca1};
+  std::vector<std::string> flags = Flags();
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == "--node-name") {
+      ++i;  // its value too
+      continue;
+    }
+    args.push_back(flags[i]);
+  }
+  rdp::testing::Child::Options options;
+  options.env["NODE_NAME"] = std::nullopt;
+  rdp::testing::Child prep("/usr/bin/unshare", args, options);
+  ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
+  const nlohmann::json answer = nlohmann::json::parse(prep.stdout_text(), nullptr, false);
+  EXPECT_EQ(answer["devices"][0]["poolName"], "node-a.example") << prep.stdout_text();
+}
+
 }  // namespace
 }  // namespace rdp::dra

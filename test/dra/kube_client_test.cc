@@ -346,5 +346,20 @@ TEST(DRAKubeClientTest, WatchErrorsAreStatuses) {
   EXPECT_TRUE(absl::IsUnavailable(down)) << down;
 }
 
+// A bearer token is never sent to a plain http:// server (anyone on the path would read it).
+TEST(DRAKubeClientTest, PlainHttpServerGetsNoToken) {
+  KubeConfig config;
+  config.server = "http://api.test:8080";
+  config.token = "t0k3n";
+  Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
+  auto r = h.client->Get("/api/v1/nodes/n", h.Deadline(absl::Seconds(5)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("in clear"));
+  EXPECT_TRUE(h.requests->empty());
+  EXPECT_FALSE(CheckCredentialsSafe(config).ok());
+  config.server = "https://api.test:8080";
+  EXPECT_TRUE(CheckCredentialsSafe(config).ok());
+}
+
 }  // namespace
 }  // namespace rdp::dra
