@@ -33,6 +33,7 @@
 #include "dra/kernel_pci.h"
 #include "dra/kube_client.h"
 #include "dra/model.h"
+#include "dra/plugin_lock.h"
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
 #include "dra/slices.h"
@@ -189,6 +190,9 @@ class NodeSnapshot {
 
 // The pieces every DRA run needs: the node, the CDI directory, the checkpoint, the driver.
 struct Node {
+  // Held for the process's life: one instance per plugin directory (declared first: released
+  // last).
+  std::optional<dra::PluginDirLock> lock;
   std::shared_ptr<Env> env;
   std::unique_ptr<NodeSnapshot> snapshot;
   std::unique_ptr<dra::CdiStore> cdi;
@@ -198,6 +202,15 @@ struct Node {
 
 Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader) {
   Node n;
+  // Before the checkpoint is read: a second instance waits for the first to exit (SIGTERM ends
+  // the wait: the stop signals are not blocked yet).
+  absl::StatusOr<dra::PluginDirLock> lock =
+      dra::PluginDirLock::Acquire(r.server.PluginDir(), nullptr);
+  if (!lock.ok()) {
+    Log()->error("cannot start: {}", lock.status().ToString());
+    Exit(1);
+  }
+  n.lock.emplace(*std::move(lock));
   n.env = NewNodeEnv(r.discovery.Roots());
   n.snapshot = std::make_unique<NodeSnapshot>(r.discovery, n.env);
   if (absl::Status s = n.snapshot->Init(); !s.ok()) {

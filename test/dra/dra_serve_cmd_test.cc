@@ -2,8 +2,13 @@
 // flags; `dra prepare-local` then `dra` answering that claim from its checkpoint.
 
 #include <fstream>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <fstream>
 #include <string>
@@ -141,6 +146,26 @@ TEST_F(DRAServeCmdTest, TheHostNameIsTheNodeNameLowerCased) {
   ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
   const nlohmann::json answer = nlohmann::json::parse(prep.stdout_text(), nullptr, false);
   EXPECT_EQ(answer["devices"][0]["poolName"], "node-a.example") << prep.stdout_text();
+}
+
+// Two instances on one plugin directory (a relabel or an upgrade overlapping them) overwrote
+// each other's checkpoint and took each other's sockets: the second waits, before it reads the
+// checkpoint or serves anything, until the first has exited (its flock released).
+TEST_F(DRAServeCmdTest, ASecondInstanceWaitsForTheFirstToExit) {
+  const std::string dir = kubelet_dir_ + "/plugins/" + std::string(kDriver);
+  std::filesystem::create_directories(dir);
+  const int fd = ::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "4242\n", 5), 5);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // the first instance, as far as it can tell
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("(pid 4242) holds", kTimeout)) << driver.output();
+  struct stat st;
+  EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "no socket while the other instance runs";
+  ::close(fd);  // the first exits
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 }
 
 }  // namespace
