@@ -72,7 +72,6 @@ std::uint64_t SliceSync::failures() const {
 
 void SliceSync::Run() {
   absl::Duration backoff = options_.first_backoff;
-  absl::Time next = absl::InfinitePast();  // when to publish without a trigger
   bool failing = false;
   bool said_waiting = false;
   while (true) {
@@ -83,7 +82,7 @@ void SliceSync::Run() {
       // under the lock, which ThreadSanitizer sees (Debian's abseil is not instrumented).
       // While the watch is up, it says when to publish: no resync by timer.
       while (!stopping_ && (status_.role == Role::kWaiting ||
-                            (!pending_ && (status_.watching || absl::Now() < next)))) {
+                            (!pending_ && (status_.watching || absl::Now() < resync_at_)))) {
         if (status_.role == Role::kWaiting && !said_waiting) {
           said_waiting = true;
           Log()->info("not registered with the kubelet yet: no ResourceSlices are published "
@@ -91,7 +90,7 @@ void SliceSync::Run() {
         }
         wake_.WaitWithDeadline(&mu_, status_.role == Role::kWaiting || status_.watching
                                          ? absl::InfiniteFuture()
-                                         : next);
+                                         : resync_at_);
       }
       if (stopping_) return;
       pending_ = false;
@@ -116,7 +115,8 @@ void SliceSync::Run() {
       if (role == Role::kWithdraw) Log()->info("ResourceSlices withdrawn");
       failing = false;
       backoff = options_.first_backoff;
-      next = role == Role::kPublish ? absl::Now() + options_.resync : absl::InfiniteFuture();
+      resync_at_ =
+          role == Role::kPublish ? absl::Now() + options_.resync : absl::InfiniteFuture();
       wake_.SignalAll();  // the watch starts after the first success
     } else {
       ++status_.failures;
@@ -131,7 +131,7 @@ void SliceSync::Run() {
         Log()->debug("publishing ResourceSlices failed again: {}", status.ToString());
       }
       failing = true;
-      next = absl::Now() + Jittered(backoff);
+      resync_at_ = absl::Now() + Jittered(backoff);
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
   }
@@ -172,8 +172,12 @@ void SliceSync::WatchLoop() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     if (s.ok()) continue;  // the server's timeout: watch on from the last event
-    // No watch up: the Run thread publishes now (its resync is due) and by timer until one is.
+    // No watch up: the Run thread resyncs by timer until one is, the first time a resync period
+    // from now. Not at once: a watch that failed with the network (an API server restart) goes
+    // on from its last event when it is back, and a publish now would only add its retries to
+    // the watch's while the server is away.
     status_.watching = false;
+    resync_at_ = std::max(resync_at_, absl::Now() + options_.resync);
     wake_.SignalAll();
     if (absl::IsUnimplemented(s)) {
       Log()->info("the API client cannot watch: the slices are checked every {}",
@@ -181,7 +185,9 @@ void SliceSync::WatchLoop() {
       return;
     }
     if (absl::IsAborted(s) || absl::IsFailedPrecondition(s)) {
-      // Watch again from the list of a publish that succeeds after this point.
+      // The history is lost: publish (which lists afresh) now, and watch again from the list of
+      // a publish that succeeds after this point.
+      pending_ = true;
       const std::uint64_t seen = status_.successes;
       while (!stopping_ && status_.successes == seen) wake_.Wait(&mu_);
       continue;

@@ -9,7 +9,9 @@
 //     taint; or the kubelet registered the driver again: a kubelet wipes the node's slices when
 //     it starts);
 //   - when the publisher's watch (SlicePublisher::Watch) says someone edited or deleted our
-//     slices; while no watch is up (it failed, or the publisher cannot watch), every `resync`;
+//     slices; while no watch is up (it failed, or the publisher cannot watch), every `resync`
+//     (the first one a `resync` after the watch failed: the watch, when back, goes on from its
+//     last event, and a lost history (410 Gone) publishes at once);
 //   - after a failure, again after a back-off: drawn from [b/2, b], b = 1 s doubling up to
 //     `max_backoff`, so that nodes an API server outage failed together do not retry together.
 // The watch runs on a thread of its own from the first successful publish on, and is started
@@ -99,6 +101,8 @@ class SliceSync {
   bool pending_ ABSL_GUARDED_BY(mu_) = true;  // the first publish
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Status status_ ABSL_GUARDED_BY(mu_);
+  // When to publish without a trigger while no watch is up (after a failure: the back-off).
+  absl::Time resync_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::atomic<bool> stop_watch_{false};
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device()()};
 };

@@ -207,7 +207,8 @@ TEST(DRASliceSyncTest, AThrowIsAFailureNotTheEndOfTheProcess) {
 }
 
 // The watch starts after the first publish; a change it reports publishes again; a watch that
-// fails publishes (the resync it stands for) and is started again after a back-off.
+// fails is started again after a back-off, without a publish (it goes on from its last event);
+// one whose history is lost (Aborted: 410 Gone) publishes, then watches again.
 TEST(DRASliceSyncTest, TheWatchSaysWhenToPublish) {
   FakePublisher publisher;
   publisher.EnableWatch();
@@ -223,6 +224,10 @@ TEST(DRASliceSyncTest, TheWatchSaysWhenToPublish) {
   publisher.EndWatch(absl::UnavailableError("connection reset"));
   EXPECT_EQ(publisher.WaitOpened(2), 2);
   EXPECT_EQ(sync.status().watch_failures, 1u);
+  EXPECT_EQ(sync.successes(), 2u) << "the resync is an hour away: no publish for a reset";
+  publisher.EndWatch(absl::AbortedError("410 Gone: too old resource version"));
+  EXPECT_EQ(publisher.WaitCalls(3).size(), 3u);
+  EXPECT_EQ(publisher.WaitOpened(3), 3);
   sync.Stop();
 }
 
