@@ -17,7 +17,13 @@
 #     the chart's liveness command (`probe`) answers inside the container; the process runs
 #     with no capabilities, no new privileges and a read-only root; `topology --json` inside
 #     equals the host-built binary's; SIGTERM (podman stop) ends it with exit 0 and its socket
-#     removed.
+#     removed;
+#  5. the linux/arm64 image from the same Dockerfile (`--platform linux/arm64 --target
+#     runtime-copied`: cross-compiled in the build stage, nothing of arm64 run during the build)
+#     on an arm64 bookworm-slim made with `debootstrap --arch arm64 --foreign`; its
+#     `rdma-device-plugin --version` and `topology --json` on the Grace fixture run in it under
+#     qemu-aarch64-static and equal the host binary's; both images in one manifest list
+#     (podman manifest inspect printed).
 # Exit 0 passed, 1 failed, 77 skipped (not root, or podman/runc/debootstrap/helm missing or
 # podman unable to run: the reason is printed). Every wait has a deadline; nothing sleeps for a
 # fixed time to synchronise.
@@ -65,7 +71,7 @@ phase() {  # the time the previous phase took
 
 # --- Preconditions ----------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman, bind-mounted sockets in root-owned directories as on a node"
-for tool in podman runc debootstrap python3; do
+for tool in podman runc debootstrap python3 qemu-aarch64-static; do
   command -v "$tool" >/dev/null || skip "$tool not installed (scripts/install-deps.sh installs it)"
 done
 [[ -n $helm && -x $helm ]] || skip "helm not found (scripts/get-helm.sh $build/tools/bin)"
@@ -398,4 +404,87 @@ for mode in $modes; do
   exec 8<&-
 done
 phase "run as the chart runs it"
+
+# --- 5. linux/arm64, and the manifest list ----------------------------------------------------
+# The arm64 base: debootstrap's first stage only (--foreign: it unpacks the packages, runs none
+# of them), then what the slim images leave out. No arm64 program runs here, in the build or
+# after it, except under qemu-aarch64-static (a static amd64 program) given as the entrypoint.
+arm64_base=localhost/rdp-debian:$suite-slim-arm64
+base_rootfs_arm64() {  # $1: directory to create
+  local root=$1
+  debootstrap --arch arm64 --foreign --variant=minbase "$suite" "$root" "$mirror"
+  rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb "$root"/dev/*
+}
+recipe_arm64=$({ declare -f base_rootfs_arm64 slimify; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
+if [[ $(label "$arm64_base") == "$recipe_arm64" ]]; then
+  say "arm64 base $arm64_base up to date (recipe $recipe_arm64)"
+else
+  say "making $arm64_base with debootstrap --arch arm64 --foreign from $mirror"
+  scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
+  if ! base_rootfs_arm64 "$scratch/rootfs" >"$work/debootstrap-arm64.log" 2>&1; then
+    tail -20 "$work/debootstrap-arm64.log"
+    fail "debootstrap --arch arm64 --foreign failed (log: $work/debootstrap-arm64.log)"
+  fi
+  slimify "$scratch/rootfs"
+  tar --numeric-owner --xattrs -C "$scratch/rootfs" -c . |
+    pm import -q --arch arm64 --os linux --change "LABEL org.rdp.base-recipe=$recipe_arm64" - "$arm64_base" >/dev/null
+  rm -rf "$scratch"
+  scratch=
+fi
+phase "arm64 base image"
+
+image_arm64=${image%:*}:${image##*:}-arm64
+previous=$(pm image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
+build_started=$(date +%s)
+say "podman build --platform linux/arm64 --target runtime-copied -t $image_arm64"
+if ! pm build --pull=never --network=host "${ulimits[@]}" --layers --platform linux/arm64 \
+       --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base" \
+       --build-arg "RDP_VERSION=$version" -t "$image_arm64" -f Dockerfile . >"$work/build-arm64.log" 2>&1; then
+  tail -40 "$work/build-arm64.log"
+  fail "podman build for linux/arm64 failed (log: $work/build-arm64.log)"
+fi
+id_arm64=$(pm image inspect --format '{{.Id}}' "$image_arm64")
+if [[ -n $previous && $previous != "$id_arm64" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
+pm image prune -f --filter "until=$build_started" >/dev/null
+arch=$(pm image inspect --format '{{.Architecture}}' "$image_arm64")
+[[ $arch == arm64 ]] || fail "$image_arm64 is for '$arch', not arm64"
+phase "arm64 image build"
+
+qemu=$(command -v qemu-aarch64-static)
+under_qemu() {  # the arm64 image's program, run by qemu inside its own root filesystem
+  pm run --rm --network=none "${ulimits[@]}" --user 0:0 --read-only --cap-drop ALL \
+    -v "$qemu:/usr/libexec/qemu-aarch64-static:ro" --entrypoint /usr/libexec/qemu-aarch64-static \
+    "$@"
+}
+got=$(under_qemu "$image_arm64" /usr/bin/rdma-device-plugin --version 2>"$work/arm64.log") ||
+  { cat "$work/arm64.log"; fail "$image_arm64: rdma-device-plugin --version failed under qemu"; }
+[[ $got == "rdma-device-plugin $version" ]] || fail "$image_arm64 --version said '$got'"
+grace=$work/grace
+rm -rf "$grace"
+"$binary" fixture --topology-xml test/data/gb200-tray.xml --out "$grace" --log-level warn >/dev/null
+cp test/data/gb200-tray.xml "$grace/node.xml"
+for args in "--topology-xml=/node/node.xml" "--topology-xml=/node/node.xml --sysfs-root=/node --dev-root=/node"; do
+  read -r -a a <<<"$args"
+  inside=$(under_qemu -v "$grace/sys:/node/sys:ro" -v "$grace/dev:/node/dev:ro" \
+           -v "$grace/node.xml:/node/node.xml:ro" "$image_arm64" \
+           /usr/bin/rdma-device-plugin topology --json "${a[@]}" --log-level off 2>>"$work/arm64.log") ||
+    { tail "$work/arm64.log"; fail "$image_arm64: topology --json $args failed under qemu"; }
+  outside=$("$binary" topology --json "${a[@]//\/node/$grace}" --log-level off)
+  [[ $inside == "$outside" ]] || { diff <(echo "$outside") <(echo "$inside") | head -20; fail "arm64 image: topology --json $args differs"; }
+done
+say "arm64 image: '$got'; topology --json on the GB200 fixture (XML, and sysfs + XML) equals the host's"
+pm run --rm --network=none "${ulimits[@]}" --user 0:0 -v "$qemu:/usr/libexec/qemu-aarch64-static:ro" \
+  --entrypoint /usr/libexec/qemu-aarch64-static "$image_arm64" /usr/bin/rdma-device-plugin topology \
+  --topology-xml /dev/null --log-level off >/dev/null 2>&1 && fail "arm64 image: a bad XML did not fail"
+
+list=${image%:*}:${image##*:}-multiarch
+pm manifest rm "$list" >/dev/null 2>&1 || true
+pm manifest create "$list" >/dev/null
+pm manifest add "$list" "containers-storage:$image" >/dev/null
+pm manifest add "$list" "containers-storage:$image_arm64" >/dev/null
+pm manifest inspect "$list" >"$work/manifest.json"
+platforms=$(python3 -c 'import json, sys; print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))' <"$work/manifest.json")
+[[ $platforms == "linux/amd64 linux/arm64" ]] || { cat "$work/manifest.json"; fail "manifest list $list: platforms '$platforms'"; }
+say "manifest list $list: $platforms (podman manifest inspect: $work/manifest.json)"
+phase "arm64 image and manifest list"
 say "passed in $(($(date +%s) - t_start)) s (image $((size / 1000000)) MB)"
