@@ -20,9 +20,10 @@
 # with every capability dropped; the chart sets that security context.
 
 ARG DEBIAN_RELEASE=bookworm
-# BuildKit sets BUILDPLATFORM and TARGETARCH itself; podman 4 sets TARGETARCH from --platform and
-# takes BUILDPLATFORM from this default (the machine is amd64) or --build-arg.
-ARG BUILDPLATFORM=linux/amd64
+# BuildKit sets BUILDPLATFORM and TARGETARCH itself; podman 4 sets TARGETARCH from --platform but
+# BUILDPLATFORM only from --build-arg (BUILDPLATFORM=linux/amd64 on an amd64 machine): without it
+# and with --platform, the build stage would be the target's too.
+ARG BUILDPLATFORM
 # runtime-copied's base: an image of the target's architecture (see the top).
 ARG RDP_RUNTIME_BASE=debian:bookworm-slim
 

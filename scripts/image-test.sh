@@ -438,6 +438,7 @@ previous=$(pm image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || tru
 build_started=$(date +%s)
 say "podman build --platform linux/arm64 --target runtime-copied -t $image_arm64"
 if ! pm build --pull=never --network=host "${ulimits[@]}" --layers --platform linux/arm64 \
+       --build-arg "BUILDPLATFORM=linux/$(dpkg --print-architecture)" \
        --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base" \
        --build-arg "RDP_VERSION=$version" -t "$image_arm64" -f Dockerfile . >"$work/build-arm64.log" 2>&1; then
   tail -40 "$work/build-arm64.log"
