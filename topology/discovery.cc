@@ -160,7 +160,8 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
   };
   for (const Hca& h : hcas) add(h.place.numa);
   for (const Gpu& g : gpus) add(g.place.numa);
-  auto topo = std::make_shared<const Topology>(std::move(numa), std::move(hcas), std::move(gpus));
+  auto topo = std::make_shared<const Topology>(
+      Topology::WithNumaNodes(std::move(numa), std::move(hcas), std::move(gpus)));
   const std::shared_ptr<spdlog::logger> log = Logger("topology");
   for (const Hca& h : topo->hcas()) LogHca(*log, h);
   log->info("snapshot: hcas={} gpus={} numa_nodes={} memory_only_numa_nodes={}",

@@ -111,9 +111,15 @@ std::vector<NumaNode> WithCpus(const std::vector<int>& ids) {
 }  // namespace
 
 Topology::Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus)
-    : Topology(WithCpus(numa_nodes), std::move(hcas), std::move(gpus)) {}
+    : Topology(NodesTag{}, WithCpus(numa_nodes), std::move(hcas), std::move(gpus)) {}
 
-Topology::Topology(std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus)
+Topology Topology::WithNumaNodes(std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+                                 std::vector<Gpu> gpus) {
+  return Topology(NodesTag{}, std::move(numa_nodes), std::move(hcas), std::move(gpus));
+}
+
+Topology::Topology(NodesTag, std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+                   std::vector<Gpu> gpus)
     : numa_nodes_(std::move(numa_nodes)), hcas_(std::move(hcas)), gpus_(std::move(gpus)) {
   std::stable_sort(numa_nodes_.begin(), numa_nodes_.end(),
                    [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });

@@ -98,10 +98,12 @@ PathClass Classify(const PciPlacement& a, const PciPlacement& b);
 class Topology {
  public:
   // Sorts hcas and gpus by PCI address and computes every HCA x GPU path class.
-  // numa_nodes: the node's NUMA nodes (sorted by id here; of several with one id, the first).
-  Topology(std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus);
-  // The same with NUMA nodes that all have CPUs, by OS index (sorted and deduplicated here).
+  // numa_nodes: the node's NUMA nodes, all with CPUs, by OS index (sorted and deduplicated here).
   Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus);
+  // The same with NUMA nodes that may have no CPUs (sorted by id here; of several with one id,
+  // the first). A factory, so that Topology({}, ...) and Topology({0, 1}, ...) stay unambiguous.
+  static Topology WithNumaNodes(std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+                                std::vector<Gpu> gpus);
 
   // The OS indices of the NUMA nodes that have CPUs, ascending: the ones a device can sit on
   // and the kubelet can be told about.
@@ -123,6 +125,10 @@ class Topology {
   }
 
  private:
+  struct NodesTag {};
+  Topology(NodesTag, std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+           std::vector<Gpu> gpus);
+
   std::vector<NumaNode> numa_nodes_;
   std::vector<int> cpu_numa_nodes_;
   std::vector<Hca> hcas_;

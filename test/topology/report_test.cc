@@ -46,7 +46,7 @@ TEST(ReportJsonTest, UnknownsAreNull) {
   Hca h;
   h.name = "mlx5_0";
   h.place.pci = "0000:1a:00.0";
-  Topology t(std::vector<int>{}, {h}, {});
+  Topology t({}, {h}, {});
   nlohmann::ordered_json j = ToJson(t);
   EXPECT_TRUE(j["hcas"][0]["numa"].is_null());
   EXPECT_TRUE(j["hcas"][0]["pcie_root"].is_null());
