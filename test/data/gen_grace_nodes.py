@@ -28,6 +28,8 @@ for the CPU-less nodes.
 import os
 import sys
 
+from gen_quality_nodes import hca_osdevs  # the same OS devices of an HCA
+
 GEN5_X16 = "63.015385"  # GB/s, as hwloc reports a PCIe link
 GEN4_X16 = "31.507692"
 
@@ -147,24 +149,7 @@ class Writer:
         self.hcas += 1
         pci_type, device = NICS[kind]
         self.pcidev(depth, busid, pci_type, "Mellanox Technologies", device)
-        guid = f"b83f:d203:{domain:04x}:{n:04x}"
-        gid = guid.replace(":", "")
-        address = "00:00:10:29:fe:80:00:00:00:00:00:00:" + ":".join(
-            gid[i:i + 2] for i in range(0, 16, 2))
-        self.line(depth + 1, f'<object type="OSDev" gp_index="{self.next_index()}" '
-                             f'name="{netdev(domain, 1)}" osdev_type="2">')
-        self.line(depth + 2, f'<info name="Address" value="{address}"/>')
-        self.line(depth + 2, '<info name="Port" value="1"/>')
-        self.line(depth + 1, "</object>")
-        self.line(depth + 1, f'<object type="OSDev" gp_index="{self.next_index()}" '
-                             f'name="mlx5_{n}" osdev_type="3">')
-        self.line(depth + 2, f'<info name="NodeGUID" value="{guid}"/>')
-        self.line(depth + 2, f'<info name="SysImageGUID" value="{guid}"/>')
-        self.line(depth + 2, '<info name="Port1State" value="4"/>')
-        self.line(depth + 2, f'<info name="Port1LID" value="0x{n + 1:x}"/>')
-        self.line(depth + 2, '<info name="Port1LMC" value="0"/>')
-        self.line(depth + 2, f'<info name="Port1GID0" value="fe80:0000:0000:0000:{guid}"/>')
-        self.line(depth + 1, "</object>")
+        hca_osdevs(self, depth + 1, netdev(domain, 1), n, f"b83f:d203:{domain:04x}:{n:04x}")
         self.line(depth, "</object>")
 
     def root_complex(self, depth, device):
