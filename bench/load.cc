@@ -62,7 +62,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "base/log.h"
-#include "server/pod_resources.h"
+#include "deviceplugin/pod_resources.h"
 #include "sim/demo.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
@@ -70,7 +70,7 @@
 #include "test/support/child.h"
 #include "topology/discovery.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 using sim::BundledNodeXml;
@@ -198,7 +198,7 @@ class Client {
  public:
   Client(const std::string& socket, const std::vector<std::string>& ids, unsigned seed,
          absl::Duration rpc_deadline)
-      : channel_(UnixChannel(socket)),
+      : channel_(serving::UnixChannel(socket)),
         stub_(v1beta1::DevicePlugin::NewStub(channel_)),
         ids_(ids),
         rng_(seed),
@@ -733,10 +733,10 @@ bool ParseDurations(const Flags& f, Durations* d) {
 }
 
 }  // namespace
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin
 
 int main(int argc, char** argv) {
-  rdp::server::Flags f;
+  rdp::deviceplugin::Flags f;
   CLI::App app{"Load on the rdma-device-plugin binary: concurrent GetPreferredAllocation + "
                "Allocate over its unix socket, beside an empty-RPC floor",
                "bench_load"};
@@ -771,8 +771,8 @@ int main(int argc, char** argv) {
     std::cerr << "bench_load: " << e.what() << "\n";
     return 2;
   }
-  rdp::server::Durations d;
-  if (!rdp::server::ParseDurations(f, &d)) return 2;
+  rdp::deviceplugin::Durations d;
+  if (!rdp::deviceplugin::ParseDurations(f, &d)) return 2;
   rdp::SetLogLevel("warn");
 
   std::string dir = "/tmp/rdpl-XXXXXX";  // short: unix socket paths are limited to 107 bytes
@@ -780,7 +780,7 @@ int main(int argc, char** argv) {
     std::cerr << "bench_load: cannot create a temporary directory\n";
     return 1;
   }
-  const int code = rdp::server::RunLoad(f, d, dir);
+  const int code = rdp::deviceplugin::RunLoad(f, d, dir);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return code;

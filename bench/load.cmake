@@ -1,7 +1,7 @@
 # bench_load: the rdma-device-plugin binary under concurrent GetPreferredAllocation + Allocate
 # over its unix socket, beside an empty-RPC floor; latency percentiles, errors, plugin RSS.
 # Included by bench/CMakeLists.txt. See docs/reliability.md (Load) for the command and figures.
-if(TARGET rdp_server)
+if(TARGET rdp_deviceplugin)
   add_executable(bench_load ${CMAKE_CURRENT_LIST_DIR}/load.cc)
   # libcurl: --scrape's /metrics scraper.
   find_package(CURL REQUIRED)

@@ -20,14 +20,14 @@
 #include "absl/strings/str_format.h"
 #include "benchmark/benchmark.h"
 #include "base/log.h"
-#include "server/mutexes.h"
-#include "server/plugin_server.h"
-#include "server/service.h"
+#include "serving/mutexes.h"
+#include "deviceplugin/plugin_server.h"
+#include "deviceplugin/service.h"
 #include "sim/kubelet_sim.h"
 #include "sim/sysfs_fixture.h"
 #include "topology/discovery.h"
 
-namespace rdp::server {
+namespace rdp::deviceplugin {
 namespace {
 
 using sim::KubeletSim;
@@ -70,7 +70,7 @@ void TearDownRigsImpl() {
   Rigs().clear();
 }
 
-Rig* GetRig(Mode mode, int hcas) {
+Rig* GetRig(hca::Mode mode, int hcas) {
   auto& rig = Rigs()[{static_cast<int>(mode), hcas}];
   if (rig) return rig.get();
   rig = std::make_unique<Rig>();
@@ -132,7 +132,7 @@ v1beta1::AllocateRequest AllocateRequest(const Rig& rig, int devices) {
 }
 
 Mode ModeArg(const benchmark::State& state) {
-  return state.range(0) == 0 ? Mode::kExclusive : Mode::kShared;
+  return state.range(0) == 0 ? hca::Mode::kExclusive : hca::Mode::kShared;
 }
 
 void EmptyCall(Rig* rig) {
@@ -256,7 +256,7 @@ double RssMb() {
 // 1e5 calls (half Allocate, half GetPreferredAllocation) on the 32-HCA exclusive server; the
 // process's RSS before and after (client and server share the process).
 void BM_RssAfter1e5Calls(benchmark::State& state) {
-  Rig* rig = GetRig(Mode::kExclusive, 32);
+  Rig* rig = GetRig(hca::Mode::kExclusive, 32);
   v1beta1::AllocateRequest alloc;
   alloc.add_container_requests()->add_devices_ids(rig->ids[0]);
   v1beta1::PreferredAllocationRequest prefer;
@@ -303,15 +303,15 @@ BENCHMARK(BM_RssAfter1e5Calls)->Iterations(1)->Unit(benchmark::kMillisecond);
 void TearDownRigs();
 void TearDownRigs() { TearDownRigsImpl(); }
 
-}  // namespace rdp::server
+}  // namespace rdp::deviceplugin
 
 int main(int argc, char** argv) {
-  rdp::server::DisableMutexDeadlockDetection();  // as the plugin runs (server/mutexes.h)
+  rdp::serving::DisableMutexDeadlockDetection();  // as the plugin runs (server/mutexes.h)
   rdp::SetLogLevel("warn");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  rdp::server::TearDownRigs();
+  rdp::deviceplugin::TearDownRigs();
   return 0;
 }

@@ -49,11 +49,8 @@ absl::StatusOr<SlicesSettings> Settings(const SlicesFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat("--driver-name: ", st.message()));
   }
   s.devices.driver_name = f.driver_name;
-  std::optional<dra::Mode> mode = dra::ParseMode(f.mode);
-  if (!mode) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode: '", f.mode, "' is neither exclusive nor shared"));
-  }
+  absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
+  if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   s.devices.mode = *mode;
   return s;
 }

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -16,13 +14,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
-#include "cmd/stop_signals.h"
+#include "cmd/run_server.h"
 #include "dra/cdi.h"
-#include "absl/synchronization/notification.h"
 #include "dra/checkpoint.h"
 #include "dra/claim_reader.h"
 #include "dra/devices.h"
@@ -34,11 +32,9 @@
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
 #include "dra/slices.h"
-#include "server/config.h"
-#include "server/devices.h"
-#include "server/metrics.h"
-#include "server/metrics_http.h"
-#include "server/plugin_metrics.h"
+#include "hca/hca.h"
+#include "metrics/metrics.h"
+#include "metrics/node_metrics.h"
 #include "topology/discovery.h"
 
 namespace rdp::cmd {
@@ -83,7 +79,7 @@ class StaticClaimReader final : public dra::ClaimReader {
 
 struct Resolved {
   topology::DiscoveryOptions discovery;
-  dra::Mode mode = dra::Mode::kExclusive;
+  hca::Mode mode = hca::Mode::kExclusive;
   absl::Duration health_interval;
   absl::Duration resync;
   dra::DriverConfig driver;
@@ -95,12 +91,9 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   auto discovery = f.discovery.Options();
   if (!discovery.ok()) return discovery.status();
   r.discovery = *discovery;
-  if (std::optional<dra::Mode> mode = dra::ParseMode(f.mode); mode) {
-    r.mode = *mode;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode '", f.mode, "': not shared or exclusive"));
-  }
+  absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
+  if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
+  r.mode = *mode;
   for (auto [flag, text, out] : {std::make_tuple("--health-interval", &f.health_interval,
                                                  &r.health_interval),
                                  std::make_tuple("--slice-resync", &f.resync, &r.resync)}) {
@@ -236,20 +229,20 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
 // from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
 // driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
 std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env) {
-  server::NodeMetricsInput in;
-  in.mode = r.mode == dra::Mode::kShared ? server::Mode::kShared : server::Mode::kExclusive;
+  metrics::NodeMetricsInput in;
+  in.mode = r.mode;
   in.topology = topo;
   for (const topology::Hca& h : topo->hcas()) {
-    server::HcaHealth health;
+    hca::AdvertisedHca health;
     health.pci = h.place.pci;
     health.name = h.name;
     health.numa = h.place.numa;
     health.present = true;
-    health.healthy = server::HcaUsable(h);
+    health.healthy = hca::HcaUsable(h);
     in.hcas.push_back(std::move(health));
   }
-  server::Exposition out;
-  server::WriteNodeMetrics(in, env, out);
+  metrics::Exposition out;
+  metrics::WriteNodeMetrics(in, env, out);
   return out.Take();
 }
 
@@ -265,15 +258,9 @@ std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Top
 }
 
 int Serve(const DraFlags& f, const Resolved& r) {
-  const int signals = BlockStopSignals();
-  if (signals < 0) {
-    Log()->error("cannot start: signalfd: {}", std::strerror(errno));
-    return 1;
-  }
   absl::StatusOr<std::shared_ptr<dra::KubeClient>> client = ApiClient(f);
   if (!client.ok()) {
     Log()->error("{}", std::string(client.status().message()));
-    ::close(signals);
     return kExitUsage;
   }
   dra::ApiClaimReader reader(*client);
@@ -288,65 +275,48 @@ int Serve(const DraFlags& f, const Resolved& r) {
       {r.resync, absl::Seconds(10), absl::Seconds(1)});
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
               r.driver.driver_name, r.driver.node_name, node.snapshot->Current()->hcas().size(),
-              f.cdi_root,
-              f.mode);
+              f.cdi_root, f.mode);
   dra::DraServer server(r.server, node.driver.get());
   // A kubelet that (re)registers us has wiped the node's slices at its start: publish again.
   server.registration().SetOnStatus([&sync] { sync.Trigger(); });
-  sync.Start();
   // The health poll: a sysfs scan every --health-interval; a change of the HCAs (an HCA's
   // ports, its device nodes, hotplug) is discovered in full and published at once.
   absl::Notification stop_poll;
-  std::thread poll([&] {
-    while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
-      // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
-      absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
-      if (!scan.ok() || topology::HcaFingerprint(*scan) ==
-                            topology::HcaFingerprint(snapshot->Current()->hcas())) {
-        continue;
+  std::thread poll;
+  ServerRun run;
+  run.logger = "dra";
+  // The background threads start here, after RunServer blocked the stop signals.
+  run.start = [&] {
+    sync.Start();
+    poll = std::thread([&] {
+      while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
+        // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
+        absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
+        if (!scan.ok() || topology::HcaFingerprint(*scan) ==
+                              topology::HcaFingerprint(snapshot->Current()->hcas())) {
+          continue;
+        }
+        if (!snapshot->Refresh()) continue;
+        Log()->info("the node's HCAs changed: publishing the pool again");
+        sync.Trigger();
       }
-      if (!snapshot->Refresh()) continue;
-      Log()->info("the node's HCAs changed: publishing the pool again");
-      sync.Trigger();
-    }
-  });
-  auto stop_background = [&] {
+    });
+    return server.Start();
+  };
+  run.wait = [&server](int signals) { return server.Wait(signals); };
+  run.stop = [&] {
+    server.Stop();
     stop_poll.Notify();
-    poll.join();
+    if (poll.joinable()) poll.join();
     sync.Stop();
   };
-  std::unique_ptr<server::MetricsHttpServer> metrics;
-  if (!f.metrics_address.empty()) {
-    auto started = server::MetricsHttpServer::Start(
-        f.metrics_address, [&r, snapshot, env] { return RenderDraMetrics(r, snapshot->Current(), *env); });
-    if (!started.ok()) {
-      Log()->error("cannot start: {}", std::string(started.status().message()));
-      stop_background();
-      ::close(signals);
-      return kExitUsage;
-    }
-    metrics = std::move(*started);
-    Log()->info("metrics: serving on {}", metrics->address());
-  }
-  if (absl::Status s = server.Start(); !s.ok()) {
-    stop_background();
-    Log()->error("cannot start: {}", s.ToString());
-    ::close(signals);
-    return 1;
-  }
-  const absl::Status why = server.Wait(signals);
-  if (why.ok()) {
-    Log()->info("{} received: stopping", ReadStopSignal(signals));
-  }
-  ::close(signals);
-  server.Stop();
-  stop_background();
-  Log()->info("stopped; removed {} and {}", r.server.RegistrationSocket(), r.server.DraSocket());
-  if (!why.ok()) {
-    Log()->error("exiting: {}", std::string(why.message()));
-    return 1;
-  }
-  return 0;
+  run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
+                             r.server.DraSocket());
+  run.metrics_address = f.metrics_address;
+  run.render_metrics = [&r, snapshot, env] {
+    return RenderDraMetrics(r, snapshot->Current(), *env);
+  };
+  return RunServer(run);
 }
 
 // Prepares one claim given on the command line (its devices allocated from this node's pool)

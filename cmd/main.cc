@@ -16,10 +16,10 @@
 #include "cmd/probe_cmd.h"
 #include "cmd/serve_cmd.h"
 #include "cmd/topology_cmd.h"
-#include "server/mutexes.h"
+#include "serving/mutexes.h"
 
 int main(int argc, char** argv) {
-  rdp::server::DisableMutexDeadlockDetection();  // before any thread (server/mutexes.h)
+  rdp::serving::DisableMutexDeadlockDetection();  // before any thread (server/mutexes.h)
   CLI::App app{
       "Kubernetes device plugin that gives pods RDMA NICs (rdma/hca), aligned with NUMA nodes, "
       "PCIe switches and GPUs.",

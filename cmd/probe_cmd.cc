@@ -9,7 +9,7 @@
 #include "cmd/discovery_flags.h"
 #include "dra/model.h"
 #include "dra/probe.h"
-#include "server/probe.h"
+#include "deviceplugin/probe.h"
 
 namespace rdp::cmd {
 
@@ -60,7 +60,7 @@ void AddProbeCommand(CLI::App& app) {
       return;
     }
     const std::string path = (std::filesystem::path(f->kubelet_dir) / f->socket_name).string();
-    absl::Status status = server::Probe(path, timeout);
+    absl::Status status = deviceplugin::Probe(path, timeout);
     if (!status.ok()) {
       std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
       Exit(1);

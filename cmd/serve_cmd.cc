@@ -2,29 +2,27 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "cmd/discovery_flags.h"
-#include "cmd/stop_signals.h"
-#include "server/config.h"
-#include "server/metrics.h"
-#include "server/metrics_http.h"
-#include "server/plugin_server.h"
 #include "base/log.h"
+#include "cmd/discovery_flags.h"
+#include "cmd/run_server.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/plugin_server.h"
+#include "hca/hca.h"
+#include "metrics/http_server.h"
+#include "metrics/metrics.h"
 
 namespace rdp::cmd {
 namespace {
 
 struct ServeFlags {
   DiscoveryFlags discovery;
-  server::Config config;
+  deviceplugin::Config config;
   std::string mode = "shared";
   std::string health_interval = "5s";
   std::string admission_window = "10s";
@@ -34,7 +32,7 @@ struct ServeFlags {
 
 // What Serve() needs beside the Config.
 struct Resolved {
-  server::Config config;
+  deviceplugin::Config config;
   std::string metrics_address;
 };
 
@@ -50,16 +48,16 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag,
 
 // Flags -> a validated Config.
 absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
-  server::Config c = f.config;
+  deviceplugin::Config c = f.config;
   auto discovery = f.discovery.Options();
   if (!discovery.ok()) return discovery.status();
   c.discovery = *discovery;
-  auto mode = server::ParseMode(f.mode);
-  if (!mode.ok()) return mode.status();
+  auto mode = hca::ParseMode(f.mode);
+  if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   c.mode = *mode;
   // The label key is what the chart tells the plugin about why the node is exclusive (it is
   // logged); the mode is --mode alone. A label with shared mode is a deployment contradiction.
-  if (!c.exclusive_label.empty() && c.mode != server::Mode::kExclusive) {
+  if (!c.exclusive_label.empty() && c.mode != hca::Mode::kExclusive) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--exclusive-label '", c.exclusive_label, "' names the node label that chose exclusive "
         "mode, but --mode is '", f.mode, "': give --mode exclusive with it, or drop it"));
@@ -75,9 +73,9 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
     char host[256] = {};
     if (::gethostname(host, sizeof(host) - 1) == 0) c.node_name = host;
   }
-  if (absl::Status s = server::Validate(c); !s.ok()) return s;
+  if (absl::Status s = deviceplugin::Validate(c); !s.ok()) return s;
   if (!f.metrics_address.empty()) {
-    if (auto parsed = server::ParseListenAddress(f.metrics_address); !parsed.ok()) {
+    if (auto parsed = metrics::ParseListenAddress(f.metrics_address); !parsed.ok()) {
       return parsed.status();
     }
   }
@@ -85,60 +83,29 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
 }
 
 int Serve(const Resolved& resolved) {
-  const server::Config& config = resolved.config;
-  // Block the stop signals in every thread (gRPC's included) and take them from a signalfd.
-  const int signals = BlockStopSignals();
-  if (signals < 0) {
-    Logger("server")->error("cannot start: signalfd: {}", std::strerror(errno));
-    return 1;
-  }
-
-  server::PluginServer plugin(config, server::DefaultSources(config));
-  if (absl::Status s = plugin.Start(); !s.ok()) {
-    Logger("server")->error("cannot start: {}", s.ToString());
-    ::close(signals);
-    return 1;
-  }
-  // Scrapes run on the HTTP server's threads and read the plugin through snapshots
-  // (NodeState::WriteMetrics); the kubelet's RPCs never wait for them.
-  std::unique_ptr<server::MetricsHttpServer> metrics;
-  if (!resolved.metrics_address.empty()) {
-    auto started = server::MetricsHttpServer::Start(resolved.metrics_address, [&plugin] {
-      server::Exposition out;
-      plugin.node().WriteMetrics(out);
-      return out.Take();
-    });
-    if (!started.ok()) {
-      Logger("server")->error("cannot start: {}", std::string(started.status().message()));
-      ::close(signals);
-      plugin.Stop();
-      return kExitUsage;
-    }
-    metrics = std::move(*started);
-    Logger("server")->info("metrics: serving on {}", metrics->address());
-  }
-  // Until SIGTERM/SIGINT, or until a background thread cannot go on: then exit non-zero, so
-  // that the kubelet restarts the pod rather than it serving stale state.
-  const absl::Status why = plugin.Wait(signals);
-  if (why.ok()) {
-    Logger("server")->info("{} received: stopping", ReadStopSignal(signals));
-  }
-  ::close(signals);
-  metrics.reset();
-  plugin.Stop();
-  Logger("server")->info("stopped; removed {}", config.SocketPath());
-  if (!why.ok()) {
-    Logger("server")->error("exiting: {}", std::string(why.message()));
-    return 1;
-  }
-  return 0;
+  const deviceplugin::Config& config = resolved.config;
+  deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config));
+  ServerRun run;
+  run.logger = "server";
+  run.start = [&plugin] { return plugin.Start(); };
+  run.wait = [&plugin](int signals) { return plugin.Wait(signals); };
+  run.stop = [&plugin] { plugin.Stop(); };
+  run.stopped = "stopped; removed " + config.SocketPath();
+  run.metrics_address = resolved.metrics_address;
+  // NodeState::WriteMetrics reads a snapshot: the kubelet's RPCs never wait for a scrape.
+  run.render_metrics = [&plugin] {
+    metrics::Exposition out;
+    plugin.node().WriteMetrics(out);
+    return out.Take();
+  };
+  return RunServer(run);
 }
 
 }  // namespace
 
 void AddServeCommand(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
-  server::Config& c = f->config;
+  deviceplugin::Config& c = f->config;
   CLI::App* sub = app.add_subcommand(
       "serve", "Run the device plugin (the default when no subcommand is given)");
   f->discovery.Register(sub);

@@ -58,9 +58,9 @@ std::optional<DeviceNumber> ReadDeviceNumber(Env& env, const std::string& dev_pa
 }
 
 nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_uid,
-                            const server::ContainerAllocation& allocation, Env& env) {
+                            const hca::ContainerAllocation& allocation, Env& env) {
   nlohmann::json nodes = nlohmann::json::array();
-  for (const server::ContainerAllocation::Spec& d : allocation.devices) {
+  for (const hca::ContainerAllocation::Spec& d : allocation.devices) {
     nlohmann::json node = {{"path", d.container_path}, {"type", "c"}};
     // host path = container path: left out (CDI takes path for both).
     if (!d.permissions.empty()) node["permissions"] = d.permissions;

@@ -2,7 +2,7 @@
 
 // CDI (Container Device Interface) specs for prepared claims: one spec file per claim, kind
 // "<driver>/hca", one device named after the claim's UID whose containerEdits give a container
-// exactly that claim's HCAs, as device-plugin Allocate does (server::BuildAllocation: the same
+// exactly that claim's HCAs, as device-plugin Allocate does (hca::BuildAllocation: the same
 // device nodes and env).
 //
 // cdiVersion is kCdiVersion, "0.5.0": what tags.cncf.io/container-device-interface (v1.1.x,
@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "base/env.h"
 #include "nlohmann/json.hpp"
-#include "server/devices.h"
+#include "hca/hca.h"
 
 namespace rdp::dra {
 
@@ -46,7 +46,7 @@ std::optional<DeviceNumber> ReadDeviceNumber(Env& env, const std::string& dev_pa
 // permissions as given, major and minor when ReadDeviceNumber knows them: then the runtime need
 // not stat the host path; else it does) and env ("KEY=VALUE", sorted by key).
 nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_uid,
-                            const server::ContainerAllocation& allocation, Env& env);
+                            const hca::ContainerAllocation& allocation, Env& env);
 
 // The CDI directory: writes and removes claims' spec files. Thread-safe (one file per claim;
 // the caller serialises calls for one claim).

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "dra/kernel_pci.h"
-#include "server/devices.h"
+#include "hca/hca.h"
 
 namespace rdp::dra {
 namespace {
@@ -32,7 +32,7 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
 }
 
 // A label value (at most 63 characters, alphanumerics and -_.) naming why Assess refused the
-// HCA. Keyed on the wording of server::Assess; devices_test pins every class.
+// HCA. Keyed on the wording of hca::Assess; devices_test pins every class.
 std::string TaintValue(const std::string& reason) {
   if (absl::StartsWith(reason, "no port state")) return "NoPortState";
   if (absl::StartsWith(reason, "port ")) return "PortNotActive";
@@ -74,7 +74,7 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
   }
   PutString(attrs, own + "uverbs", hca.uverbs);
   attrs[own + "allPortsActive"] = {{"bool", hca.Healthy()}};
-  attrs[own + "mode"] = {{"string", std::string(ModeName(opts.mode))}};
+  attrs[own + "mode"] = {{"string", std::string(hca::ModeName(opts.mode))}};
   return attrs;
 }
 
@@ -109,14 +109,6 @@ absl::Status ValidateNodeName(std::string_view name) {
   return ValidateSubdomain(std::string(name), 253);
 }
 
-std::string_view ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
-
-std::optional<Mode> ParseMode(std::string_view text) {
-  if (text == "exclusive") return Mode::kExclusive;
-  if (text == "shared") return Mode::kShared;
-  return std::nullopt;
-}
-
 std::string DeviceName(const topology::Hca& hca) {
   std::string name = kDevicePrefix + hca.place.pci;
   for (char& c : name) {
@@ -143,14 +135,14 @@ std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
   devices.reserve(topo.hcas().size());
   for (const topology::Hca& hca : topo.hcas()) {
     nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
-    if (const server::Verdict verdict = server::Assess(hca); !verdict.usable) {
+    if (const hca::Verdict verdict = hca::Assess(hca); !verdict.usable) {
       device["taints"] = nlohmann::json::array({{
           {"key", UnhealthyTaintKey(opts.driver_name)},
           {"value", TaintValue(verdict.reason)},
           {"effect", "NoSchedule"},
       }});
     }
-    if (opts.mode == Mode::kShared) device["allowMultipleAllocations"] = true;
+    if (opts.mode == hca::Mode::kShared) device["allowMultipleAllocations"] = true;
     devices.push_back(std::move(device));
   }
   return devices;

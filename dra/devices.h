@@ -12,17 +12,10 @@
 #include "absl/status/status.h"
 #include "dra/model.h"
 #include "nlohmann/json.hpp"
+#include "hca/hca.h"
 #include "topology/topology.h"
 
 namespace rdp::dra {
-
-// How the node offers its HCAs (flag --mode).
-//   kExclusive: a device is allocated to at most one claim at a time.
-//   kShared: every device may be allocated to any number of claims at once
-//            (allowMultipleAllocations; see BuildDevices).
-enum class Mode { kExclusive, kShared };
-std::string_view ModeName(Mode mode);  // "exclusive" / "shared"
-std::optional<Mode> ParseMode(std::string_view text);
 
 // A PCI function as the kernel places it, read the way k8s.io/dynamic-resource-allocation's
 // deviceattribute helpers read it (ReadKernelPci in dra/kernel_pci.h): the source of the standard
@@ -37,7 +30,10 @@ struct DeviceOptions {
   // The driver's name: spec.driver of the slices and the domain of our own attributes and
   // taint key. Must be a lower-case DNS subdomain of at most 63 characters.
   std::string driver_name = kDefaultDriverName;
-  Mode mode = Mode::kExclusive;
+  // How the node offers its HCAs (flag --mode). Exclusive: a device is allocated to at most one
+  // claim at a time. Shared: every device may be allocated to any number of claims at once
+  // (allowMultipleAllocations; see BuildDevices).
+  hca::Mode mode = hca::Mode::kExclusive;
   // The kernel's placement by PCI address. An HCA listed here takes pcieRoot and numaNode from
   // it alone (numaNode omitted when the kernel has none, even if hwloc inferred one); an HCA not
   // listed (an XML-only topology, a tree without /sys/bus/pci) takes them from the snapshot.
@@ -92,7 +88,7 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 //   <driver>/mode            string  "exclusive" or "shared"
 // A string longer than the API's 64 characters is left out rather than make the slice invalid.
 //
-// Health: an HCA that server::Assess finds unusable carries the taint
+// Health: an HCA that hca::Assess finds unusable carries the taint
 //   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
 // with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing (Unusable for
 // a reason this code does not know). NoSchedule: the scheduler allocates it to no new claim that

@@ -1,7 +1,6 @@
 #include "dra/dra_server.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <unistd.h>
 
@@ -15,8 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
-#include "server/file_watch.h"
-#include "server/unix_server.h"
+#include "serving/event_fd.h"
+#include "serving/file_watch.h"
+#include "serving/unix_server.h"
 
 namespace rdp::dra {
 namespace {
@@ -26,11 +26,6 @@ constexpr std::uint32_t kDirEvents =
     IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF;
 
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
-
-void Signal(int eventfd) {
-  const std::uint64_t one = 1;
-  if (::write(eventfd, &one, sizeof one) < 0) Log()->warn("eventfd write failed");
-}
 
 absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -67,8 +62,8 @@ DraServer::DraServer(DraServerConfig config, Driver* driver)
 DraServer::~DraServer() { Stop(); }
 
 absl::Status DraServer::Start() {
-  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  fatal_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  stop_fd_ = serving::NewEventFd();
+  fatal_fd_ = serving::NewEventFd();
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (stop_fd_ < 0 || fatal_fd_ < 0 || inotify_fd_ < 0) return Errno("inotify/eventfd");
   absl::MutexLock lock(&mu_);
@@ -100,7 +95,7 @@ void DraServer::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
-    if (started_) Signal(stop_fd_);
+    if (started_) serving::SignalEventFd(stop_fd_);
   }
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
@@ -108,7 +103,7 @@ void DraServer::Stop() {
   // goes); calls in flight get one grace period for both servers together.
   const absl::Time deadline = absl::Now() + kShutdownGrace;
   for (Socket* s : {&reg_, &dra_}) {
-    if (s->id != 0 && server::FileId(s->path) == s->id) ::unlink(s->path.c_str());
+    if (s->id != 0 && serving::FileId(s->path) == s->id) ::unlink(s->path.c_str());
     s->id = 0;
     StopServing(*s, deadline);
   }
@@ -119,7 +114,7 @@ void DraServer::Stop() {
 }
 
 absl::Status DraServer::Wait(int stop_fd) {
-  return server::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
+  return serving::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
     absl::MutexLock lock(&mu_);
     return fatal_;
   });
@@ -133,7 +128,7 @@ void DraServer::Fatal(const absl::Status& status) {
   }
   Log()->error("{}; the driver cannot go on and exits so that it is restarted",
                std::string(status.message()));
-  Signal(fatal_fd_);
+  serving::SignalEventFd(fatal_fd_);
 }
 
 absl::Status DraServer::Serve(Socket& socket) {
@@ -143,10 +138,10 @@ absl::Status DraServer::Serve(Socket& socket) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      server::StartUnixServer(socket.path, {socket.service});
+      serving::StartUnixServer(socket.path, {socket.service});
   if (!server.ok()) return server.status();
   socket.server = *std::move(server);
-  socket.id = server::FileId(socket.path);
+  socket.id = serving::FileId(socket.path);
   if (socket.id == 0) {
     StopServing(socket, absl::Now() + kShutdownGrace);
     return absl::UnavailableError(absl::StrCat(socket.path, " vanished as it was created"));
@@ -173,7 +168,7 @@ bool DraServer::WatchDirs(bool force) {
   };
   for (const Dir& d : {Dir{config_.PluginDir(), &plugin_watch_, &plugin_dir_id_},
                        Dir{config_.RegistrationDir(), &reg_watch_, &reg_dir_id_}}) {
-    const std::uint64_t id = server::DirId(d.path);
+    const std::uint64_t id = serving::DirId(d.path);
     if (!force && *d.watch >= 0 && id == *d.id) continue;
     // No inotify_rm_watch: adding a watch on a path that is watched returns the same descriptor
     // and queues nothing, and a watch of a directory that went away ends by itself.
@@ -200,7 +195,7 @@ void DraServer::Loop() {
     }
     bool lost_watch = false;  // a watched directory went away: watch it again when back
     if (fds[1].revents & POLLIN) {
-      server::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+      serving::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
         Log()->debug("inotify: {} mask={:#x}", name, mask);
         if (mask & (IN_IGNORED | IN_Q_OVERFLOW)) lost_watch = true;
       });
@@ -213,7 +208,7 @@ void DraServer::Loop() {
     bool dra_again = false;
     for (Socket* s : {&dra_, &reg_}) {
       // id 0: not served (the last attempt failed).
-      const bool gone = s->id == 0 || server::FileId(s->path) != s->id;
+      const bool gone = s->id == 0 || serving::FileId(s->path) != s->id;
       if (!gone && !(s == &reg_ && dra_again)) continue;
       if (gone && s->id != 0) Log()->info("{} was removed or replaced: serving it again", s->path);
       if (s == &dra_) dra_again = true;

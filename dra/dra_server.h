@@ -11,7 +11,7 @@
 // events, re-checks every config.recheck. The registration socket is re-created last, and
 // whenever the DRA socket was, so that the kubelet's last registration is always one made while
 // the endpoint was there. Sockets are bound under a hidden name
-// and renamed into place (server::StartUnixServer): the plugin watcher ignores dot files, so it
+// and renamed into place (serving::StartUnixServer): the plugin watcher ignores dot files, so it
 // sees each socket once, complete.
 
 #include <cstdint>
@@ -75,7 +75,7 @@ class DraServer {
     std::string path;
     grpc::Service* service = nullptr;
     std::unique_ptr<grpc::Server> server;
-    std::uint64_t id = 0;  // server::FileId of what we bound
+    std::uint64_t id = 0;  // serving::FileId of what we bound
     int serves = 0;
     std::uint64_t seq = 0;  // when it was last served (DraServer::seq_)
   };

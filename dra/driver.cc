@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "dra/devices.h"
-#include "server/devices.h"
+#include "hca/hca.h"
 
 namespace rdp::dra {
 namespace {
@@ -201,7 +201,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
   for (const topology::Hca* hca : hcas) {
     topology::Hca& h = now.emplace_back(*hca);
     for (auto& [path, was] : h.char_devices) was = present[next++];
-    const server::Verdict verdict = server::Assess(h);
+    const hca::Verdict verdict = hca::Assess(h);
     if (!verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
                                                         " (", DeviceName(h),
@@ -210,7 +210,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
   }
   std::vector<const topology::Hca*> chosen;
   for (const topology::Hca& h : now) chosen.push_back(&h);
-  const server::ContainerAllocation allocation = server::BuildAllocation(chosen, present.back());
+  const hca::ContainerAllocation allocation = hca::BuildAllocation(chosen, present.back());
   return BuildCdiSpec(config_.driver_name, ref.uid, allocation, *env_);
 }
 

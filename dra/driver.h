@@ -7,7 +7,7 @@
 // from the checkpointed devices if the file is gone, e.g. /var/run/cdi after a reboot) without
 // the API server; otherwise the claim's allocation is read through the ClaimReader by the call's
 // deadline (config.api_timeout from its start), every result must be in this node's pool and
-// name a device of the current topology snapshot whose HCA is usable now (server::Assess, with
+// name a device of the current topology snapshot whose HCA is usable now (hca::Assess, with
 // its device nodes checked at the call), then the CDI spec and the checkpoint are written. Any error leaves nothing written for
 // that claim and is that claim's alone.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file removed; a claim

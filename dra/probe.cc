@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/dra.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 
 namespace rdp::dra {
 
@@ -30,7 +30,7 @@ absl::Status Probe(const std::string& kubelet_dir, const std::string& driver,
   const std::string registration = RegistrationSocket(kubelet_dir, driver);
   pluginregistration::PluginInfo info;
   {
-    auto stub = pluginregistration::Registration::NewStub(server::UnixChannel(registration));
+    auto stub = pluginregistration::Registration::NewStub(serving::UnixChannel(registration));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     grpc::Status status = stub->GetInfo(&context, pluginregistration::InfoRequest(), &info);
@@ -41,7 +41,7 @@ absl::Status Probe(const std::string& kubelet_dir, const std::string& driver,
         absl::StrCat(registration, " registers a ", info.type(), " named '", info.name(),
                      "', not the DRAPlugin '", driver, "'"));
   }
-  auto stub = drapb::DRAPlugin::NewStub(server::UnixChannel(info.endpoint()));
+  auto stub = drapb::DRAPlugin::NewStub(serving::UnixChannel(info.endpoint()));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   drapb::NodeUnprepareResourcesResponse response;

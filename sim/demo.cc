@@ -9,17 +9,17 @@
 #include "absl/strings/str_join.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
-#include "server/metrics.h"
-#include "server/plugin_server.h"
+#include "metrics/metrics.h"
+#include "deviceplugin/plugin_server.h"
 #include "topology/discovery.h"
 #include "sim/sysfs_fixture.h"
 
 namespace rdp::sim {
 namespace {
 
-using server::Config;
-using server::Mode;
-using server::ModeName;
+using deviceplugin::Config;
+using hca::Mode;
+using hca::ModeName;
 
 namespace fs = std::filesystem;
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -104,13 +104,13 @@ std::vector<std::string> Ids(const KubeletSim::Devices& devices) {
 }
 
 // One mode: plugin + kubelet simulator in <dir>/<mode>.
-absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml, bool metrics,
+absl::Status RunMode(hca::Mode mode, const std::string& dir, const std::string& xml, bool metrics,
                      std::ostream& out) {
-  out << "\n== " << ModeName(mode) << " mode ==\n";
+  out << "\n== " << hca::ModeName(mode) << " mode ==\n";
   Config config;
   config.mode = mode;
-  config.kubelet_dir = (fs::path(dir) / ModeName(mode) / "device-plugins").string();
-  config.pod_resources_socket = (fs::path(dir) / ModeName(mode) / "pod-resources.sock").string();
+  config.kubelet_dir = (fs::path(dir) / hca::ModeName(mode) / "device-plugins").string();
+  config.pod_resources_socket = (fs::path(dir) / hca::ModeName(mode) / "pod-resources.sock").string();
   config.discovery.sysfs_root = (fs::path(dir) / "node").string();
   config.discovery.dev_root = config.discovery.sysfs_root;
   config.discovery.topology_xml = xml;
@@ -120,7 +120,7 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml, 
   if (absl::Status s = kubelet.Start(); !s.ok()) return s;
   FakePodResources pods(config.pod_resources_socket);
   if (absl::Status s = pods.Start(); !s.ok()) return s;
-  server::PluginServer plugin(config, server::DefaultSources(config));
+  deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config));
   if (absl::Status s = plugin.Start(); !s.ok()) return s;
 
   auto reg = kubelet.WaitForRegistration(0, kWait);
@@ -134,7 +134,7 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml, 
 
   auto stub = kubelet.PluginStub();
   const std::vector<std::string> available = Ids(*devices);
-  if (mode == Mode::kShared) {
+  if (mode == hca::Mode::kShared) {
     auto ids = Prefer(*stub, available, {}, 1, out);
     if (!ids.ok()) return ids.status();
     return Allocate(*stub, *ids, out);
@@ -164,7 +164,7 @@ absl::Status RunMode(Mode mode, const std::string& dir, const std::string& xml, 
       if (!plugin.node().RefreshPodsAndWait()) {
         return absl::UnavailableError("pod-resources did not answer");
       }
-      server::Exposition scrape;
+      metrics::Exposition scrape;
       plugin.node().WriteMetrics(scrape);
       out << "\nGET /metrics\n" << scrape.text();
     }
@@ -190,7 +190,7 @@ int RunDemo(const DemoOptions& options, std::ostream& out) {
   absl::Status status;
   absl::StatusOr<std::string> xml = LayOutNode(options, dir, out);
   if (!xml.ok()) status = xml.status();
-  for (Mode mode : {Mode::kExclusive, Mode::kShared}) {
+  for (Mode mode : {hca::Mode::kExclusive, hca::Mode::kShared}) {
     if (status.ok()) status = RunMode(mode, dir, *xml, options.metrics, out);
   }
   std::error_code ec;

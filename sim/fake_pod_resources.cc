@@ -8,7 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/podresources.grpc.pb.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 
 namespace rdp::sim {
 namespace {
@@ -19,10 +19,10 @@ constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
 
 class FakePodResources::Service final : public v1::PodResourcesLister::Service {
  public:
-  void Set(const server::PodList& pods) {
+  void Set(const deviceplugin::PodList& pods) {
     v1::ListPodResourcesResponse response;
     std::map<std::string, v1::PodResources*> by_pod;
-    for (const server::ContainerDevices& c : pods) {
+    for (const deviceplugin::ContainerDevices& c : pods) {
       std::vector<std::string> parts = absl::StrSplit(c.key, '/');
       parts.resize(3);
       const std::string pod_key = parts[0] + "/" + parts[1];
@@ -85,7 +85,7 @@ FakePodResources::~FakePodResources() { Stop(); }
 absl::Status FakePodResources::Start() {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
-  auto server = server::StartUnixServer(path_, {service_.get()});
+  auto server = serving::StartUnixServer(path_, {service_.get()});
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   return absl::OkStatus();
@@ -98,7 +98,7 @@ void FakePodResources::Stop() {
   ::unlink(path_.c_str());
 }
 
-void FakePodResources::Set(const server::PodList& pods) { service_->Set(pods); }
+void FakePodResources::Set(const deviceplugin::PodList& pods) { service_->Set(pods); }
 
 int FakePodResources::list_calls() const { return service_->calls(); }
 

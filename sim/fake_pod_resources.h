@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
-#include "server/pod_resources.h"
+#include "deviceplugin/pod_resources.h"
 
 namespace rdp::sim {
 
@@ -20,7 +20,7 @@ class FakePodResources {
   absl::Status Start();
   void Stop();
   // Containers keyed "<namespace>/<pod>/<container>" with their devices.
-  void Set(const server::PodList& pods);
+  void Set(const deviceplugin::PodList& pods);
   int list_calls() const;
 
  private:

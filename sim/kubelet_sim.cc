@@ -8,13 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 
 namespace rdp::sim {
 namespace {
 
-using server::StartUnixServer;
-using server::UnixChannel;
+using serving::StartUnixServer;
+using serving::UnixChannel;
 
 constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
 
@@ -59,7 +59,7 @@ absl::Status KubeletSim::Start() {
     absl::MutexLock lock(&mu_);
     ++generation_;
   }
-  auto server = StartUnixServer(path, {service_.get()});
+  auto server = serving::StartUnixServer(path, {service_.get()});
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
   absl::MutexLock lock(&mu_);
@@ -119,7 +119,7 @@ void KubeletSim::OnRegister(const Registration& r) {
 }
 
 void KubeletSim::Watch(Watcher* w, std::string endpoint) {
-  auto stub = v1beta1::DevicePlugin::NewStub(UnixChannel(endpoint));
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(endpoint));
   {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
@@ -199,7 +199,7 @@ std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletSim::PluginStub() const {
     if (!registrations_.empty()) endpoint = registrations_.back().endpoint;
   }
   return v1beta1::DevicePlugin::NewStub(
-      UnixChannel((std::filesystem::path(dir_) / endpoint).string()));
+      serving::UnixChannel((std::filesystem::path(dir_) / endpoint).string()));
 }
 
 v1beta1::PreferredAllocationRequest PreferredRequest(const std::vector<std::string>& available,

@@ -18,7 +18,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/deviceplugin.grpc.pb.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 
 namespace rdp::sim {
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """The module graph, checked: which of our directories each module's sources may include.
 
-Dependencies run one way (README, Layout): base -> topology -> allocator -> server -> dra, check ->
-cmd. sim/ (test doubles, the demo) and test/ are not product: no product library includes them.
-In the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for
-its floor), and topology/internal/ by topology/ (and tests).
+One foundation, two front doors (README, Layout): base -> topology -> allocator; the foundation
+both doors stand on, hca/ (the node's HCAs and what makes one usable) -> metrics/, and serving/;
+the doors, deviceplugin/ and dra/, which never include each other; check/; sim/ (test doubles,
+the demo); cmd/ wires them. sim/ and test/ are not product: no product library includes them. In
+the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for its
+floor), and topology/internal/ by topology/ (and tests).
 Exit 0 when every include keeps to this, 1 with one line per include that does not.
 """
 import pathlib
@@ -12,18 +14,25 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"base", "topology", "allocator", "proto", "server", "dra", "check", "cmd", "sim", "bench", "test"}
+OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "deviceplugin",
+        "dra", "check", "cmd", "sim", "bench", "test"}
+FOUNDATION = {"base", "topology", "hca", "serving", "metrics"}
 ALLOWED = {
     "base": {"base"},
     "topology": {"base", "topology"},
     "allocator": {"base", "topology", "allocator"},
-    "server": {"base", "topology", "allocator", "proto", "server"},
-    "dra": {"base", "topology", "allocator", "proto", "server", "dra"},
+    "hca": {"base", "topology", "hca"},
+    "serving": {"base", "serving"},
+    "metrics": {"base", "topology", "hca", "metrics"},
+    "deviceplugin": FOUNDATION | {"allocator", "proto", "deviceplugin"},
+    "dra": FOUNDATION | {"proto", "dra"},
     "check": {"base", "topology", "check"},
-    "sim": {"base", "topology", "proto", "server", "sim"},
-    "cmd": {"base", "topology", "allocator", "proto", "server", "dra", "check", "sim", "cmd"},
+    "sim": FOUNDATION | {"allocator", "proto", "deviceplugin", "sim"},
+    "cmd": OURS - {"bench", "test"},
     "bench": OURS - {"cmd"},
 }
+# The two front doors never include each other.
+assert "dra" not in ALLOWED["deviceplugin"] and "deviceplugin" not in ALLOWED["dra"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 

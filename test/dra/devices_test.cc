@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dra/kernel_pci.h"
-#include "server/devices.h"
+#include "hca/hca.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/support/child.h"
@@ -170,11 +170,11 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   DeviceOptions opts;
   opts.driver_name = "rdma.example.com";
   for (const Case& c : cases) {
-    ASSERT_FALSE(server::Assess(c.hca).usable) << c.what;
+    ASSERT_FALSE(hca::Assess(c.hca).usable) << c.what;
     const json d = One(c.hca, opts);
     const json want = json::array(
         {{{"key", "rdma.example.com/unhealthy"}, {"value", c.value}, {"effect", "NoSchedule"}}});
-    EXPECT_EQ(d["taints"], want) << c.what << ": " << server::Assess(c.hca).reason;
+    EXPECT_EQ(d["taints"], want) << c.what << ": " << hca::Assess(c.hca).reason;
   }
   // Healthy again: no taint at all.
   EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
@@ -182,7 +182,7 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
 
 TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   DeviceOptions opts;
-  opts.mode = Mode::kShared;
+  opts.mode = hca::Mode::kShared;
   topology::Hca down = HealthyHca();
   down.place.pci = "0000:1b:00.0";
   down.name = "mlx5_1";
@@ -262,12 +262,6 @@ TEST(DRANamesTest, DriverAndNodeNames) {
   EXPECT_FALSE(ValidateNodeName(std::string(254, 'n')).ok());
   EXPECT_FALSE(ValidateNodeName("Node-A").ok());
   EXPECT_FALSE(ValidateNodeName("node_a").ok());
-}
-
-TEST(DRAModeTest, ParsesItsOwnNames) {
-  for (Mode m : {Mode::kExclusive, Mode::kShared}) EXPECT_EQ(ParseMode(ModeName(m)), m);
-  EXPECT_FALSE(ParseMode("Shared").has_value());
-  EXPECT_FALSE(ParseMode("").has_value());
 }
 
 // A sysfs tree as the kernel lays a PCI function out, with its /sys/bus/pci/devices link.

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "server/devices.h"
+#include "hca/hca.h"
 #include "test/dra/dra_node.h"
 
 namespace rdp::dra {
@@ -49,7 +49,7 @@ TEST(DRACdiTest, DeviceNumbersFromSysfs) {
 
 TEST(DRACdiTest, SpecForOneHca) {
   DraNode n;
-  const auto alloc = server::BuildAllocation(Hcas(n.topology(), {0}), true);
+  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
   const nlohmann::json spec = BuildCdiSpec(kDriver, "7e57-uid", alloc, n.env());
   const nlohmann::json want = {
       {"cdiVersion", "0.5.0"},
@@ -67,7 +67,7 @@ TEST(DRACdiTest, SpecForOneHca) {
 
 TEST(DRACdiTest, SpecForTwoHcasCarriesExactlyTheirNodesAndAllocateEnv) {
   DraNode n;
-  const auto alloc = server::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
+  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
   const nlohmann::json spec = BuildCdiSpec(kDriver, "uid-2", alloc, n.env());
   const nlohmann::json& edits = spec["devices"][0]["containerEdits"];
   std::vector<std::string> paths;
@@ -86,7 +86,7 @@ TEST(DRACdiTest, SpecForTwoHcasCarriesExactlyTheirNodesAndAllocateEnv) {
 TEST(DRACdiTest, UnknownDeviceNumberIsLeftToTheRuntime) {
   DraNode n;
   std::filesystem::remove(n.root() + "/node/sys/devices/virtual/misc/rdma_cm/dev");
-  const auto alloc = server::BuildAllocation(Hcas(n.topology(), {0}), true);
+  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
   const nlohmann::json spec = BuildCdiSpec(kDriver, "u", alloc, n.env());
   const nlohmann::json& cm = spec["devices"][0]["containerEdits"]["deviceNodes"].back();
   EXPECT_EQ(cm["path"], "/dev/infiniband/rdma_cm");

@@ -11,7 +11,7 @@
 
 #include "proto/dra.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
 #include "test/support/child.h"
 
@@ -50,7 +50,7 @@ class DRAServeCmdTest : public ::testing::Test {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
   }
 
-  server::testing::TestNode node_;
+  deviceplugin::testing::TestNode node_;
   const std::string kubelet_dir_ = node_.dir().Sub("kubelet");
   const std::string cdi_root_ = node_.dir().Sub("cdi");
   const std::string kubeconfig_ = node_.dir().Sub("kubeconfig.json");
@@ -87,7 +87,7 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   rdp::testing::Child driver(RDP_BINARY, serve);
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
-  auto reg = pluginregistration::Registration::NewStub(server::UnixChannel(RegSocket()));
+  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
   pluginregistration::PluginInfo info;
   grpc::ClientContext c1;
   c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
@@ -95,7 +95,7 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   EXPECT_EQ(info.type(), "DRAPlugin");
   EXPECT_EQ(info.endpoint(), kubelet_dir_ + "/plugins/rdma.example.com/dra.sock");
 
-  auto dra = drapb::DRAPlugin::NewStub(server::UnixChannel(info.endpoint()));
+  auto dra = drapb::DRAPlugin::NewStub(serving::UnixChannel(info.endpoint()));
   drapb::NodePrepareResourcesRequest req;
   drapb::Claim* claim = req.add_claims();
   claim->set_namespace_("default");

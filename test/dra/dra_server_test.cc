@@ -7,7 +7,7 @@
 
 #include "proto/dra.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
-#include "server/unix_server.h"
+#include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
 
 namespace rdp::dra {
@@ -30,11 +30,11 @@ class DRAServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<drapb::DRAPlugin::Stub> DraStub() {
-    return drapb::DRAPlugin::NewStub(server::UnixChannel(config_.DraSocket()));
+    return drapb::DRAPlugin::NewStub(serving::UnixChannel(config_.DraSocket()));
   }
   std::unique_ptr<pluginregistration::Registration::Stub> RegStub() {
     return pluginregistration::Registration::NewStub(
-        server::UnixChannel(config_.RegistrationSocket()));
+        serving::UnixChannel(config_.RegistrationSocket()));
   }
   static void Deadline(grpc::ClientContext& c) {
     c.set_deadline(absl::ToChronoTime(absl::Now() + kWait));

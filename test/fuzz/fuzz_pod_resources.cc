@@ -14,11 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/allocator.h"
 #include "proto/podresources.pb.h"
-#include "server/config.h"
+#include "deviceplugin/config.h"
 #include "sim/demo.h"
-#include "server/gpu_context.h"
-#include "server/pod_resources.h"
-#include "server/withholding.h"
+#include "deviceplugin/gpu_context.h"
+#include "deviceplugin/pod_resources.h"
+#include "deviceplugin/withholding.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
 
@@ -51,29 +51,29 @@ const Node& BundledNode() {
   return *node;
 }
 
-void CheckWithheld(const server::PodList& pods, const Node& node) {
-  server::Withholding ex = server::ComputeWithheld(pods, "rdma/hca", server::Mode::kExclusive,
+void CheckWithheld(const deviceplugin::PodList& pods, const Node& node) {
+  deviceplugin::Withholding ex = deviceplugin::ComputeWithheld(pods, "rdma/hca", hca::Mode::kExclusive,
                                                    *node.topology);
   // Exclusive mode withholds all HCAs or none.
   FUZZ_CHECK(ex.pcis.empty() || ex.pcis == node.hcas, "exclusive withholds a part of the node");
   FUZZ_CHECK(ex.pcis.empty() == ex.reasons.empty(), "withholding without a reason");
-  server::Withholding sh =
-      server::ComputeWithheld(pods, "rdma/hca", server::Mode::kShared, *node.topology);
+  deviceplugin::Withholding sh =
+      deviceplugin::ComputeWithheld(pods, "rdma/hca", hca::Mode::kShared, *node.topology);
   for (const std::string& pci : sh.pcis) FUZZ_CHECK(topology::NormalizePci(pci) == pci, pci);
   FUZZ_CHECK(sh.pcis.empty() == sh.reasons.empty(), "withholding without a reason");
 }
 
-void CheckGpuContext(const server::PodList& pods, const Node& node) {
-  server::Config config;
+void CheckGpuContext(const deviceplugin::PodList& pods, const Node& node) {
+  deviceplugin::Config config;
   const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
   std::map<std::string, absl::Time> first_seen;
-  server::UpdateFirstSeen(pods, config.gpu_resources, now - absl::Seconds(1), &first_seen);
+  deviceplugin::UpdateFirstSeen(pods, config.gpu_resources, now - absl::Seconds(1), &first_seen);
   std::set<std::string> keys;
   for (const auto& c : pods) keys.insert(c.key);
   for (const auto& [key, t] : first_seen) FUZZ_CHECK(keys.count(key) == 1, key);
 
-  server::GpuSelection sel =
-      server::GpuContextFor(pods, first_seen, now, config, node.gpu_ids, *node.topology);
+  deviceplugin::GpuSelection sel =
+      deviceplugin::GpuContextFor(pods, first_seen, now, config, node.gpu_ids, *node.topology);
   FUZZ_CHECK(sel.context.free_gpus_known, "free GPUs unknown");
   for (const auto& g : sel.context.free_gpus) FUZZ_CHECK(node.gpus.count(g) == 1, g);
   FUZZ_CHECK(std::is_sorted(sel.context.container_gpus.begin(), sel.context.container_gpus.end()),
@@ -98,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   const fuzz::Node& node = fuzz::BundledNode();
   v1::ListPodResourcesResponse response;
   if (!response.ParseFromArray(data, static_cast<int>(size))) return 0;
-  const server::PodList pods = server::ToPodList(response);
+  const deviceplugin::PodList pods = deviceplugin::ToPodList(response);
   size_t containers = 0;
   for (const auto& pod : response.pod_resources()) containers += pod.containers_size();
   FUZZ_CHECK(pods.size() == containers, "containers lost");

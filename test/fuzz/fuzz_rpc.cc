@@ -1,5 +1,5 @@
 // Fuzzes the handling of every DevicePlugin request the kubelet can send, through the handlers
-// the gRPC service calls (server::HandleAllocate, HandlePreferredAllocation) on plugins in both
+// the gRPC service calls (deviceplugin::HandleAllocate, HandlePreferredAllocation) on plugins in both
 // modes serving the bundled dgx-h100-like node: raw request messages off the wire, and
 // structured requests whose IDs, sizes, must-include sets and container counts come from the
 // input (valid IDs, other spellings of them, IDs of the other mode, GPU addresses, junk, and
@@ -22,9 +22,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sim/demo.h"
-#include "server/devices.h"
-#include "server/node_state.h"
-#include "server/service.h"
+#include "hca/hca.h"
+#include "deviceplugin/node_state.h"
+#include "deviceplugin/service.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
 #include "sim/sysfs_fixture.h"
@@ -33,17 +33,17 @@ namespace rdp::fuzz {
 namespace {
 
 // Answers List with whatever the current input set, at once.
-class InputPods : public server::PodResourcesSource {
+class InputPods : public deviceplugin::PodResourcesSource {
  public:
   void List(absl::Duration, Done done) override { done(pods); }
-  absl::StatusOr<server::PodList> pods = server::PodList{};
+  absl::StatusOr<deviceplugin::PodList> pods = deviceplugin::PodList{};
 };
 
 struct Rig {
   Scratch scratch;
   absl::Time now = absl::FromUnixSeconds(1'800'000'000);
   InputPods* pods[2] = {nullptr, nullptr};  // owned by the plugins
-  std::unique_ptr<server::NodeState> plugins[2];  // shared, exclusive
+  std::unique_ptr<deviceplugin::NodeState> plugins[2];  // shared, exclusive
   std::vector<std::string> hcas, gpus, uuids;
   topology::TopologyPtr node;
   std::string dev_root;
@@ -72,19 +72,19 @@ Rig& TheRig() {
       std::ofstream(dir + "/information") << "GPU UUID: " << r->uuids.back() << "\n";
     }
     for (int m = 0; m < 2; ++m) {
-      server::Config config;
-      config.mode = m == 0 ? server::Mode::kShared : server::Mode::kExclusive;
+      deviceplugin::Config config;
+      config.mode = m == 0 ? hca::Mode::kShared : hca::Mode::kExclusive;
       config.pod_resources_socket = "";
       config.discovery.topology_xml = xml;
       config.discovery.sysfs_root = root;
       config.discovery.dev_root = root;
       config.proc_root = root;
-      server::NodeSources deps = server::DefaultSources(config);
+      deviceplugin::NodeSources deps = deviceplugin::DefaultSources(config);
       auto pods = std::make_unique<InputPods>();
       r->pods[m] = pods.get();
       deps.pod_resources = std::move(pods);
       deps.now = [r] { return r->now; };
-      r->plugins[m] = std::make_unique<server::NodeState>(config, std::move(deps));
+      r->plugins[m] = std::make_unique<deviceplugin::NodeState>(config, std::move(deps));
       FUZZ_CHECK(r->plugins[m]->Init().ok(), "plugin init");
       FUZZ_CHECK(r->plugins[m]->RefreshPodsAndWait(), "first pod list");
     }
@@ -113,13 +113,13 @@ std::string SomeId(FuzzedDataProvider& fdp, const Rig& rig, bool exclusive) {
     case 1:
       return rig.gpus[fdp.ConsumeIntegralInRange<size_t>(0, rig.gpus.size() - 1)];
     case 2:  // the other mode's IDs
-      return exclusive ? server::SharedId(fdp.ConsumeIntegralInRange(0, 999))
+      return exclusive ? deviceplugin::SharedId(fdp.ConsumeIntegralInRange(0, 999))
                        : rig.hcas[fdp.ConsumeIntegralInRange<size_t>(0, rig.hcas.size() - 1)];
     case 3:
       return absl::StrCat("shared-", fdp.ConsumeIntegral<int>());
     default:
       return exclusive ? rig.hcas[fdp.ConsumeIntegralInRange<size_t>(0, rig.hcas.size() - 1)]
-                       : server::SharedId(fdp.ConsumeIntegralInRange(0, 999));
+                       : deviceplugin::SharedId(fdp.ConsumeIntegralInRange(0, 999));
   }
 }
 
@@ -128,7 +128,7 @@ std::vector<std::string> SomeIds(FuzzedDataProvider& fdp, const Rig& rig, bool e
   if (fdp.ConsumeIntegralInRange(0, 15) == 0) {  // huge: every ID of the mode and more
     const int n = fdp.ConsumeIntegralInRange(1, 5000);
     for (int i = 0; i < n; ++i) {
-      ids.push_back(exclusive ? rig.hcas[i % rig.hcas.size()] : server::SharedId(i));
+      ids.push_back(exclusive ? rig.hcas[i % rig.hcas.size()] : deviceplugin::SharedId(i));
     }
     return ids;
   }
@@ -143,11 +143,11 @@ int SomeSize(FuzzedDataProvider& fdp, size_t available) {
   return fdp.ConsumeIntegralInRange<int>(0, static_cast<int>(available) + 1);
 }
 
-server::PodList SomePods(FuzzedDataProvider& fdp, const Rig& rig) {
+deviceplugin::PodList SomePods(FuzzedDataProvider& fdp, const Rig& rig) {
   const char* const kResources[] = {"rdma/hca", "nvidia.com/gpu", "amd.com/gpu", "other/x"};
-  server::PodList pods;
+  deviceplugin::PodList pods;
   for (int n = fdp.ConsumeIntegralInRange(0, 4); n > 0; --n) {
-    server::ContainerDevices c;
+    deviceplugin::ContainerDevices c;
     c.key = absl::StrCat("ns/pod-", fdp.ConsumeIntegralInRange(0, 3), "/c");
     for (int r = fdp.ConsumeIntegralInRange(0, 2); r > 0; --r) {
       const std::string resource = fdp.PickValueInArray(kResources);
@@ -172,11 +172,11 @@ void CheckNotInternal(const grpc::Status& s, const char* rpc) {
   FUZZ_CHECK(s.ok() || !s.error_message().empty(), absl::StrCat(rpc, " error without a message"));
 }
 
-void Prefer(server::NodeState& plugin, const v1beta1::PreferredAllocationRequest& req) {
+void Prefer(deviceplugin::NodeState& plugin, const v1beta1::PreferredAllocationRequest& req) {
   v1beta1::PreferredAllocationResponse resp;
   grpc::Status s(grpc::StatusCode::UNKNOWN, "never finished");
   int finished = 0;
-  server::HandlePreferredAllocation(plugin, req, &resp, [&](grpc::Status got) {
+  deviceplugin::HandlePreferredAllocation(plugin, req, &resp, [&](grpc::Status got) {
     s = got;
     ++finished;
   });
@@ -246,10 +246,10 @@ void CheckAllocation(const Rig& rig, const v1beta1::ContainerAllocateRequest& in
                               pci->second + ", want " + absl::StrJoin(want, ","));
 }
 
-void Allocate(const Rig& rig, server::NodeState& plugin, const v1beta1::AllocateRequest& req,
+void Allocate(const Rig& rig, deviceplugin::NodeState& plugin, const v1beta1::AllocateRequest& req,
               bool exclusive) {
   v1beta1::AllocateResponse resp;
-  const grpc::Status s = server::HandleAllocate(plugin, req, &resp);
+  const grpc::Status s = deviceplugin::HandleAllocate(plugin, req, &resp);
   CheckNotInternal(s, "Allocate");
   if (!s.ok()) return;
   FUZZ_CHECK(resp.container_responses_size() == req.container_requests_size(), "containers");
@@ -261,7 +261,7 @@ void Allocate(const Rig& rig, server::NodeState& plugin, const v1beta1::Allocate
 void Raw(FuzzedDataProvider& fdp, Rig& rig) {
   const int rpc = fdp.ConsumeIntegralInRange(0, 3);
   const bool exclusive = fdp.ConsumeBool();
-  server::NodeState& plugin = *rig.plugins[exclusive];
+  deviceplugin::NodeState& plugin = *rig.plugins[exclusive];
   const std::string bytes = fdp.ConsumeRemainingBytesAsString();
   if (rpc == 0 || rpc == 2) {
     v1beta1::PreferredAllocationRequest req;
@@ -273,7 +273,7 @@ void Raw(FuzzedDataProvider& fdp, Rig& rig) {
     v1beta1::Empty req;
     v1beta1::DevicePluginOptions resp;
     if (req.ParseFromString(bytes)) {
-      server::FillOptions(&resp);
+      deviceplugin::FillOptions(&resp);
       FUZZ_CHECK(resp.get_preferred_allocation_available(), "options");
     }
   }
@@ -296,7 +296,7 @@ void Structured(FuzzedDataProvider& fdp, Rig& rig) {
     std::filesystem::remove(vanished);
   }
   if (fdp.ConsumeIntegralInRange(0, 15) == 0) rig.plugins[exclusive]->Poll();
-  server::NodeState& plugin = *rig.plugins[exclusive];
+  deviceplugin::NodeState& plugin = *rig.plugins[exclusive];
   for (int calls = fdp.ConsumeIntegralInRange(1, 4); calls > 0 && fdp.remaining_bytes() > 0;
        --calls) {
     const int containers = fdp.ConsumeIntegralInRange(0, 3);

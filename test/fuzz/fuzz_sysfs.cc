@@ -1,5 +1,5 @@
 // Fuzzes the sysfs reader (topology::ReadSysfsHcas) and the NVIDIA /proc reader
-// (server::ReadNvidiaGpuIds) on trees generated from the input: a plausible node laid out the
+// (deviceplugin::ReadNvidiaGpuIds) on trees generated from the input: a plausible node laid out the
 // kernel's way by SysfsFixture, then mutations of any entry in it: removed, replaced by a file
 // with odd or huge contents, a symlink loop, a link to its parent, a dangling link, a FIFO or an
 // empty directory. The readers must neither crash, hang nor return nonsense.
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "server/nvidia_gpus.h"
+#include "deviceplugin/nvidia_gpus.h"
 #include "test/fuzz/fuzz_util.h"
 #include "topology/discovery.h"
 #include "sim/sysfs_fixture.h"
@@ -167,7 +167,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, size_t size) {
   } else {
     FUZZ_CHECK(absl::IsNotFound(hcas.status()), hcas.status().ToString());
   }
-  for (const auto& [uuid, pci] : server::ReadNvidiaGpuIds(root)) {
+  for (const auto& [uuid, pci] : deviceplugin::ReadNvidiaGpuIds(root)) {
     FUZZ_CHECK(topology::NormalizePci(pci) == pci, pci);
   }
   return 0;

@@ -1,0 +1,56 @@
+#include "cmd/run_server.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "base/log.h"
+#include "cmd/discovery_flags.h"
+#include "metrics/http_server.h"
+#include "serving/stop_signals.h"
+
+namespace rdp::cmd {
+
+int RunServer(const ServerRun& run) {
+  const auto log = Logger(run.logger);
+  // Block the stop signals in every thread (gRPC's included) and take them from a signalfd.
+  const int signals = serving::BlockStopSignals();
+  if (signals < 0) {
+    log->error("cannot start: signalfd: {}", std::strerror(errno));
+    return 1;
+  }
+  if (absl::Status s = run.start(); !s.ok()) {
+    log->error("cannot start: {}", s.ToString());
+    run.stop();
+    ::close(signals);
+    return 1;
+  }
+  // Scrapes run on the HTTP server's threads and read the door through snapshots.
+  std::unique_ptr<metrics::MetricsHttpServer> endpoint;
+  if (!run.metrics_address.empty()) {
+    auto started = metrics::MetricsHttpServer::Start(run.metrics_address, run.render_metrics);
+    if (!started.ok()) {
+      log->error("cannot start: {}", std::string(started.status().message()));
+      run.stop();
+      ::close(signals);
+      return kExitUsage;
+    }
+    endpoint = std::move(*started);
+    log->info("metrics: serving on {}", endpoint->address());
+  }
+  const absl::Status why = run.wait(signals);
+  if (why.ok()) log->info("{} received: stopping", serving::ReadStopSignal(signals));
+  ::close(signals);
+  endpoint.reset();
+  run.stop();
+  log->info("{}", run.stopped);
+  if (!why.ok()) {
+    log->error("exiting: {}", std::string(why.message()));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace rdp::cmd

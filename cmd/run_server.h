@@ -1,0 +1,36 @@
+#pragma once
+
+// How a serving subcommand (serve, dra) runs once its flags are resolved: the one place where the
+// stop signals, the metrics endpoint and the order of start, wait and stop are written.
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace rdp::cmd {
+
+// A front door as the serving subcommands drive it.
+struct ServerRun {
+  std::string logger;  // the module whose logger says what happens ("server", "dra")
+  // Serves and registers; an error ends the run with exit 1 (after `stop`).
+  std::function<absl::Status()> start;
+  // Blocks until the signalfd `signal_fd` is readable (OK) or the server cannot go on (its error).
+  std::function<absl::Status(int signal_fd)> wait;
+  // Stops serving and cleans up; called once, after `start` returned (whatever it returned).
+  std::function<void()> stop;
+  // The line logged once stopped ("stopped; removed ...").
+  std::string stopped;
+  // --metrics-address (empty: no endpoint) and what a scrape returns, called on the endpoint's
+  // threads: it must never wait on what a kubelet RPC holds.
+  std::string metrics_address;
+  std::function<std::string()> render_metrics;
+};
+
+// Blocks SIGTERM and SIGINT (before any thread starts), starts `run`, serves its metrics, waits,
+// stops. Returns the exit code: 0 after a stop signal; 1 when it could not start or a background
+// thread could not go on (so that the kubelet restarts the pod rather than it serving stale
+// state); kExitUsage when the metrics endpoint cannot listen on its address.
+int RunServer(const ServerRun& run);
+
+}  // namespace rdp::cmd

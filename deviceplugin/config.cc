@@ -1,0 +1,74 @@
+#include "deviceplugin/config.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace rdp::deviceplugin {
+
+NodeRoots Config::Roots() const {
+  NodeRoots roots = discovery.Roots();
+  roots.proc = proc_root.empty() ? "/" : proc_root;
+  return roots;
+}
+
+std::string Config::SocketPath() const {
+  return (std::filesystem::path(kubelet_dir) / socket_name).string();
+}
+
+std::string Config::KubeletSocketPath() const {
+  return (std::filesystem::path(kubelet_dir) / "kubelet.sock").string();
+}
+
+namespace {
+
+absl::Status Bad(const std::string& flag, const std::string& value, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "': ", why));
+}
+
+bool IsDir(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+}  // namespace
+
+absl::Status Validate(const Config& c) {
+  const auto slash = c.resource_name.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == c.resource_name.size() ||
+      c.resource_name.find('/', slash + 1) != std::string::npos) {
+    return Bad("--resource-name", c.resource_name, "must be <domain>/<name>, e.g. rdma/hca");
+  }
+  if (c.shared_devices < 1 || c.shared_devices > 100000) {
+    return Bad("--shared-devices", std::to_string(c.shared_devices), "must be 1..100000");
+  }
+  if (c.kubelet_dir.empty()) return Bad("--kubelet-dir", "", "must not be empty");
+  if (c.socket_name.empty() || absl::StrContains(c.socket_name, "/") ||
+      c.socket_name == "kubelet.sock") {
+    return Bad("--socket-name", c.socket_name,
+               "must be a plain file name other than kubelet.sock");
+  }
+  if (c.health_interval < absl::Milliseconds(10)) {
+    return Bad("--health-interval", absl::FormatDuration(c.health_interval),
+               "must be at least 10ms");
+  }
+  const topology::DiscoveryOptions& d = c.discovery;
+  if (!d.sysfs_root.empty() && !IsDir(d.sysfs_root)) {
+    return Bad("--sysfs-root", d.sysfs_root, "is not a directory");
+  }
+  if (!IsDir(d.dev_root)) return Bad("--dev-root", d.dev_root, "is not a directory");
+  if (!IsDir(c.proc_root)) return Bad("--proc-root", c.proc_root, "is not a directory");
+  std::error_code ec;
+  if (!d.topology_xml.empty() && !std::filesystem::is_regular_file(d.topology_xml, ec)) {
+    return Bad("--topology-xml", d.topology_xml, "is not a readable file");
+  }
+  for (const std::string& r : c.gpu_resources) {
+    if (r.find('/') == std::string::npos) {
+      return Bad("--gpu-resources", r, "each entry must be <domain>/<name>");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rdp::deviceplugin

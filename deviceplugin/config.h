@@ -1,0 +1,60 @@
+#pragma once
+
+// The plugin's configuration: what `rdma-device-plugin serve` reads from its flags and
+// environment. Plain data; Validate() checks it once at start.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "hca/hca.h"
+#include "topology/discovery.h"
+
+namespace rdp::deviceplugin {
+
+struct Config {
+  hca::Mode mode = hca::Mode::kShared;
+  std::string resource_name = "rdma/hca";
+  int shared_devices = 1000;
+  std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
+  std::string socket_name = "rdma-hca.sock";
+  // Empty turns the pod-resources client off (and with it mode-switch withholding and the GPU
+  // context). Set, the plugin offers no HCA until a List on it has answered (fail closed).
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  // --sysfs-root, --dev-root, --topology-xml, GPU classes/vendors: see DiscoveryOptions.
+  topology::DiscoveryOptions discovery;
+  std::string proc_root = "/";
+  absl::Duration health_interval = absl::Seconds(5);
+  std::string node_name;
+  std::string exclusive_label;  // set by the chart when the node's label chose exclusive mode
+  std::vector<std::string> gpu_resources = {"nvidia.com/gpu", "amd.com/gpu"};
+  // A container first seen holding GPUs (and none of our devices) this recently is taken to be
+  // the one being admitted (docs/server.md, GPU context).
+  absl::Duration admission_window = absl::Seconds(10);
+
+  // Seams and tuning, not flags.
+  absl::Duration register_backoff_min = absl::Milliseconds(100);
+  absl::Duration register_backoff_max = absl::Seconds(5);
+  absl::Duration register_timeout = absl::Seconds(1);
+  absl::Duration pod_resources_timeout = absl::Milliseconds(100);
+  // Retries of the pod-resources List while it fails: from the minimum, doubling, up to
+  // health_interval; and at once when the socket appears.
+  absl::Duration pod_resources_backoff_min = absl::Milliseconds(100);
+  // An HCA absent from this many consecutive health polls, that no container holds, is no
+  // longer listed.
+  int forget_after_polls = 12;
+
+  // The node's trees: --sysfs-root (or "/"), --dev-root, --proc-root.
+  NodeRoots Roots() const;
+  std::string SocketPath() const;         // <kubelet_dir>/<socket_name>
+  std::string KubeletSocketPath() const;  // <kubelet_dir>/kubelet.sock
+};
+
+// InvalidArgument naming the first bad field and value: an unknown mode, a resource name that is
+// not "<domain>/<name>", shared_devices outside 1..100000, a socket name with a '/', an interval
+// below 10 ms, a root or XML that does not exist.
+absl::Status Validate(const Config& config);
+
+}  // namespace rdp::deviceplugin

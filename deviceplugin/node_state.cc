@@ -1,0 +1,542 @@
+#include "deviceplugin/node_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "deviceplugin/gpu_context.h"
+#include "deviceplugin/nvidia_gpus.h"
+#include "deviceplugin/withholding.h"
+#include "topology/discovery.h"
+#include "base/log.h"
+
+namespace rdp::deviceplugin {
+namespace {
+
+std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("server"); }
+
+absl::Status Invalid(const std::string& what, const std::string& id) {
+  return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
+}
+
+// Allocate checks every device node it names now: the scan that saw them may be a poll old, and
+// a DeviceSpec naming a missing node makes the container runtime refuse the container.
+constexpr char kRdmaCm[] = "/dev/infiniband/rdma_cm";
+
+std::string Describe(const topology::Hca& hca) {
+  return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
+}
+
+NodeSources WithEnv(NodeSources deps, const Config& config) {
+  if (!deps.env) deps.env = NewNodeEnv(config.Roots());
+  return deps;
+}
+
+}  // namespace
+
+NodeSources DefaultSources(const Config& config) {
+  NodeSources deps;
+  const topology::DiscoveryOptions options = config.discovery;
+  std::shared_ptr<Env> env = NewNodeEnv(config.Roots());
+  deps.env = env;
+  auto discoverer = std::make_shared<topology::Discoverer>(options, env);
+  deps.discover = [discoverer] { return discoverer->Discover(); };
+  // With only an XML there is no sysfs to poll: health stays what the XML says.
+  if (!options.sysfs_root.empty() || options.topology_xml.empty()) {
+    deps.scan = [env] { return topology::ReadSysfsHcas(*env); };
+  }
+  if (!config.pod_resources_socket.empty()) {
+    deps.pod_resources = NewGrpcPodResources(config.pod_resources_socket);
+  } else {
+    Log()->info("no pod-resources socket: mode-switch withholding and GPU context off");
+  }
+  return deps;
+}
+
+NodeState::NodeState(Config config, NodeSources deps)
+    : config_(std::move(config)),
+      deps_(WithEnv(std::move(deps), config_)),
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
+
+NodeState::~NodeState() { pod_refresh_.WaitIdle(); }
+
+absl::Status NodeState::Init() {
+  if (!config_.exclusive_label.empty()) {
+    Log()->info("node {} has exclusive label, enabling exclusive mode", config_.node_name);
+  }
+  if (config_.mode == hca::Mode::kExclusive) {
+    Log()->info("hca-exclusive mode");
+  } else {
+    Log()->info("hca-shared mode: {} {} devices, every pod sees every HCA",
+                config_.shared_devices, config_.resource_name);
+  }
+  absl::StatusOr<topology::TopologyPtr> snapshot = Discover();
+  if (!snapshot.ok()) return snapshot.status();
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
+  {
+    absl::MutexLock lock(&mu_);
+    SwapSnapshot(*snapshot);
+    gpu_ids_ = std::move(gpu_ids);
+    for (const topology::Hca& h : snapshot_->hcas()) {
+      known_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, hca::HcaUsable(h), 0};
+    }
+    Recompute();
+    version_ = std::max<std::uint64_t>(version_, 1);
+  }
+  Notify();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<topology::TopologyPtr> NodeState::Discover() {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<topology::TopologyPtr> found = deps_.discover();
+  metrics_.discovery.Observe(absl::Now() - start);
+  return found;
+}
+
+void NodeState::SwapSnapshot(topology::TopologyPtr snapshot) {
+  snapshot_ = std::move(snapshot);
+  allocator_ = std::make_shared<const allocator::ExclusiveAllocator>(snapshot_);
+}
+
+bool NodeState::Poll() {
+  topology::TopologyPtr current = topology();
+  std::vector<topology::Hca> scanned = current->hcas();
+  bool scanned_ok = false;
+  if (deps_.scan) {
+    absl::StatusOr<std::vector<topology::Hca>> scan = deps_.scan();
+    if (scan.ok()) {
+      scanned = std::move(*scan);
+      scanned_ok = true;
+      scan_failing_ = false;
+    } else {
+      if (!scan_failing_) {
+        Log()->warn("health scan failed, every HCA counts as absent: {}",
+                    scan.status().ToString());
+      }
+      scan_failing_ = true;
+      scanned.clear();
+    }
+  }
+  topology::TopologyPtr fresh;
+  if (scanned_ok && topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
+    metrics_.rediscoveries.Add();
+    absl::StatusOr<topology::TopologyPtr> found = Discover();
+    if (found.ok()) {
+      fresh = *found;
+    } else {
+      Log()->warn("re-discovery failed, using the sysfs scan alone: {}",
+                  found.status().ToString());
+      fresh = std::make_shared<const topology::Topology>(current->numa_nodes(), scanned,
+                                                         current->gpus());
+    }
+  }
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
+
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (fresh) SwapSnapshot(fresh);
+    gpu_ids_ = std::move(gpu_ids);
+    std::set<std::string> present;
+    for (const topology::Hca& h : scanned) {
+      present.insert(h.place.pci);
+      hca::AdvertisedHca& k = known_[h.place.pci];
+      const hca::Verdict verdict = hca::Assess(h);
+      if (k.pci.empty()) {
+        Log()->info("HCA added: {}", Describe(h));
+      } else if (!k.present) {
+        Log()->info("HCA returned: {}", Describe(h));
+      } else if (k.healthy != verdict.usable) {
+        Log()->info("HCA {} is now {}", Describe(h),
+                    verdict.usable ? "healthy" : "unhealthy: " + verdict.reason);
+      }
+      const int idx = snapshot_->HcaIndex(h.place.pci);
+      std::optional<int> numa = idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa;
+      // An HCA unplugged while it was being scanned is listed without its numa_node; keep the
+      // last known one, or every device would lose its TopologyInfo (all or none).
+      if (!numa) numa = k.numa;
+      k = {h.place.pci, h.name, numa, true, verdict.usable, 0};
+    }
+    // HCAs no scan has seen for a while and no container holds are forgotten: a card removed
+    // for good must not stay listed Unhealthy forever. An ID someone holds stays listed, so
+    // that the kubelet's bookkeeping of that container keeps its device. Without the pod list
+    // nobody can tell, and nothing is forgotten.
+    std::set<std::string> held;
+    if (deps_.pod_resources && pods_known_) {
+      for (const std::string& id : HeldIds(pods_, config_.resource_name)) {
+        if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
+      }
+    }
+    for (auto it = known_.begin(); it != known_.end();) {
+      hca::AdvertisedHca& k = it->second;
+      if (present.count(k.pci) == 0) {
+        if (k.present) {
+          Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", k.name,
+                      k.pci);
+        }
+        k.present = false;
+        k.healthy = false;
+        ++k.absent_polls;
+        if (k.absent_polls >= config_.forget_after_polls && deps_.pod_resources &&
+            pods_known_ && held.count(k.pci) == 0) {
+          Log()->info("HCA forgotten: {} (PCI={}) was absent for {} polls and no container "
+                      "holds it; no longer listed",
+                      k.name, k.pci, k.absent_polls);
+          it = known_.erase(it);
+          continue;
+        }
+      }
+      ++it;
+    }
+    changed = Recompute();
+  }
+  if (changed) Notify();
+  return changed;
+}
+
+void NodeState::RefreshPods(std::function<void()> then) {
+  if (!deps_.pod_resources) {
+    then();
+    return;
+  }
+  pod_refresh_.Request(std::move(then));
+}
+
+bool NodeState::RefreshPodsAndWait() {
+  if (!deps_.pod_resources) return true;
+  struct Outcome {
+    absl::Notification done;
+    std::atomic<bool> ok{false};
+  };
+  auto outcome = std::make_shared<Outcome>();
+  // The callbacks of one List run after its OnPods and before the next List starts.
+  RefreshPods([this, outcome] {
+    outcome->ok = last_list_ok_.load();
+    outcome->done.Notify();
+  });
+  // The List has a deadline; the bound here only guards against a source that breaks its word.
+  return outcome->done.WaitForNotificationWithTimeout(config_.pod_resources_timeout * 2 +
+                                                      absl::Seconds(5)) &&
+         outcome->ok;
+}
+
+bool NodeState::pods_known() const {
+  absl::MutexLock lock(&mu_);
+  return pods_known_;
+}
+
+void NodeState::StartList(std::function<void()> finished) {
+  deps_.pod_resources->List(config_.pod_resources_timeout,
+                            [this, finished](absl::StatusOr<PodList> pods) {
+                              OnPods(std::move(pods));
+                              finished();
+                            });
+}
+
+void NodeState::OnPods(absl::StatusOr<PodList> pods) {
+  last_list_ok_ = pods.ok();
+  if (!pods.ok()) metrics_.pod_resources_errors.Add();
+  bool changed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pods.ok()) {
+      if (pods_known_ && pods_failing_) {
+        Log()->info("pod-resources: answering again ({} containers)", pods->size());
+      }
+      pods_ = std::move(*pods);
+      pods_known_ = true;
+      pods_failing_ = false;
+      UpdateFirstSeen(pods_, config_.gpu_resources, deps_.now(), &gpu_first_seen_);
+    } else if (!pods_failing_) {
+      pods_failing_ = true;
+      if (pods_known_) {
+        Log()->warn("pod-resources refresh failed, using the last list: {}",
+                    std::string(pods.status().message()));
+      } else {
+        Log()->info("{}; retrying with backoff",
+                    std::string(pods.status().message()));
+      }
+    }
+    if (snapshot_) changed = Recompute();
+  }
+  if (changed) Notify();
+}
+
+bool NodeState::Recompute() {
+  // Fail closed: while the pod list is not known, nothing says that no container holds the other
+  // mode's IDs, so every HCA is withheld.
+  const bool pending = deps_.pod_resources && !pods_known_;
+  Withholding w;
+  if (pending) {
+    for (const auto& [pci, k] : known_) w.pcis.insert(pci);
+    w.reasons.push_back(absl::StrCat(
+        "the kubelet's pod list is not known yet (pod-resources socket ",
+        config_.pod_resources_socket,
+        "); no HCA is offered until it is, since a container may hold the other mode's IDs"));
+  } else if (pods_known_) {
+    w = ComputeWithheld(pods_, config_.resource_name, config_.mode, *snapshot_);
+  }
+  // The withheld set decides; the reasons only explain it (their wording may change with the
+  // order pod-resources lists IDs in, which is no change).
+  std::set<std::string> before;
+  for (const auto& [pci, reason] : withheld_) before.insert(pci);
+  const bool withholding_changed = w.pcis != before || pending != withholding_pending_;
+  if (withholding_changed) {
+    if (pending) {
+      Log()->info("withholding every HCA: {}", w.reasons.front());
+    } else {
+      if (withholding_pending_) Log()->info("pod-resources: the kubelet's pod list is known");
+      for (const std::string& reason : w.reasons) Log()->info("mode switch: {}", reason);
+      if (w.pcis.empty() && !before.empty() && !withholding_pending_) {
+        Log()->info("mode switch: no HCA is withheld any more");
+      }
+    }
+  }
+  withholding_pending_ = pending;
+  const std::string why = absl::StrJoin(w.reasons, "; ");
+  withheld_.clear();
+  for (const std::string& pci : w.pcis) withheld_[pci] = why;
+  std::vector<hca::AdvertisedHca> hcas;
+  for (const auto& [pci, k] : known_) hcas.push_back(k);
+  std::vector<DeviceState> devices =
+      config_.mode == hca::Mode::kExclusive
+          ? ExclusiveDevices(hcas, w.pcis)
+          : SharedDevices(config_.shared_devices, hcas, w.pcis);
+  // A change of the withheld set counts as a change even when the list looks the same (shared
+  // mode): Allocate's answer changes with it.
+  if (devices == devices_ && !withholding_changed) return false;
+  devices_ = std::move(devices);
+  ++version_;
+  changed_.SignalAll();
+  return true;
+}
+
+void NodeState::Notify() {
+  absl::ReaderMutexLock lock(&listeners_mu_);
+  for (const auto& [id, listener] : listeners_) listener();
+}
+
+int NodeState::AddListener(std::function<void()> listener) {
+  absl::MutexLock lock(&listeners_mu_);
+  const int id = next_listener_++;
+  listeners_[id] = std::move(listener);
+  return id;
+}
+
+void NodeState::RemoveListener(int id) {
+  absl::MutexLock lock(&listeners_mu_);
+  listeners_.erase(id);
+}
+
+void NodeState::SetRescanRequest(std::function<void()> request) {
+  rescan_request_ = std::move(request);
+}
+
+void NodeState::RequestRescan() const {
+  if (rescan_request_) rescan_request_();
+}
+
+NodeState::DeviceList NodeState::Devices() const {
+  absl::MutexLock lock(&mu_);
+  return {version_, devices_};
+}
+
+NodeState::DeviceList NodeState::WaitForChange(std::uint64_t seen, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  while (version_ == seen && absl::Now() < deadline) {
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+  return {version_, devices_};
+}
+
+topology::TopologyPtr NodeState::topology() const {
+  absl::MutexLock lock(&mu_);
+  return snapshot_;
+}
+
+absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<std::string>& ids) const {
+  if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
+  const bool exclusive = config_.mode == hca::Mode::kExclusive;
+  // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.
+  std::vector<std::string> canonical;
+  std::map<std::string, std::string> spelled;  // canonical -> as given
+  for (const std::string& id : ids) {
+    std::string c = id;
+    if (exclusive) {
+      std::optional<std::string> pci = topology::NormalizePci(id);
+      if (!pci) return Invalid("unknown device ID", id);
+      c = *pci;
+    } else if (!IsSharedId(id, config_.shared_devices)) {
+      return Invalid("unknown device ID", id);
+    }
+    auto [it, fresh] = spelled.emplace(c, id);
+    if (!fresh) {
+      return absl::InvalidArgumentError(
+          it->second == id ? absl::StrCat("duplicate device ID '", id, "'")
+                           : absl::StrCat("duplicate device ID '", id, "' (also given as '",
+                                          it->second, "')"));
+    }
+    canonical.push_back(std::move(c));
+  }
+  topology::TopologyPtr snapshot;
+  std::map<std::string, std::string> withheld;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot = snapshot_;
+    withheld = withheld_;
+  }
+  // The HCAs asked for (exclusive) or every HCA (shared), with what makes each one refused.
+  std::vector<const topology::Hca*> asked;
+  std::vector<std::string> refused;  // shared mode: why each left-out HCA is
+  if (exclusive) {
+    for (const std::string& pci : canonical) {
+      const int idx = snapshot->HcaIndex(pci);
+      if (idx < 0) {
+        absl::MutexLock lock(&mu_);
+        if (known_.count(pci)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("HCA ", pci, " is not present on this node any more"));
+        }
+        return Invalid("unknown device ID", spelled[pci]);
+      }
+      const topology::Hca& hca = snapshot->hcas()[idx];
+      if (auto w = withheld.find(pci); w != withheld.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("HCA ", Describe(hca), " is withheld: ", w->second));
+      }
+      asked.push_back(&hca);
+    }
+  } else {
+    for (const topology::Hca& hca : snapshot->hcas()) {
+      if (auto w = withheld.find(hca.place.pci); w != withheld.end()) {
+        refused.push_back(absl::StrCat(hca.name, " is withheld: ", w->second));
+        continue;
+      }
+      asked.push_back(&hca);
+    }
+  }
+  // Their device nodes as they are now (one batch: a lookup in /dev/infiniband each), and
+  // rdma_cm's.
+  std::vector<std::string_view> paths;
+  paths.reserve(asked.size() * 3 + 1);
+  for (const topology::Hca* hca : asked) {
+    for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
+  }
+  paths.push_back(kRdmaCm);
+  const std::vector<bool> present = deps_.env->ExistAll(paths);
+  std::vector<topology::Hca> changed;  // copies of HCAs whose nodes changed since the scan
+  changed.reserve(asked.size());
+  std::vector<const topology::Hca*> chosen;
+  bool stale = false;
+  size_t next = 0;
+  for (const topology::Hca* hca : asked) {
+    const topology::Hca* now = hca;
+    for (size_t i = 0; i < hca->char_devices.size(); ++i) {
+      if (present[next + i] == hca->char_devices[i].second) continue;
+      if (now == hca) now = &changed.emplace_back(*hca);
+      changed.back().char_devices[i].second = present[next + i];
+    }
+    next += hca->char_devices.size();
+    const hca::Verdict verdict = hca::Assess(*now);
+    if (!verdict.usable) {
+      const bool was_usable = hca::HcaUsable(*hca);
+      if (exclusive) {
+        if (was_usable) RequestRescan();
+        return absl::FailedPreconditionError(
+            absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
+      }
+      stale = stale || was_usable;
+      refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
+      continue;
+    }
+    chosen.push_back(now);
+  }
+  if (stale) RequestRescan();
+  if (!exclusive && chosen.empty()) {
+    return absl::FailedPreconditionError(
+        refused.empty() ? std::string("no HCA on this node")
+                        : absl::StrCat("no HCA can be handed out on this node: ",
+                                       absl::StrJoin(refused, "; ")));
+  }
+  if (exclusive) CountAlignment(canonical);
+  return hca::BuildAllocation(chosen, present.back());
+}
+
+void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
+  std::optional<topology::PathClass> alignment;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pods_known_ && !snapshot_->gpus().empty()) {
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, deps_.now(), config_, gpu_ids_,
+                                       *snapshot_);
+      alignment = AllocationAlignment(*snapshot_, pcis, sel.context.container_gpus);
+    }
+  }
+  metrics_.CountAllocation(alignment);
+}
+
+metrics::NodeMetricsInput NodeState::MetricsInput() const {
+  metrics::NodeMetricsInput in;
+  in.mode = config_.mode;
+  absl::MutexLock lock(&mu_);
+  in.topology = snapshot_;
+  in.hcas.reserve(known_.size());
+  for (const auto& [pci, k] : known_) in.hcas.push_back(k);
+  for (const auto& [pci, why] : withheld_) in.withheld.insert(pci);
+  in.pods_known = pods_known_;
+  if (pods_known_) {
+    for (const ContainerDevices& c : pods_) {
+      auto it = c.devices.find(config_.resource_name);
+      if (it != c.devices.end() && !it->second.empty()) in.holders.emplace_back(c.key, it->second);
+    }
+  }
+  return in;
+}
+
+void NodeState::WriteMetrics(metrics::Exposition& out) const {
+  metrics_.Write(out);
+  metrics::WriteNodeMetrics(MetricsInput(), *deps_.env, out);
+}
+
+absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
+                                                           std::vector<std::string> must_include,
+                                                           int size) const {
+  allocator::Request request{std::move(available), std::move(must_include), size, {}};
+  if (config_.mode == hca::Mode::kShared) {
+    for (const auto* list : {&request.available, &request.must_include}) {
+      for (const std::string& id : *list) {
+        if (!IsSharedId(id, config_.shared_devices)) return Invalid("unknown device ID", id);
+      }
+    }
+    return allocator::PreferShared(request);
+  }
+  std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
+  {
+    absl::MutexLock lock(&mu_);
+    alloc = allocator_;
+    if (pods_known_) {
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, deps_.now(), config_, gpu_ids_,
+                                       *snapshot_);
+      Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
+                   sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
+                   sel.context.free_gpus.size());
+      request.gpus = std::move(sel.context);
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> answer = alloc->Prefer(request);
+  if (!answer.ok()) return answer;
+  // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
+  std::map<std::string, std::string> spelled;
+  for (const std::string& id : request.available) {
+    if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
+  }
+  for (std::string& id : *answer) {
+    if (auto it = spelled.find(id); it != spelled.end()) id = it->second;
+  }
+  return answer;
+}
+
+}  // namespace rdp::deviceplugin

@@ -1,0 +1,178 @@
+#pragma once
+
+// NodeState: the node as the plugin knows it, independent of gRPC: the current topology
+// snapshot, the health of every HCA advertised (vanished ones until forgotten), the kubelet's pod
+// list, and the device list that ListAndWatch streams. Nothing here runs by itself: PluginServer's
+// threads drive the health poll (Poll) and the pod-resources refresh (RefreshPods), the RPCs the
+// rest.
+// Thread-safe: state is under one mutex; discovery, file reads and kubelet calls run outside it.
+//
+// Fail closed: while a pod-resources source is configured and the kubelet's pod list is not
+// known yet, every HCA is withheld (listed Unhealthy, refused by Allocate), because a container
+// may still hold the other mode's IDs; an admission refused is better than an HCA shared by
+// mistake.
+
+#include <poll.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "allocator/allocator.h"
+#include "base/env.h"
+#include "deviceplugin/config.h"
+#include "deviceplugin/plugin_metrics.h"
+#include "deviceplugin/pod_resources.h"
+#include "deviceplugin/resource_model.h"
+#include "hca/hca.h"
+#include "metrics/metrics.h"
+#include "metrics/node_metrics.h"
+#include "serving/single_flight.h"
+#include "topology/topology.h"
+
+namespace rdp::deviceplugin {
+
+// Where the plugin's knowledge of the node comes from. Tests replace any of these.
+struct NodeSources {
+  // Every read of the node outside discovery (device nodes at Allocate, /proc/driver/nvidia);
+  // null: the filesystem under the config's roots.
+  std::shared_ptr<Env> env;
+  // Full discovery (sysfs + hwloc); called at Init and when a scan shows the HCAs changed.
+  std::function<absl::StatusOr<topology::TopologyPtr>()> discover;
+  // A cheap scan of the HCAs (sysfs only) for the periodic health poll. Unset: use discover.
+  std::function<absl::StatusOr<std::vector<topology::Hca>>()> scan;
+  // The kubelet's pod-resources API; null turns withholding and the GPU context off.
+  std::unique_ptr<PodResourcesSource> pod_resources;
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+  // poll(2) as PluginServer's background threads call it; tests inject failures.
+  std::function<int(struct pollfd*, nfds_t, int)> poll = ::poll;
+};
+
+// The filesystem under the config's roots (one Env for discovery, the health scan and the rest),
+// discovery from config (one topology::Discoverer: an XML is read once) and a gRPC pod-resources
+// client when config.pod_resources_socket is set (it dials lazily: the socket may appear later).
+NodeSources DefaultSources(const Config& config);
+
+class NodeState {
+ public:
+  NodeState(Config config, NodeSources deps);
+  ~NodeState();  // waits for a pod-resources List in flight (each has a deadline)
+  NodeState(const NodeState&) = delete;
+  NodeState& operator=(const NodeState&) = delete;
+
+  // Discovers the node, logs the mode lines, computes the first device list. Errors when
+  // discovery fails.
+  absl::Status Init();
+
+  // One health poll: scan the HCAs, re-discover when the set changed (hotplug), re-read the GPU
+  // IDs, forget HCAs absent for config.forget_after_polls polls that no container holds,
+  // recompute the device list. Returns true when the list changed (listeners have run).
+  bool Poll();
+
+  // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
+  // finished, successfully or not (on the thread that finished it, or on this one). At most one
+  // List is in flight; callers share it. Without a pod-resources source, `then` runs at once.
+  void RefreshPods(std::function<void()> then);
+  // RefreshPods and wait for it (bounded by the List's deadline). True when that List
+  // succeeded (always, without a pod-resources source).
+  bool RefreshPodsAndWait();
+  bool pods_known() const;
+  bool has_pod_resources() const { return deps_.pod_resources != nullptr; }
+
+  struct DeviceList {
+    std::uint64_t version = 0;
+    std::vector<DeviceState> devices;
+  };
+  DeviceList Devices() const;
+  // Blocks until the version differs from `seen` or `deadline` passes; the current list.
+  DeviceList WaitForChange(std::uint64_t seen, absl::Time deadline) const;
+  // `listener` runs after every change of the device list, on the thread that made the change,
+  // outside the plugin's lock; it must not add or remove listeners. RemoveListener returns once
+  // no call of that listener is running.
+  int AddListener(std::function<void()> listener);
+  void RemoveListener(int id);
+  // Called when an RPC finds the node changed since the last scan (a device node gone): the
+  // owner of the health poll runs one soon. Set before serving.
+  void SetRescanRequest(std::function<void()> request);
+
+  // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
+  // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
+  // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
+  // HCA's device nodes are checked at the call, so that no DeviceSpec names a missing node.
+  absl::StatusOr<hca::ContainerAllocation> Allocate(const std::vector<std::string>& ids) const;
+
+  // GetPreferredAllocation for one container, through the allocator, with the GPU context of
+  // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
+  // of `available`, spelled as given. InvalidArgument for invalid requests.
+  absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
+                                                  std::vector<std::string> must_include,
+                                                  int size) const;
+
+  const Config& config() const { return config_; }
+  topology::TopologyPtr topology() const;
+
+  // The plugin's instruments (thread-safe): the RPC handlers and PluginServer's threads update
+  // them, and so does this class (discovery, pod-resources errors, each allocation's alignment).
+  PluginMetrics& metrics() const { return metrics_; }
+  // One scrape: the instruments, then the node's state as of now (a copy taken under the lock,
+  // then the port counters read from sysfs outside it). Thread-safe.
+  void WriteMetrics(metrics::Exposition& out) const;
+  metrics::NodeMetricsInput MetricsInput() const;
+
+ private:
+  void StartList(std::function<void()> finished);
+  void OnPods(absl::StatusOr<PodList> pods);
+  // Swaps in a new snapshot and its allocator.
+  void SwapSnapshot(topology::TopologyPtr snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recomputes devices_ from known_, the snapshot and the pods; bumps version_ and logs
+  // withholding decisions when different. True when the list or the withheld set changed.
+  bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the listeners; call without mu_ held.
+  void Notify();
+  void RequestRescan() const;
+  // deps_.discover(), timed into metrics_.discovery.
+  absl::StatusOr<topology::TopologyPtr> Discover();
+  // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
+  // being admitted, as the last pod list shows it.
+  void CountAlignment(const std::vector<std::string>& pcis) const;
+
+  const Config config_;
+  NodeSources deps_;
+  std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
+  std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
+  mutable PluginMetrics metrics_;
+
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar changed_;
+  topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, hca::AdvertisedHca> known_ ABSL_GUARDED_BY(mu_);  // by PCI address
+  PodList pods_ ABSL_GUARDED_BY(mu_);
+  bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
+  bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
+  std::map<std::string, absl::Time> gpu_first_seen_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> gpu_ids_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> withheld_ ABSL_GUARDED_BY(mu_);  // PCI -> why
+  bool withholding_pending_ ABSL_GUARDED_BY(mu_) = false;  // withheld_ is "pods not known yet"
+  std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+
+  mutable absl::Mutex listeners_mu_;
+  std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
+  std::function<void()> rescan_request_;  // set before serving, then only read
+
+  // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
+  serving::SingleFlight pod_refresh_;
+};
+
+}  // namespace rdp::deviceplugin

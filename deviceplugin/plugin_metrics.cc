@@ -1,0 +1,118 @@
+#include "deviceplugin/plugin_metrics.h"
+
+#include <algorithm>
+
+namespace rdp::deviceplugin {
+namespace {
+
+using metrics::Name;
+using metrics::WriteCounter;
+
+// 50 us is an empty RPC on a unix socket; a GetPreferredAllocation that waits for the pod list
+// takes up to its deadline (100 ms by default).
+constexpr double kRpcBounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                 0.01,    0.025,  0.05,    0.1,    0.25,  1};
+// Discovery: sysfs alone takes milliseconds, hwloc's PCI tree tens to hundreds.
+constexpr double kDiscoveryBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                       0.25,  0.5,   1,    2.5,   5,    10};
+
+constexpr const char* kCodeNames[] = {
+    "OK",        "CANCELLED",          "UNKNOWN",       "INVALID_ARGUMENT",  "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS",     "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION", "ABORTED",  "OUT_OF_RANGE",  "UNIMPLEMENTED",     "INTERNAL",
+    "UNAVAILABLE", "DATA_LOSS",        "UNAUTHENTICATED"};
+
+constexpr const char* kAlignmentNames[] = {"PIX", "PXB", "PHB", "NODE", "SYS", "unknown"};
+
+}  // namespace
+
+const char* RpcName(Rpc rpc) {
+  switch (rpc) {
+    case Rpc::kGetDevicePluginOptions: return "GetDevicePluginOptions";
+    case Rpc::kGetPreferredAllocation: return "GetPreferredAllocation";
+    case Rpc::kAllocate: return "Allocate";
+    case Rpc::kPreStartContainer: return "PreStartContainer";
+  }
+  return "unknown";
+}
+
+PluginMetrics::PluginMetrics()
+    : discovery(kDiscoveryBounds, std::size(kDiscoveryBounds)),
+      rpc_latency_{metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
+                   metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
+                   metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
+                   metrics::Histogram(kRpcBounds, std::size(kRpcBounds))} {}
+
+void PluginMetrics::ObserveRpc(Rpc rpc, absl::Duration latency, int code) {
+  const int i = static_cast<int>(rpc);
+  rpc_latency_[i].Observe(latency);
+  if (code > 0 && code < kCodes) rpc_errors_[i][code].Add();
+}
+
+void PluginMetrics::CountAllocation(std::optional<topology::PathClass> alignment) {
+  alignment_[alignment ? static_cast<int>(*alignment) : 5].Add();
+}
+
+void PluginMetrics::Write(metrics::Exposition& out) const {
+  out.Family(Name("rpc_duration_seconds"), "Latency of the kubelet's unary RPCs, by method.",
+             metrics::Exposition::Type::kHistogram);
+  for (int i = 0; i < kRpcCount; ++i) {
+    out.HistogramSamples({{"method", RpcName(static_cast<Rpc>(i))}}, rpc_latency_[i].Read());
+  }
+  out.Family(Name("rpc_errors_total"),
+             "Kubelet RPCs that ended with an error, by method and gRPC status code.",
+             metrics::Exposition::Type::kCounter);
+  for (int i = 0; i < kRpcCount; ++i) {
+    for (int code = 1; code < kCodes; ++code) {
+      const std::uint64_t n = rpc_errors_[i][code].value();
+      if (n > 0) {
+        out.Sample({{"method", RpcName(static_cast<Rpc>(i))}, {"code", kCodeNames[code]}},
+                   static_cast<double>(n));
+      }
+    }
+  }
+  out.Family(Name("allocation_alignment_total"),
+             "Exclusive-mode container allocations by the PCIe path class between their HCAs "
+             "and the container's GPUs (the worst HCA's path to its nearest GPU); unknown when "
+             "the GPU context was not known.",
+             metrics::Exposition::Type::kCounter);
+  for (int i = 0; i < 6; ++i) {
+    out.Sample({{"path_class", kAlignmentNames[i]}}, static_cast<double>(alignment_[i].value()));
+  }
+  WriteCounter(out, "registrations_total", "Successful registrations with the kubelet.",
+               registrations);
+  WriteCounter(out, "kubelet_restarts_total",
+               "Kubelet restarts detected (our socket removed or kubelet.sock re-created).",
+               kubelet_restarts);
+  WriteCounter(out, "pod_resources_errors_total",
+               "Calls to the kubelet's pod-resources List that failed.", pod_resources_errors);
+  WriteCounter(out, "rediscoveries_total",
+               "Full discoveries of the node after the first one: the health scan found the HCAs, "
+               "their device nodes or their port states changed (hotplug, a link going down).",
+               rediscoveries);
+  out.Family(Name("discovery_duration_seconds"),
+             "Duration of each full discovery of the node (sysfs and the PCI tree).",
+             metrics::Exposition::Type::kHistogram);
+  out.HistogramSamples({}, discovery.Read());
+}
+
+std::optional<topology::PathClass> AllocationAlignment(const topology::Topology& topology,
+                                                       const std::vector<std::string>& hcas,
+                                                       const std::vector<std::string>& gpus) {
+  std::vector<int> g;
+  for (const std::string& pci : gpus) {
+    if (const int i = topology.GpuIndex(pci); i >= 0) g.push_back(i);
+  }
+  if (g.empty()) return std::nullopt;
+  std::optional<topology::PathClass> worst;
+  for (const std::string& pci : hcas) {
+    const int h = topology.HcaIndex(pci);
+    if (h < 0) continue;
+    topology::PathClass best = topology::PathClass::kSYS;
+    for (int i : g) best = std::min(best, topology.Path(h, i));
+    worst = worst ? std::max(*worst, best) : best;
+  }
+  return worst;
+}
+
+}  // namespace rdp::deviceplugin

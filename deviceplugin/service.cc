@@ -1,0 +1,369 @@
+#include "deviceplugin/service.h"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/arena.h"
+#include "serving/happens_before.h"
+#include "base/log.h"
+
+namespace rdp::deviceplugin {
+namespace {
+
+constexpr char kHealthy[] = "Healthy";
+constexpr char kPreferRpc[] = "GetPreferredAllocation";
+constexpr char kUnhealthy[] = "Unhealthy";
+
+// Runs a handler body; turns an escaping exception into INTERNAL, logged once here.
+template <typename F>
+grpc::Status Guard(const char* rpc, F&& body) {
+  try {
+    return ToGrpc(body());
+  } catch (const std::exception& e) {
+    rdp::Logger("server")->error("{} failed: {}", rpc, e.what());
+    return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": ", e.what()));
+  } catch (...) {
+    rdp::Logger("server")->error("{} failed with an unknown exception", rpc);
+    return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": unknown error"));
+  }
+}
+
+std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+  return {ids.begin(), ids.end()};
+}
+
+absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocationRequest& request,
+                       v1beta1::PreferredAllocationResponse* response) {
+  response->Clear();
+  for (const auto& c : request.container_requests()) {
+    absl::StatusOr<std::vector<std::string>> ids =
+        node.Prefer(Ids(c.available_deviceids()), Ids(c.must_include_deviceids()),
+                    c.allocation_size());
+    if (!ids.ok()) return ids.status();
+    auto* out = response->add_container_responses();
+    for (std::string& id : *ids) out->add_deviceids(std::move(id));
+  }
+  return absl::OkStatus();
+}
+
+// A reactor that finishes once with Done(status) and is deleted when gRPC is done with the call:
+// unary calls, and a ListAndWatch refused at once (the service is stopping, or too many
+// streams). gRPC reads the response (Finish) and destroys it (after OnDone) on whichever of its
+// threads completes the call; what the handler wrote before Finish, possibly on another thread
+// (a GetPreferredAllocation that waited for the pod list), comes before that, and OnDone states
+// it to TSan (happens_before.h). gRPC's DefaultReactor would leave that edge unstated.
+template <typename Reactor>
+class FinishOnce final : public Reactor {
+ public:
+  void Done(const grpc::Status& status) {
+    serving::HappensBefore(this);
+    this->Finish(status);
+  }
+  // Done, after recording the call's latency (from this reactor's creation) and status.
+  void Done(const grpc::Status& status, PluginMetrics& metrics, Rpc rpc) {
+    metrics.ObserveRpc(rpc, absl::Now() - start_, static_cast<int>(status.error_code()));
+    Done(status);
+  }
+  void OnDone() override {
+    serving::HappensAfter(this);
+    delete this;
+  }
+
+ private:
+  const absl::Time start_ = absl::Now();
+};
+using UnaryReactor = FinishOnce<grpc::ServerUnaryReactor>;
+using Stream = grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>;
+
+Stream* RefusedStream(const grpc::Status& status) {
+  auto* reactor = new FinishOnce<Stream>;
+  reactor->Done(status);
+  return reactor;
+}
+
+}  // namespace
+
+// One ListAndWatch stream: writes the device list when it is newer than the last one written,
+// one write at a time, on whichever thread saw the change. It keeps itself alive (self_) until
+// gRPC is done with it; the service holds it weakly.
+class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+ public:
+  explicit DeviceStream(const NodeState* node) : node_(node) {}
+
+  void Begin(std::shared_ptr<DeviceStream> self) {
+    self_ = std::move(self);
+    serving::HappensBefore(this);  // gRPC may run a reaction before Changed() starts an operation
+    Changed();
+  }
+
+  void Changed() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_ || writing_) return;  // OnWriteDone looks again
+      NodeState::DeviceList list = node_->Devices();
+      if (list.version == sent_) return;
+      response_.Clear();
+      ToProto(list.devices, &response_);
+      sent_ = list.version;
+      writing_ = true;
+    }
+    serving::HappensBefore(this);
+    StartWrite(&response_);
+  }
+
+  // Finishes the stream once, after the write in flight if there is one.
+  void End(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finishing_) return;
+      finishing_ = true;
+      end_status_ = status;
+      if (writing_) return;  // OnWriteDone finishes
+      finished_ = true;
+    }
+    serving::HappensBefore(this);
+    Finish(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    serving::HappensAfter(this);
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok && !finishing_) {  // the client went away
+        finishing_ = true;
+        end_status_ = grpc::Status::OK;
+      }
+      if (finishing_ && !finished_) {
+        finish = finished_ = true;
+        status = end_status_;
+      }
+    }
+    if (finish) {
+      serving::HappensBefore(this);
+      Finish(status);
+      return;
+    }
+    Changed();
+  }
+
+  void OnCancel() override {
+    serving::HappensAfter(this);
+    End(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    serving::HappensAfter(this);
+    self_.reset();  // last: may delete this
+  }
+
+ private:
+  const NodeState* const node_;
+  std::shared_ptr<DeviceStream> self_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
+  v1beta1::ListAndWatchResponse response_;  // owned by the write in flight while writing_
+};
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+void ToProto(const std::vector<DeviceState>& devices, v1beta1::ListAndWatchResponse* out) {
+  for (const DeviceState& d : devices) {
+    v1beta1::Device* device = out->add_devices();
+    device->set_id(d.id);
+    device->set_health(d.healthy ? kHealthy : kUnhealthy);
+    if (d.numa) device->mutable_topology()->add_nodes()->set_id(*d.numa);
+  }
+}
+
+void FillOptions(v1beta1::DevicePluginOptions* options) {
+  options->set_pre_start_required(false);
+  options->set_get_preferred_allocation_available(true);
+}
+
+grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateRequest& request,
+                            v1beta1::AllocateResponse* response) {
+  return Guard("Allocate", [&]() -> absl::Status {
+    if (request.container_requests().empty()) {
+      return absl::InvalidArgumentError("empty request: no container_requests");
+    }
+    for (const auto& c : request.container_requests()) {
+      absl::StatusOr<hca::ContainerAllocation> a = node.Allocate(Ids(c.devices_ids()));
+      if (!a.ok()) return a.status();
+      auto* out = response->add_container_responses();
+      for (const auto& spec : a->devices) {
+        auto* d = out->add_devices();
+        d->set_container_path(spec.container_path);
+        d->set_host_path(spec.host_path);
+        d->set_permissions(spec.permissions);
+      }
+      for (const auto& [k, v] : a->envs) (*out->mutable_envs())[k] = v;
+    }
+    return absl::OkStatus();
+  });
+}
+
+void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
+                               v1beta1::PreferredAllocationResponse* response,
+                               std::function<void(grpc::Status)> done) {
+  // done() exactly once, whichever path ends the call.
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  auto finish = [once, done = std::move(done)](const grpc::Status& s) {
+    if (!once->exchange(true)) done(s);
+  };
+  bool deferred = false;  // the refresh finishes the call
+  const grpc::Status checked = Guard(kPreferRpc, [&]() -> absl::Status {
+    if (request.container_requests().empty()) {
+      return absl::InvalidArgumentError("empty request: no container_requests");
+    }
+    if (node.config().mode == hca::Mode::kShared) return PreferAll(node, request, response);
+    // Exclusive: the GPU context comes from a pod list at least as new as this call. One
+    // refresh serves every container of the request.
+    deferred = true;
+    node.RefreshPods([&node, &request, response, finish] {
+      finish(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
+    });
+    return absl::OkStatus();
+  });
+  if (!deferred || !checked.ok()) finish(checked);
+}
+
+namespace {
+
+// One call's messages on one arena (DevicePluginService::PreferArena).
+class ArenaHolder final : public grpc::MessageHolder<v1beta1::PreferredAllocationRequest,
+                                                     v1beta1::PreferredAllocationResponse> {
+ public:
+  ArenaHolder() {
+    set_request(
+        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationRequest>(&arena_));
+    set_response(
+        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationResponse>(&arena_));
+  }
+  void Release() override { delete this; }
+
+ private:
+  google::protobuf::Arena arena_;
+};
+
+}  // namespace
+
+grpc::MessageHolder<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>*
+DevicePluginService::PreferArena::AllocateMessages() {
+  return new ArenaHolder;
+}
+
+DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
+  SetMessageAllocatorFor_GetPreferredAllocation(&prefer_messages_);
+  listener_ = node_->AddListener([this] { Changed(); });
+}
+
+DevicePluginService::~DevicePluginService() {
+  node_->RemoveListener(listener_);
+  Stop();
+}
+
+void DevicePluginService::Changed() {
+  std::vector<std::shared_ptr<DeviceStream>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& weak : streams_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (const auto& s : live) s->Changed();
+}
+
+void DevicePluginService::Stop() {
+  std::vector<std::shared_ptr<DeviceStream>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    for (const auto& weak : streams_) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+    streams_.clear();
+  }
+  for (const auto& s : live) s->End(grpc::Status::OK);
+}
+
+int DevicePluginService::streams() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& weak : streams_) n += weak.expired() ? 0 : 1;
+  return n;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
+    grpc::CallbackServerContext*, const v1beta1::Empty*,
+    v1beta1::DevicePluginOptions* response) {
+  auto* reactor = new UnaryReactor;
+  FillOptions(response);
+  reactor->Done(grpc::Status::OK, node_->metrics(), Rpc::kGetDevicePluginOptions);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::ListAndWatch(
+    grpc::CallbackServerContext*, const v1beta1::Empty*) {
+  std::shared_ptr<DeviceStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return RefusedStream(grpc::Status::OK);
+    streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
+                                  [](const auto& weak) { return weak.expired(); }),
+                   streams_.end());
+    if (streams_.size() >= static_cast<std::size_t>(kMaxStreams)) {
+      rdp::Logger("server")->warn("ListAndWatch refused: {} streams are open already",
+                                  streams_.size());
+      return RefusedStream(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("ListAndWatch: ", kMaxStreams, " streams are open already")));
+    }
+    stream = std::make_shared<DeviceStream>(node_);
+    streams_.push_back(stream);
+  }
+  DeviceStream* raw = stream.get();
+  raw->Begin(std::move(stream));
+  return raw;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
+    grpc::CallbackServerContext*, const v1beta1::PreferredAllocationRequest* request,
+    v1beta1::PreferredAllocationResponse* response) {
+  auto* reactor = new UnaryReactor;
+  HandlePreferredAllocation(*node_, *request, response, [reactor, node = node_](grpc::Status s) {
+    reactor->Done(s, node->metrics(), Rpc::kGetPreferredAllocation);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerContext*,
+                                                        const v1beta1::AllocateRequest* request,
+                                                        v1beta1::AllocateResponse* response) {
+  auto* reactor = new UnaryReactor;
+  reactor->Done(HandleAllocate(*node_, *request, response), node_->metrics(), Rpc::kAllocate);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
+    grpc::CallbackServerContext*, const v1beta1::PreStartContainerRequest*,
+    v1beta1::PreStartContainerResponse*) {
+  auto* reactor = new UnaryReactor;
+  reactor->Done(grpc::Status::OK, node_->metrics(), Rpc::kPreStartContainer);
+  return reactor;
+}
+
+}  // namespace rdp::deviceplugin

@@ -1,0 +1,95 @@
+#pragma once
+
+// The v1beta1.DevicePlugin service on gRPC's callback API: no RPC holds a server thread, a
+// ListAndWatch stream included (it writes when the device list changes), and what a local client
+// can take is capped (kMaxStreams concurrent streams; unary calls finish without blocking).
+// Each handler validates the request, calls NodeState and maps absl::Status to grpc::Status; no
+// exception escapes a handler. One instance per served socket; Stop() ends its streams so that
+// the gRPC server can shut down.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/support/message_allocator.h"
+#include "proto/deviceplugin.grpc.pb.h"
+#include "deviceplugin/node_state.h"
+
+namespace rdp::deviceplugin {
+
+// The one mapping from absl::Status to grpc::Status (codes are numerically equal).
+grpc::Status ToGrpc(const absl::Status& status);
+
+// The request handling behind the unary RPCs, apart from gRPC's reactors (the fuzzers call
+// these directly). `done` runs exactly once, possibly before HandlePreferredAllocation returns;
+// `response` must stay alive until it has.
+grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateRequest& request,
+                            v1beta1::AllocateResponse* response);
+void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
+                               v1beta1::PreferredAllocationResponse* response,
+                               std::function<void(grpc::Status)> done);
+void FillOptions(v1beta1::DevicePluginOptions* options);
+
+// Fills a ListAndWatchResponse from a device list.
+void ToProto(const std::vector<DeviceState>& devices, v1beta1::ListAndWatchResponse* out);
+
+class DeviceStream;
+
+class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
+ public:
+  // Concurrent ListAndWatch streams (the kubelet keeps one); more are refused with
+  // RESOURCE_EXHAUSTED.
+  static constexpr int kMaxStreams = 16;
+
+  explicit DevicePluginService(NodeState* node);
+  ~DevicePluginService() override;  // after the server that served it has shut down
+
+  // Ends every ListAndWatch stream (OK) and refuses new ones. Thread-safe.
+  void Stop();
+  // Live ListAndWatch streams.
+  int streams() const;
+
+  grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* context,
+                                                   const v1beta1::Empty* request,
+                                                   v1beta1::DevicePluginOptions* response) override;
+  grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* ListAndWatch(
+      grpc::CallbackServerContext* context, const v1beta1::Empty* request) override;
+  grpc::ServerUnaryReactor* GetPreferredAllocation(
+      grpc::CallbackServerContext* context, const v1beta1::PreferredAllocationRequest* request,
+      v1beta1::PreferredAllocationResponse* response) override;
+  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
+                                     const v1beta1::AllocateRequest* request,
+                                     v1beta1::AllocateResponse* response) override;
+  grpc::ServerUnaryReactor* PreStartContainer(
+      grpc::CallbackServerContext* context, const v1beta1::PreStartContainerRequest* request,
+      v1beta1::PreStartContainerResponse* response) override;
+
+ private:
+  // Runs on every change of the plugin's device list.
+  void Changed();
+
+  // GetPreferredAllocation's request and response on one protobuf arena, freed with the call: a
+  // shared request carries 1000 IDs, which would otherwise be 1000 heap strings parsed and freed
+  // one by one (about 1.63 -> 1.54 empty round trips). Allocate's few IDs gain nothing
+  // measurable from it.
+  class PreferArena final : public grpc::MessageAllocator<v1beta1::PreferredAllocationRequest,
+                                                          v1beta1::PreferredAllocationResponse> {
+   public:
+    grpc::MessageHolder<v1beta1::PreferredAllocationRequest,
+                        v1beta1::PreferredAllocationResponse>*
+    AllocateMessages() override;
+  };
+  PreferArena prefer_messages_;
+
+  NodeState* const node_;  // not owned; outlives the service
+  int listener_ = -1;
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::weak_ptr<DeviceStream>> streams_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rdp::deviceplugin

@@ -1,0 +1,76 @@
+#include "hca/hca.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace rdp::hca {
+namespace {
+
+constexpr char kDevDir[] = "/dev/infiniband/";
+
+// Whether the char device named `node` (uverbs0, umad1...) was present when last checked.
+bool Existed(const topology::Hca& hca, const std::string& node) {
+  for (const auto& [path, present] : hca.char_devices) {
+    // The last component of `path` is `node` (compared in place: Allocate calls this for every
+    // node of every HCA it hands out).
+    const std::size_t at = path.size() - node.size();
+    if (path.size() > node.size() && path[at - 1] == '/' && path.compare(at, node.size(), node) == 0) {
+      return present;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<Mode> ParseMode(std::string_view text) {
+  if (text == "shared") return Mode::kShared;
+  if (text == "exclusive") return Mode::kExclusive;
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", std::string(text), "' is not a mode: shared or exclusive"));
+}
+
+const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
+
+Verdict Assess(const topology::Hca& hca) {
+  if (hca.ports.empty()) return {false, "no port state is known"};
+  for (const topology::Port& port : hca.ports) {
+    if (!port.Active()) {
+      return {false, absl::StrCat("port ", port.number, " is ",
+                                  port.state.empty() ? "in an unknown state" : port.state)};
+    }
+  }
+  if (hca.uverbs.empty()) return {false, "it has no uverbs device"};
+  for (const auto& [path, present] : hca.char_devices) {
+    if (!present) return {false, absl::StrCat("device node ", path, " is missing")};
+  }
+  return {true, ""};
+}
+
+ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
+                                    bool with_rdma_cm) {
+  ContainerAllocation out;
+  out.devices.reserve(hcas.size() * 3 + 1);
+  auto add = [&out](const std::string& node) {
+    const std::string path = absl::StrCat(kDevDir, node);
+    out.devices.push_back({path, path, "rw"});
+  };
+  std::vector<std::string> names, pcis;
+  for (const topology::Hca* hca : hcas) {
+    if (!hca->uverbs.empty() && Existed(*hca, hca->uverbs)) add(hca->uverbs);
+    for (const auto* list : {&hca->umad, &hca->issm}) {
+      for (const std::string& node : *list) {
+        if (Existed(*hca, node)) add(node);
+      }
+    }
+    names.push_back(hca->name);
+    pcis.push_back(hca->place.pci);
+  }
+  if (with_rdma_cm) add("rdma_cm");
+  out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(names, ","));
+  out.envs["RDMA_HCA_NAMES"] = absl::StrJoin(names, ",");
+  out.envs["RDMA_HCA_PCI"] = absl::StrJoin(pcis, ",");
+  return out;
+}
+
+}  // namespace rdp::hca

@@ -1,0 +1,66 @@
+#pragma once
+
+// The node's HCAs as both front doors (the device plugin, dra/) see them, as pure functions: what
+// makes an HCA usable, what a container holding some of them gets, and the node's mode. No I/O,
+// no locks, no protobuf.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "topology/topology.h"
+
+namespace rdp::hca {
+
+// How the node hands out its HCAs: shared (every consumer sees every HCA) or exclusive (one
+// consumer owns each). Chosen per node by a label (DESIGN.md).
+enum class Mode { kShared, kExclusive };
+
+// "shared" / "exclusive"; InvalidArgument naming the text otherwise.
+absl::StatusOr<Mode> ParseMode(std::string_view text);
+const char* ModeName(Mode mode);
+
+// What a front door knows of an HCA it has advertised (vanished ones included, until
+// forgotten): its identity, placement, health in the latest scan and how long it has been gone.
+struct AdvertisedHca {
+  std::string pci;
+  std::string name;
+  std::optional<int> numa;
+  bool present = false;  // in the latest scan
+  bool healthy = false;  // Assess(...).usable in the latest scan
+  int absent_polls = 0;  // consecutive scans without it
+};
+
+// Whether an HCA can be handed to a container, and if not, why. The one definition of a healthy
+// HCA: at least one port and every port ACTIVE, a uverbs device, and every device node it has
+// (uverbsN, and umadN/issmN where the node has them) present, as the scan saw them.
+struct Verdict {
+  bool usable = false;
+  std::string reason;  // "" when usable; else e.g. "port 1 is DOWN"
+};
+Verdict Assess(const topology::Hca& hca);
+inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }
+
+// What a container holding some HCAs gets (device-plugin Allocate, a DRA claim's CDI device),
+// before it becomes protobuf or CDI JSON.
+struct ContainerAllocation {
+  struct Spec {
+    std::string container_path;
+    std::string host_path;
+    std::string permissions;
+  };
+  std::vector<Spec> devices;
+  std::map<std::string, std::string> envs;
+};
+
+// DeviceSpecs ("rw", host path = container path) for each of the HCA's device nodes that is
+// present in its char_devices (uverbsN, umadN, issmN, in that order), then
+// /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form),
+// RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI, in the order given.
+ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
+                                    bool with_rdma_cm);
+
+}  // namespace rdp::hca

@@ -1,0 +1,161 @@
+#include "metrics/http_server.h"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <exception>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "civetweb.h"
+#include "metrics/metrics.h"
+
+namespace rdp::metrics {
+namespace {
+
+constexpr char kFlag[] = "--metrics-address";
+// Worker threads: a Prometheus, a kubelet probe and a person with curl at once, with room.
+constexpr char kThreads[] = "4";
+// A client that sends its request slowly gives up its thread after this long.
+constexpr char kRequestTimeoutMs[] = "5000";
+
+absl::Status Bad(std::string_view address, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(kFlag, " '", std::string(address), "': ", std::string(why)));
+}
+
+std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("server"); }
+
+void InitLibrary() {
+  static std::once_flag once;
+  std::call_once(once, [] { mg_init_library(0); });
+}
+
+bool IsGet(struct mg_connection* conn) {
+  const struct mg_request_info* info = mg_get_request_info(conn);
+  return info && info->request_method &&
+         (std::strcmp(info->request_method, "GET") == 0 ||
+          std::strcmp(info->request_method, "HEAD") == 0);
+}
+
+int Reply(struct mg_connection* conn, int code, const char* type, const std::string& body) {
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            code, mg_get_response_code_text(conn, code), type, body.size());
+  const struct mg_request_info* info = mg_get_request_info(conn);
+  if (!(info && info->request_method && std::strcmp(info->request_method, "HEAD") == 0)) {
+    mg_write(conn, body.data(), body.size());
+  }
+  return code;
+}
+
+int LogMessage(const struct mg_connection*, const char* message) {
+  Log()->debug("metrics http: {}", message);
+  return 1;  // not civetweb's own log
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ParseListenAddress(std::string_view address) {
+  const std::size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return Bad(address, "not HOST:PORT");
+  std::string_view host = address.substr(0, colon);
+  const std::string_view port_text = address.substr(colon + 1);
+  int port = -1;
+  if (port_text.empty() || port_text.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(port_text), &port) || port > 65535) {
+    return Bad(address, "the port is not a number from 0 to 65535");
+  }
+  if (host.empty()) return std::to_string(port);  // every IPv4 interface
+  if (host == "localhost") host = "127.0.0.1";
+  const std::string h(host);
+  if (host.front() == '[' && host.back() == ']') {
+    struct in6_addr v6;
+    if (::inet_pton(AF_INET6, h.substr(1, h.size() - 2).c_str(), &v6) != 1) {
+      return Bad(address, "not an IPv6 address in brackets");
+    }
+    if (!mg_check_feature(MG_FEATURES_IPV6)) {
+      return Bad(address, "this build's HTTP server has no IPv6");
+    }
+    return absl::StrCat(h, ":", port);
+  }
+  struct in_addr v4;
+  if (::inet_pton(AF_INET, h.c_str(), &v4) != 1) {
+    return Bad(address, "the host is not an IPv4 address, [IPv6], localhost or empty");
+  }
+  return absl::StrCat(h, ":", port);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    std::string_view address, Render render) {
+  absl::StatusOr<std::string> ports = ParseListenAddress(address);
+  if (!ports.ok()) return ports.status();
+  InitLibrary();
+  std::string host = "0.0.0.0";
+  if (const std::size_t colon = ports->rfind(':'); colon != std::string::npos) {
+    host = ports->substr(0, colon);
+  }
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render), host));
+  const char* options[] = {"listening_ports",    ports->c_str(),
+                           "num_threads",        kThreads,
+                           "request_timeout_ms", kRequestTimeoutMs,
+                           "enable_keep_alive",  "no",
+                           nullptr};
+  struct mg_callbacks callbacks;
+  std::memset(&callbacks, 0, sizeof callbacks);
+  callbacks.log_message = LogMessage;
+  struct mg_init_data init;
+  std::memset(&init, 0, sizeof init);
+  init.callbacks = &callbacks;
+  init.user_data = server.get();
+  init.configuration_options = options;
+  struct mg_error_data error;
+  char text[256] = {};
+  std::memset(&error, 0, sizeof error);
+  error.text = text;
+  error.text_buffer_size = sizeof text;
+  server->context_ = mg_start2(&init, &error);
+  if (server->context_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat(kFlag, " '", std::string(address), "': cannot listen: ", text[0] ? text : "unknown error"));
+  }
+  struct mg_server_port bound[4];
+  std::memset(bound, 0, sizeof bound);
+  const int n = mg_get_server_ports(server->context_, 4, bound);
+  if (n < 1 || bound[0].port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat(kFlag, " '", std::string(address), "': listening, but on no port civetweb reports"));
+  }
+  server->port_ = bound[0].port;
+  mg_set_request_handler(server->context_, "/metrics$", &MetricsHttpServer::HandleMetrics,
+                         server.get());
+  mg_set_request_handler(server->context_, "/healthz$", &MetricsHttpServer::HandleHealthz,
+                         server.get());
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (context_) mg_stop(context_);
+}
+
+int MetricsHttpServer::HandleMetrics(struct mg_connection* conn, void* self) {
+  if (!IsGet(conn)) return Reply(conn, 405, "text/plain", "GET /metrics\n");
+  std::string body;
+  try {
+    body = static_cast<MetricsHttpServer*>(self)->render_();
+  } catch (const std::exception& e) {
+    Log()->error("metrics: rendering a scrape failed: {}", e.what());
+    return Reply(conn, 500, "text/plain", "rendering the metrics failed\n");
+  }
+  return Reply(conn, 200, kExpositionContentType, body);
+}
+
+int MetricsHttpServer::HandleHealthz(struct mg_connection* conn, void*) {
+  if (!IsGet(conn)) return Reply(conn, 405, "text/plain", "GET /healthz\n");
+  return Reply(conn, 200, "text/plain", "ok\n");
+}
+
+}  // namespace rdp::metrics

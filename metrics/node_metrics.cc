@@ -1,0 +1,173 @@
+#include "metrics/node_metrics.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rdp::metrics {
+namespace {
+
+
+// The port counters read from ports/<n>/counters/<file>: (file, metric, help, scale). The data
+// counters count 4-octet words (the InfiniBand PortCounters attribute), hence the 4.
+struct PortCounter {
+  const char* file;
+  const char* metric;
+  const char* help;
+  std::uint64_t scale;
+};
+constexpr PortCounter kPortCounters[] = {
+    {"port_rcv_data", "port_data_received_bytes_total",
+     "Bytes received on the port (sysfs counters/port_rcv_data x 4).", 4},
+    {"port_xmit_data", "port_data_transmitted_bytes_total",
+     "Bytes transmitted on the port (sysfs counters/port_xmit_data x 4).", 4},
+    {"port_rcv_packets", "port_packets_received_total",
+     "Packets received on the port (sysfs counters/port_rcv_packets).", 1},
+    {"port_xmit_packets", "port_packets_transmitted_total",
+     "Packets transmitted on the port (sysfs counters/port_xmit_packets).", 1},
+    {"symbol_error", "port_symbol_errors_total",
+     "Minor link errors detected on the port's physical lanes (sysfs counters/symbol_error).", 1},
+    {"link_downed", "port_link_downed_total",
+     "Times the port's link went down after failing to recover (sysfs counters/link_downed).", 1},
+    {"port_rcv_errors", "port_receive_errors_total",
+     "Packets with errors received on the port (sysfs counters/port_rcv_errors).", 1},
+};
+
+std::string NumaLabel(const std::optional<int>& numa) {
+  return numa ? std::to_string(*numa) : "unknown";
+}
+
+// "<namespace>/<pod>/<container>" split; the names cannot hold '/'.
+std::array<std::string, 3> SplitKey(const std::string& key) {
+  std::array<std::string, 3> parts;
+  std::size_t start = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t slash = i < 2 ? key.find('/', start) : std::string::npos;
+    parts[i] = key.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return parts;
+}
+
+void WritePortCounters(const NodeMetricsInput& node, Env& env, Exposition& out) {
+  if (!node.topology) return;
+  // Read every file once, then write family by family (the format groups a family's samples).
+  struct Read {
+    const topology::Hca* hca;
+    std::string port;
+    std::array<std::optional<std::uint64_t>, std::size(kPortCounters)> values;
+  };
+  std::vector<Read> reads;
+  for (const topology::Hca& hca : node.topology->hcas()) {
+    for (const topology::Port& port : hca.ports) {
+      Read r{&hca, std::to_string(port.number), {}};
+      const std::string dir = absl::StrCat("/sys/class/infiniband/", hca.name, "/ports/",
+                                           port.number, "/counters/");
+      for (std::size_t i = 0; i < std::size(kPortCounters); ++i) {
+        std::optional<std::string> text = ReadAttribute(env, dir + kPortCounters[i].file);
+        std::uint64_t v = 0;
+        if (text && absl::SimpleAtoi(*text, &v)) r.values[i] = v * kPortCounters[i].scale;
+      }
+      reads.push_back(std::move(r));
+    }
+  }
+  for (std::size_t i = 0; i < std::size(kPortCounters); ++i) {
+    bool opened = false;
+    for (const Read& r : reads) {
+      if (!r.values[i]) continue;
+      if (!opened) {
+        out.Family(Name(kPortCounters[i].metric), kPortCounters[i].help,
+                   Exposition::Type::kCounter);
+        opened = true;
+      }
+      out.Sample({{"hca", r.hca->name}, {"port", r.port}}, static_cast<double>(*r.values[i]));
+    }
+  }
+}
+
+void WriteAllocations(const NodeMetricsInput& node, Exposition& out) {
+  std::map<std::string, std::string> names;  // PCI -> HCA name
+  for (const hca::AdvertisedHca& h : node.hcas) names[h.pci] = h.name;
+  struct Held {
+    std::array<std::string, 3> who;
+    std::string pci;
+  };
+  std::vector<Held> exclusive;
+  std::vector<std::pair<std::array<std::string, 3>, int>> shared;
+  for (const auto& [key, ids] : node.holders) {
+    int units = 0;
+    for (const std::string& id : ids) {
+      if (std::optional<std::string> pci = topology::NormalizePci(id)) {
+        if (names.count(*pci)) exclusive.push_back({SplitKey(key), *pci});
+      } else {
+        ++units;
+      }
+    }
+    if (units > 0) shared.emplace_back(SplitKey(key), units);
+  }
+  out.Family(Name("hca_allocated"),
+             "1 for each container that holds the HCA as an exclusive device (pod-resources).",
+             Exposition::Type::kGauge);
+  for (const Held& h : exclusive) {
+    out.Sample({{"hca", names[h.pci]},
+                {"pci", h.pci},
+                {"namespace", h.who[0]},
+                {"pod", h.who[1]},
+                {"container", h.who[2]}},
+               1);
+  }
+  out.Family(Name("shared_allocated"),
+             "Shared-mode units each container holds; such a container sees every HCA "
+             "(pod-resources).",
+             Exposition::Type::kGauge);
+  for (const auto& [who, units] : shared) {
+    out.Sample({{"namespace", who[0]}, {"pod", who[1]}, {"container", who[2]}}, units);
+  }
+}
+
+}  // namespace
+
+void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, Exposition& out) {
+  out.Family(Name("hca_healthy"),
+             "1 when the HCA is present, every port is ACTIVE and its device nodes exist; 0 "
+             "otherwise (a vanished HCA stays listed until forgotten).",
+             Exposition::Type::kGauge);
+  for (const hca::AdvertisedHca& h : node.hcas) {
+    out.Sample({{"hca", h.name}, {"pci", h.pci}}, h.present && h.healthy ? 1 : 0);
+  }
+  out.Family(Name("hca_withheld"),
+             "1 when the HCA is not offered because containers may still hold it under the "
+             "other mode, or the kubelet's pod list is not known yet.",
+             Exposition::Type::kGauge);
+  for (const hca::AdvertisedHca& h : node.hcas) {
+    out.Sample({{"hca", h.name}, {"pci", h.pci}}, node.withheld.count(h.pci) ? 1 : 0);
+  }
+  out.Family(Name("hca_info"),
+             "Where each present HCA sits: NUMA node, PCIe root and switch, link layer of its "
+             "first port, and the plugin's mode. Always 1.",
+             Exposition::Type::kInfo);
+  if (node.topology) {
+    for (const topology::Hca& h : node.topology->hcas()) {
+      const std::string numa = NumaLabel(h.place.numa);
+      out.Sample({{"hca", h.name},
+                  {"pci", h.place.pci},
+                  {"numa_node", numa},
+                  {"pcie_root", h.place.pcie_root},
+                  {"pcie_switch", h.place.Switch()},
+                  {"link_layer", h.ports.empty() ? "" : h.ports.front().link_layer},
+                  {"mode", hca::ModeName(node.mode)}},
+                 1);
+    }
+  }
+  out.Family(Name("pod_resources_known"),
+             "1 once the kubelet's pod list has been read; until then no allocation is shown.",
+             Exposition::Type::kGauge);
+  out.Sample({}, node.pods_known ? 1 : 0);
+  WriteAllocations(node, out);
+  WritePortCounters(node, env, out);
+}
+
+}  // namespace rdp::metrics

@@ -1,0 +1,48 @@
+#pragma once
+
+// What a server needs to notice that its unix socket, or the directory it lives in, was removed
+// or replaced (a kubelet restart wiping its directory): file identities that survive tmpfs's
+// inode reuse, and the events of a non-blocking inotify descriptor. Shared by the device-plugin
+// lifecycle (PluginServer) and the DRA driver's (dra::DraServer).
+
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace rdp::serving {
+
+// Blocks until `stop_fd` is readable (a signalfd: OK) or `fatal_fd` is (an eventfd a background
+// thread wrote when it could not go on: `fatal()`, its error). Internal naming errno when poll(2)
+// fails. The serving lifecycles' Wait (PluginServer, dra::DraServer).
+absl::Status WaitForStopOrFatal(int stop_fd, int fatal_fd,
+                                const std::function<absl::Status()>& fatal);
+
+// Identity of a file: inode plus change time, since tmpfs reuses a freed inode number at once.
+// 0 when the file does not exist.
+std::uint64_t FileId(const std::string& path);
+
+// Identity of a directory (device and inode), 0 when there is none (or it is no directory).
+std::uint64_t DirId(const std::string& path);
+
+// Reads the queued events of a non-blocking inotify descriptor; calls on_event(mask, name) for
+// each (name "" for the watched directory itself).
+template <typename F>
+void ReadInotifyEvents(int fd, F on_event) {
+  alignas(struct inotify_event) char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n;) {
+      const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
+      off += sizeof(struct inotify_event) + ev->len;
+      on_event(ev->mask, ev->len == 0 ? std::string() : std::string(ev->name));
+    }
+  }
+}
+
+}  // namespace rdp::serving

@@ -1,0 +1,398 @@
+// What the device plugin exports (deviceplugin/plugin_metrics.h, metrics/node_metrics.h) on
+// fixture nodes: port counters with known values, an HCA down, a container holding an HCA
+// through the fake pod-resources server, each allocation's alignment with the container's GPUs,
+// and the built binary's endpoint fetched with libcurl. The exposition format and the HTTP
+// endpoint alone: test/metrics.
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "deviceplugin/node_state.h"
+#include "metrics/metrics.h"
+#include "metrics/node_metrics.h"
+#include "test/deviceplugin/test_node.h"
+#include "test/support/child.h"
+#include "test/support/http_get.h"
+
+namespace rdp::deviceplugin {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The lines of a scrape, for exact-line checks.
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+bool HasLine(const std::string& text, const std::string& line) {
+  for (const std::string& l : Lines(text)) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+// --- Alignment ---
+
+topology::PciPlacement Place(const std::string& pci, int numa, const std::string& root,
+                             std::vector<topology::Bridge> bridges) {
+  topology::PciPlacement p;
+  p.pci = pci;
+  p.numa = numa;
+  p.pcie_root = root;
+  p.bridges = std::move(bridges);
+  p.bridges_known = true;
+  return p;
+}
+
+TEST(AlignmentTest, WorstHcaToItsNearestGpu) {
+  const std::vector<topology::Bridge> sw = {{"0000:15:01.0", ""}, {"0000:16:00.0", "sw1"}};
+  topology::Hca near, far;
+  near.name = "mlx5_0";
+  near.place = Place("0000:1a:00.0", 0, "pci0000:15", sw);
+  far.name = "mlx5_2";
+  far.place = Place("0000:9a:00.0", 1, "pci0000:97", {});
+  topology::Gpu gpu;
+  gpu.place = Place("0000:1b:00.0", 0, "pci0000:15", sw);
+  const topology::Topology topo({0, 1}, {near, far}, {gpu});
+  EXPECT_EQ(AllocationAlignment(topo, {"0000:1a:00.0"}, {"0000:1b:00.0"}),
+            topology::PathClass::kPIX);
+  EXPECT_EQ(AllocationAlignment(topo, {"0000:9a:00.0"}, {"0000:1b:00.0"}),
+            topology::PathClass::kSYS);
+  EXPECT_EQ(AllocationAlignment(topo, {"0000:1a:00.0", "0000:9a:00.0"}, {"0000:1b:00.0"}),
+            topology::PathClass::kSYS);
+  EXPECT_EQ(AllocationAlignment(topo, {"0000:1a:00.0"}, {}), std::nullopt);
+  EXPECT_EQ(AllocationAlignment(topo, {"0000:1a:00.0"}, {"0000:ff:00.0"}), std::nullopt);
+}
+
+// --- The plugin's metrics on a fixture node ---
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+class NodeMetricsTest : public ::testing::Test {
+ protected:
+  std::string Scrape(const NodeState& state) {
+    metrics::Exposition out;
+    state.WriteMetrics(out);
+    return out.Take();
+  }
+
+  testing::TestNode node_;
+};
+
+TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
+  // mlx5_1's counters as a test sets them; the others keep the fixture's defaults.
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "port_rcv_data", 250).ok());
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "port_xmit_data", 1000).ok());
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "symbol_error", 7).ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  NodeState state(config, node_.Deps());
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
+  state.Poll();
+  const std::string text = Scrape(state);
+
+  // Words of 4 octets: 250 words are 1000 bytes.
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_1\",port=\"1\"}"
+                      " 1000"))
+      << text;
+  EXPECT_TRUE(HasLine(
+      text,
+      "rdma_device_plugin_port_data_transmitted_bytes_total{hca=\"mlx5_1\",port=\"1\"} 4000"));
+  EXPECT_TRUE(
+      HasLine(text, "rdma_device_plugin_port_symbol_errors_total{hca=\"mlx5_1\",port=\"1\"} 7"));
+  // The fixture's defaults for the first HCA laid out: 1000001 words received.
+  EXPECT_TRUE(HasLine(
+      text,
+      "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_0\",port=\"1\"} 4000004"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_port_packets_transmitted_total{hca=\"mlx5_2\",port=\"1\"} 60000"));
+  EXPECT_TRUE(
+      HasLine(text, "rdma_device_plugin_port_link_downed_total{hca=\"mlx5_3\",port=\"1\"} 3"));
+
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_3\",pci=\"0000:ba:00.0\"} 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_withheld{hca=\"mlx5_3\",pci=\"0000:ba:00.0\"} 0"));
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_hca_info{hca=\"mlx5_2\",pci=\"0000:9a:00.0\","
+                      "numa_node=\"1\",pcie_root=\"pci0000:97\",pcie_switch=\"\","
+                      "link_layer=\"InfiniBand\",mode=\"exclusive\"} 1"));
+  // No pod-resources source: no allocation is known.
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 0"));
+  EXPECT_THAT(text, Not(HasSubstr("rdma_device_plugin_hca_allocated{")));
+  // Discovery at Init, and again when the poll saw a port state differ from the snapshot's.
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_discovery_duration_seconds_count 2"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 1"));
+}
+
+TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
+  Config config = node_.MakeConfig(hca::Mode::kShared);
+  NodeState state(config, node_.Deps());
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_1").ok());
+  state.Poll();
+  const std::string text = Scrape(state);
+  EXPECT_THAT(text, Not(HasSubstr("hca=\"mlx5_1\",port=")));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 1"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_discovery_duration_seconds_count 2"));
+}
+
+// A scrape reads sysfs with bounded, non-blocking reads: a FIFO where a counter should be (a
+// read would wait for a writer forever) and a value that is not a number give no series, and
+// the scrape still answers.
+TEST_F(NodeMetricsTest, CountersThatCannotBeReadHaveNoSeries) {
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  NodeState state(config, node_.Deps());
+  ASSERT_TRUE(state.Init().ok());
+  const std::string dir = node_.dir().Sub("node") + "/sys/class/infiniband/mlx5_2/ports/1/counters/";
+  ASSERT_EQ(::unlink((dir + "port_rcv_data").c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir + "port_rcv_data").c_str(), 0600), 0);
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_2", 1, "symbol_error", 0).ok());
+  std::ofstream(dir + "symbol_error", std::ios::trunc) << "not a number\n";
+  const std::string text = Scrape(state);
+  EXPECT_THAT(text, Not(HasSubstr("port_data_received_bytes_total{hca=\"mlx5_2\"")));
+  EXPECT_THAT(text, Not(HasSubstr("port_symbol_errors_total{hca=\"mlx5_2\"")));
+  EXPECT_TRUE(HasLine(
+      text,
+      "rdma_device_plugin_port_data_transmitted_bytes_total{hca=\"mlx5_2\",port=\"1\"} 24000004"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_3\",port=\"1\"} 16000004"));
+}
+
+TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"team-a/train-0/main", {{"rdma/hca", {"0000:9a:00.0", "0000:BA:00.0"}}}},
+            {"team-b/infer-1/server", {{"rdma/hca", {"shared-4", "shared-9"}}}},
+            {"team-c/cpu/only", {{"cpu.example.com/x", {"x"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.pod_resources_socket = socket;
+  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  const std::string text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 1"));
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_hca_allocated{hca=\"mlx5_2\",pci=\"0000:9a:00.0\","
+                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"))
+      << text;
+  // Any spelling of the PCI address counts as the HCA.
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_hca_allocated{hca=\"mlx5_3\",pci=\"0000:ba:00.0\","
+                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_shared_allocated{namespace=\"team-b\",pod=\"infer-1\","
+                      "container=\"server\"} 2"));
+  EXPECT_THAT(text, Not(HasSubstr("team-c")));
+  // The shared holder sees every HCA: exclusive mode withholds them all.
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_withheld{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"));
+
+  // The container is gone at the next List: so are its series.
+  pods.Set({});
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  EXPECT_THAT(Scrape(state), Not(HasSubstr("train-0")));
+}
+
+TEST_F(NodeMetricsTest, PodResourcesErrorsAreCounted) {
+  const std::string socket = node_.dir().Sub("absent.sock");  // nobody serves it
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.pod_resources_socket = socket;
+  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(state.Init().ok());
+  EXPECT_FALSE(state.RefreshPodsAndWait());
+  EXPECT_FALSE(state.RefreshPodsAndWait());
+  EXPECT_TRUE(HasLine(Scrape(state), "rdma_device_plugin_pod_resources_errors_total 2"));
+}
+
+// Exclusive allocations are counted by their path to the GPUs of the container being admitted
+// (a GPU under mlx5_2's PCIe root): PHB for mlx5_2, SYS for mlx5_0 across the sockets, unknown
+// when no container with GPUs is being admitted.
+TEST_F(NodeMetricsTest, AllocationAlignmentByPathClass) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.pod_resources_socket = socket;
+  NodeSources deps = node_.Deps(NewGrpcPodResources(socket));
+  std::shared_ptr<Env> env = node_.NodeEnv();
+  deps.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
+    auto hcas = topology::ReadSysfsHcas(*env);
+    if (!hcas.ok()) return hcas.status();
+    topology::Gpu gpu;
+    gpu.place = Place("0000:9b:00.0", 1, "pci0000:97", {});
+    return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
+                                                      std::vector<topology::Gpu>{gpu});
+  };
+  NodeState state(config, std::move(deps));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  ASSERT_TRUE(state.Allocate({"0000:9a:00.0"}).ok());  // no container with GPUs: unknown
+  pods.Set({{"team-a/train-0/main", {{"nvidia.com/gpu", {"0000:9b:00.0"}}}}});
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  ASSERT_TRUE(state.Allocate({"0000:9a:00.0"}).ok());
+  ASSERT_TRUE(state.Allocate({"0000:1a:00.0"}).ok());
+  ASSERT_TRUE(state.Allocate({"0000:1a:00.0", "0000:9a:00.0"}).ok());
+  EXPECT_FALSE(state.Allocate({"0000:ff:00.0"}).ok());  // refused: not counted
+  const std::string text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"PIX\"} 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"PHB\"} 1"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"SYS\"} 2"));
+  EXPECT_TRUE(
+      HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"))
+      << text;
+}
+
+// Scrapes while allocations, pod-list refreshes and health polls run on other threads (under
+// TSan, scripts/sanitize.sh thread, this is the test that shows a scrape shares nothing
+// unguarded with them): every scrape is whole, one healthy series per HCA.
+TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"team-a/train-0/main", {{"rdma/hca", {"0000:9a:00.0"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.pod_resources_socket = socket;
+  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    while (!stop) {
+      (void)state.Allocate({"0000:1a:00.0"});
+      (void)state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1);
+    }
+  });
+  threads.emplace_back([&] {
+    while (!stop) state.RefreshPodsAndWait();
+  });
+  threads.emplace_back([&] {
+    for (int i = 0; !stop; ++i) {
+      (void)node_.fixture().SetPortState("mlx5_3", 1, i % 2 ? "ACTIVE" : "DOWN");
+      state.Poll();
+    }
+  });
+  int scrapes = 0;
+  for (; scrapes < 200; ++scrapes) {
+    const std::string text = Scrape(state);
+    int healthy = 0;
+    bool well_formed = true;
+    for (const std::string& line : Lines(text)) {
+      if (absl::StartsWith(line, "rdma_device_plugin_hca_healthy{")) ++healthy;
+      well_formed = well_formed && (absl::StartsWith(line, "# HELP rdma_device_plugin_") ||
+                                    absl::StartsWith(line, "# TYPE rdma_device_plugin_") ||
+                                    absl::StartsWith(line, "rdma_device_plugin_"));
+    }
+    if (healthy != 4 || !well_formed) break;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(scrapes, 200);
+}
+
+// --- The built binary, scraped over HTTP ---
+
+// The port of the "metrics: serving on HOST:PORT" line, or 0.
+int ServedPort(const std::string& output) {
+  constexpr char kLine[] = "metrics: serving on 127.0.0.1:";
+  const std::size_t at = output.find(kLine);
+  if (at == std::string::npos) return 0;
+  return std::atoi(output.c_str() + at + sizeof(kLine) - 1);
+}
+
+TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
+  testing::TestNode node;
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  const std::string socket = node.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"team-a/train-0/main", {{"rdma/hca", {"0000:3a:00.0"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  rdp::testing::Child::Options options;
+  options.env["RDP_METRICS_ADDRESS"] = "127.0.0.1:0";  // the flag's environment variable
+  rdp::testing::Child plugin(
+      RDP_BINARY, {"--mode", "exclusive", "--sysfs-root", config.discovery.sysfs_root,
+                   "--dev-root", config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir,
+                   "--health-interval", "100ms", "--pod-resources-socket", socket},
+      options);
+  ASSERT_TRUE(plugin.running());
+  ASSERT_TRUE(plugin.WaitForOutput("metrics: serving on 127.0.0.1:", kWait));
+  const int port = ServedPort(plugin.output());
+  ASSERT_GT(port, 0) << plugin.output();
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  // A GetPreferredAllocation and an Allocate, so that their latencies are measured.
+  auto stub = kubelet.PluginStub();
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    v1beta1::PreferredAllocationResponse response;
+    ASSERT_TRUE(stub->GetPreferredAllocation(
+                        &context, PreferredRequest({"0000:1a:00.0", "0000:9a:00.0"}, {}, 1),
+                        &response)
+                    .ok());
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    v1beta1::AllocateRequest request;
+    request.add_container_requests()->add_devices_ids("0000:1a:00.0");
+    v1beta1::AllocateResponse response;
+    ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
+  }
+
+  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  ASSERT_EQ(scrape.code, 200);
+  const std::string& text = scrape.body;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total 1")) << text;
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_hca_allocated{hca=\"mlx5_1\",pci=\"0000:3a:00.0\","
+                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
+  EXPECT_TRUE(HasLine(
+      text,
+      "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_1\",port=\"1\"} 8000004"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"Allocate\"} 1"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"GetPreferredAllocation\"} 1"));
+  EXPECT_TRUE(HasLine(text,
+                      "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"));
+  EXPECT_EQ(rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/healthz").body, "ok\n");
+
+  // promtool (Debian's prometheus package, scripts/install-deps.sh) holds the scrape to the
+  // format; without it, the checks above stand alone.
+  if (::access("/usr/bin/promtool", X_OK) == 0) {
+    const std::string file = node.dir().Sub("scrape.txt");
+    std::ofstream(file) << text;
+    rdp::testing::Child promtool("/bin/sh", {"-c", "/usr/bin/promtool check metrics < " + file});
+    EXPECT_EQ(promtool.Wait(kWait), 0) << promtool.output();
+  }
+
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 0);
+}
+
+TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
+  for (const char* bad : {"nowhere", "127.0.0.1:99999", "example.com:9402"}) {
+    rdp::testing::Child plugin(RDP_BINARY, {"--metrics-address", bad});
+    EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << bad;
+    EXPECT_NE(plugin.output().find("--metrics-address"), std::string::npos) << plugin.output();
+  }
+}
+
+}  // namespace
+}  // namespace rdp::deviceplugin

@@ -1,0 +1,529 @@
+// The plugin against the kubelet simulator over real unix sockets in a temp dir. Every wait is
+// bounded (condition variables / stream reads with deadlines); no test asserts a timing.
+
+#include "deviceplugin/plugin_server.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "sim/kubelet_sim.h"
+#include "deviceplugin/probe.h"
+#include "test/deviceplugin/test_node.h"
+
+namespace rdp::deviceplugin {
+namespace {
+
+using testing::TestNode;
+using Devices = KubeletSim::Devices;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+std::map<std::string, std::string> Health(const Devices& d) {
+  std::map<std::string, std::string> out;
+  for (const auto& x : d) out[x.id()] = x.health();
+  return out;
+}
+
+auto HealthIs(const std::string& id, const std::string& health) {
+  return [id, health](const Devices& d) {
+    auto h = Health(d);
+    return h.count(id) && h[id] == health;
+  };
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+class PluginServerTest : public ::testing::Test {
+ protected:
+  void StartAll(hca::Mode mode, std::unique_ptr<PodResourcesSource> pods = nullptr,
+                const std::function<void(Config&)>& tune = nullptr) {
+    config_ = node_.MakeConfig(mode);
+    if (tune) tune(config_);
+    kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
+    ASSERT_TRUE(kubelet_->Start().ok());
+    plugin_ = std::make_unique<PluginServer>(config_, node_.Deps(std::move(pods)));
+    ASSERT_TRUE(plugin_->Start().ok());
+    ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+    stub_ = kubelet_->PluginStub();
+  }
+
+  grpc::Status Allocate(const std::vector<std::vector<std::string>>& containers,
+                        v1beta1::AllocateResponse* response) {
+    v1beta1::AllocateRequest request;
+    for (const auto& ids : containers) {
+      auto* c = request.add_container_requests();
+      for (const auto& id : ids) c->add_devices_ids(id);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    return stub_->Allocate(&context, request, response);
+  }
+
+  grpc::Status Prefer(const std::vector<std::string>& available,
+                      const std::vector<std::string>& must, int size,
+                      std::vector<std::string>* out) {
+    v1beta1::PreferredAllocationRequest request = PreferredRequest(available, must, size);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    v1beta1::PreferredAllocationResponse response;
+    grpc::Status s = stub_->GetPreferredAllocation(&context, request, &response);
+    if (s.ok() && out != nullptr) {
+      out->assign(response.container_responses(0).deviceids().begin(),
+                  response.container_responses(0).deviceids().end());
+    }
+    return s;
+  }
+
+  TestNode node_;
+  Config config_;
+  std::unique_ptr<KubeletSim> kubelet_;
+  std::unique_ptr<PluginServer> plugin_;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub_;
+};
+
+const std::vector<std::string> kPcis = {"0000:1a:00.0", "0000:3a:00.0", "0000:9a:00.0",
+                                        "0000:ba:00.0"};
+
+TEST_F(PluginServerTest, RegistersWithTheKubelet) {
+  StartAll(hca::Mode::kExclusive);
+  auto reg = kubelet_->WaitForRegistration(0, kWait);
+  EXPECT_EQ(reg->version, "v1beta1");
+  EXPECT_EQ(reg->endpoint, "rdma-hca.sock");
+  EXPECT_EQ(reg->resource_name, "rdma/hca");
+  EXPECT_TRUE(reg->get_preferred_allocation_available);
+  EXPECT_FALSE(reg->pre_start_required);
+  EXPECT_TRUE(Exists(config_.SocketPath()));
+
+  grpc::ClientContext context;
+  v1beta1::DevicePluginOptions options;
+  ASSERT_TRUE(stub_->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+  EXPECT_FALSE(options.pre_start_required());
+  grpc::ClientContext pre;
+  v1beta1::PreStartContainerResponse pre_response;
+  EXPECT_TRUE(stub_->PreStartContainer(&pre, v1beta1::PreStartContainerRequest(), &pre_response)
+                  .ok());
+  EXPECT_TRUE(Probe(config_.SocketPath(), absl::Seconds(5)).ok());
+}
+
+TEST_F(PluginServerTest, RegistersWhenTheKubeletComesLater) {
+  config_ = node_.MakeConfig(hca::Mode::kShared);
+  plugin_ = std::make_unique<PluginServer>(config_, node_.Deps());
+  ASSERT_TRUE(plugin_->Start().ok());
+  KubeletSim kubelet(config_.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  EXPECT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+}
+
+TEST_F(PluginServerTest, ListAndWatchExclusive) {
+  StartAll(hca::Mode::kExclusive);
+  auto devices = kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait);
+  ASSERT_TRUE(devices.has_value());
+  for (size_t i = 0; i < devices->size(); ++i) {
+    const auto& d = (*devices)[i];
+    EXPECT_EQ(d.id(), kPcis[i]);
+    EXPECT_EQ(d.health(), "Healthy");
+    ASSERT_EQ(d.topology().nodes_size(), 1);
+    EXPECT_EQ(d.topology().nodes(0).id(), i < 2 ? 0 : 1);
+  }
+}
+
+TEST_F(PluginServerTest, ListAndWatchShared) {
+  StartAll(hca::Mode::kShared);
+  auto devices = kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 1000; }, kWait);
+  ASSERT_TRUE(devices.has_value());
+  std::set<std::string> ids;
+  for (const auto& d : *devices) {
+    ids.insert(d.id());
+    EXPECT_EQ(d.health(), "Healthy");
+    EXPECT_FALSE(d.has_topology());
+  }
+  EXPECT_EQ(ids.size(), 1000u);
+}
+
+TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
+  auto cards = testing::FourCards();
+  cards[2].numa = -1;
+  TestNode node(cards);
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  PluginServer plugin(config, node.Deps());
+  ASSERT_TRUE(plugin.Start().ok());
+  auto devices = kubelet.WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait);
+  ASSERT_TRUE(devices.has_value());
+  for (const auto& d : *devices) EXPECT_FALSE(d.has_topology()) << d.id();
+}
+
+TEST_F(PluginServerTest, SeveralStreamsAllSeeChanges) {
+  StartAll(hca::Mode::kExclusive);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>>> readers;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    readers.push_back(stub_->ListAndWatch(contexts.back().get(), v1beta1::Empty()));
+    v1beta1::ListAndWatchResponse first;
+    ASSERT_TRUE(readers.back()->Read(&first));
+    EXPECT_EQ(first.devices_size(), 4);
+  }
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+  for (auto& reader : readers) {
+    v1beta1::ListAndWatchResponse next;
+    bool saw_unhealthy = false;
+    while (!saw_unhealthy && reader->Read(&next)) {
+      saw_unhealthy = Health({next.devices().begin(), next.devices().end()})["0000:3a:00.0"] ==
+                      "Unhealthy";
+    }
+    EXPECT_TRUE(saw_unhealthy);
+  }
+  for (auto& c : contexts) c->TryCancel();
+  for (auto& r : readers) r->Finish();
+}
+
+TEST_F(PluginServerTest, PortDownIsUnhealthyThenRecovers) {
+  StartAll(hca::Mode::kExclusive);
+  ASSERT_TRUE(kubelet_->WaitForDevices(HealthIs("0000:3a:00.0", "Healthy"), kWait));
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+  auto down = kubelet_->WaitForDevices(HealthIs("0000:3a:00.0", "Unhealthy"), kWait);
+  ASSERT_TRUE(down.has_value());
+  EXPECT_EQ(Health(*down)["0000:1a:00.0"], "Healthy");
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
+  EXPECT_TRUE(kubelet_->WaitForDevices(HealthIs("0000:3a:00.0", "Healthy"), kWait));
+}
+
+TEST_F(PluginServerTest, SharedStaysHealthyWhileOneHcaIs) {
+  StartAll(hca::Mode::kShared);
+  for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2"}) {
+    ASSERT_TRUE(node_.fixture().SetPortState(name, 1, "DOWN").ok());
+  }
+  ASSERT_TRUE(node_.fixture().RemoveUverbs("mlx5_3").ok());
+  EXPECT_TRUE(kubelet_->WaitForDevices(HealthIs("shared-0", "Unhealthy"), kWait));
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_2", 1, "ACTIVE").ok());
+  EXPECT_TRUE(kubelet_->WaitForDevices(HealthIs("shared-999", "Healthy"), kWait));
+}
+
+TEST_F(PluginServerTest, HcaRemovedStaysListedUnhealthyAndReturns) {
+  StartAll(hca::Mode::kExclusive);
+  ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_2").ok());
+  auto gone = kubelet_->WaitForDevices(HealthIs("0000:9a:00.0", "Unhealthy"), kWait);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->size(), 4u);
+  // Still listed with its NUMA node.
+  for (const auto& d : *gone) EXPECT_TRUE(d.has_topology()) << d.id();
+  // Allocate of a vanished device is refused: the ID is valid, the HCA is not there.
+  v1beta1::AllocateResponse response;
+  EXPECT_EQ(Allocate({{"0000:9a:00.0"}}, &response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+
+  ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_2", "0000:9a:00.0", 1,
+                                                          "pci0000:97")).ok());
+  ASSERT_TRUE(kubelet_->WaitForDevices(HealthIs("0000:9a:00.0", "Healthy"), kWait));
+  ASSERT_TRUE(Allocate({{"0000:9a:00.0"}}, &response).ok());
+  // Re-plugged with a new uverbs number: the allocation uses the fresh snapshot.
+  EXPECT_EQ(response.container_responses(0).devices(0).host_path(), "/dev/infiniband/uverbs4");
+}
+
+TEST_F(PluginServerTest, HcaHotAdded) {
+  StartAll(hca::Mode::kExclusive);
+  ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_4", "0000:cc:00.0", 1,
+                                                          "pci0000:c8")).ok());
+  auto added = kubelet_->WaitForDevices(HealthIs("0000:cc:00.0", "Healthy"), kWait);
+  ASSERT_TRUE(added.has_value());
+  EXPECT_EQ(added->size(), 5u);
+}
+
+TEST_F(PluginServerTest, TwentyKubeletRestarts) {
+  StartAll(hca::Mode::kExclusive);
+  for (int i = 1; i <= 20; ++i) {
+    ASSERT_TRUE(kubelet_->Restart().ok());
+    // The restarted kubelet (not the previous one) got a registration.
+    auto reg = kubelet_->WaitForCurrentRegistration(kWait);
+    ASSERT_TRUE(reg.has_value()) << "restart " << i;
+    EXPECT_EQ(reg->generation, i + 1);
+  }
+  EXPECT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
+  EXPECT_GE(kubelet_->registrations(), 21);
+  // What Prometheus sees of it (docs/metrics.md): each restart seen, each registration made.
+  EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), 20u);
+  EXPECT_EQ(plugin_->node().metrics().registrations.value(),
+            static_cast<std::uint64_t>(plugin_->registrations()));
+  EXPECT_TRUE(Exists(config_.SocketPath()));
+  stub_ = kubelet_->PluginStub();
+  v1beta1::AllocateResponse response;
+  EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
+}
+
+// The kubelet's directory removed and made again, as a node's cleanup or a kubelet reinstall
+// does. The new directory often gets the old one's inode number; the lost watch must still be
+// replaced at once. The periodic check is an hour away here, so only the watch can see each
+// restart in time.
+TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
+  StartAll(hca::Mode::kExclusive, nullptr, [](Config& c) { c.register_backoff_max = absl::Hours(1); });
+  for (int i = 1; i <= 10; ++i) {
+    kubelet_->Stop();
+    // Moved aside first, then removed: the plugin serves again as soon as its socket goes, and
+    // must not be able to write into what is being removed (at most a bind already under way
+    // lands in the moved directory, so a second pass empties it).
+    const std::string aside = config_.kubelet_dir + ".removed";
+    ASSERT_EQ(::rename(config_.kubelet_dir.c_str(), aside.c_str()), 0) << std::strerror(errno);
+    std::error_code ec;
+    for (int pass = 0; pass < 3 && std::filesystem::exists(aside); ++pass) {
+      std::filesystem::remove_all(aside, ec);
+    }
+    ASSERT_FALSE(std::filesystem::exists(aside)) << ec.message();
+    std::filesystem::create_directories(config_.kubelet_dir, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_TRUE(kubelet_->Start().ok());
+    auto reg = kubelet_->WaitForCurrentRegistration(kWait);
+    ASSERT_TRUE(reg.has_value()) << "directory made again " << i << " times";
+  }
+  stub_ = kubelet_->PluginStub();
+  v1beta1::AllocateResponse response;
+  EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
+}
+
+TEST_F(PluginServerTest, OurSocketRemovedServesAgain) {
+  StartAll(hca::Mode::kShared);
+  const int serves = plugin_->serves();
+  ASSERT_EQ(::unlink(config_.SocketPath().c_str()), 0);
+  ASSERT_TRUE(kubelet_->WaitForRegistration(1, kWait).has_value());
+  EXPECT_GT(plugin_->serves(), serves);
+  EXPECT_TRUE(Probe(config_.SocketPath(), absl::Seconds(5)).ok());
+}
+
+TEST_F(PluginServerTest, StopEndsStreamsAndRemovesTheSocket) {
+  StartAll(hca::Mode::kExclusive);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  auto reader = stub_->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  plugin_->Stop();
+  while (reader->Read(&r)) {
+  }
+  EXPECT_TRUE(reader->Finish().ok());  // ended by the server, not by the deadline
+  EXPECT_FALSE(Exists(config_.SocketPath()));
+  EXPECT_FALSE(Probe(config_.SocketPath(), absl::Milliseconds(200)).ok());
+}
+
+TEST_F(PluginServerTest, AllocateExclusive) {
+  StartAll(hca::Mode::kExclusive);
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(Allocate({{"0000:ba:00.0", "0000:1a:00.0"}, {"0000:3a:00.0"}}, &response).ok());
+  ASSERT_EQ(response.container_responses_size(), 2);
+  const auto& c0 = response.container_responses(0);
+  std::vector<std::string> paths;
+  for (const auto& d : c0.devices()) {
+    EXPECT_EQ(d.host_path(), d.container_path());
+    EXPECT_EQ(d.permissions(), "rw");
+    paths.push_back(d.host_path());
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{
+                       "/dev/infiniband/uverbs3", "/dev/infiniband/umad3",
+                       "/dev/infiniband/issm3", "/dev/infiniband/uverbs0",
+                       "/dev/infiniband/umad0", "/dev/infiniband/issm0",
+                       "/dev/infiniband/rdma_cm"}));
+  EXPECT_EQ(c0.envs().at("NCCL_IB_HCA"), "=mlx5_3,mlx5_0");
+  EXPECT_EQ(c0.envs().at("RDMA_HCA_NAMES"), "mlx5_3,mlx5_0");
+  EXPECT_EQ(c0.envs().at("RDMA_HCA_PCI"), "0000:ba:00.0,0000:1a:00.0");
+  EXPECT_EQ(response.container_responses(1).envs().at("NCCL_IB_HCA"), "=mlx5_1");
+}
+
+TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {
+  StartAll(hca::Mode::kShared);
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(Allocate({{"shared-7"}}, &response).ok());
+  const auto& c = response.container_responses(0);
+  EXPECT_EQ(c.devices_size(), 4 * 3 + 1);
+  EXPECT_EQ(c.envs().at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1,mlx5_2,mlx5_3");
+}
+
+TEST_F(PluginServerTest, PreferredAllocation) {
+  StartAll(hca::Mode::kExclusive);
+  std::vector<std::string> got;
+  ASSERT_TRUE(Prefer(kPcis, {"0000:ba:00.0"}, 2, &got).ok());
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NE(std::find(got.begin(), got.end(), "0000:ba:00.0"), got.end());
+  ASSERT_TRUE(Prefer(kPcis, {}, 4, &got).ok());
+  EXPECT_EQ(got, kPcis);
+}
+
+TEST_F(PluginServerTest, PreferredAllocationShared) {
+  StartAll(hca::Mode::kShared);
+  std::vector<std::string> got;
+  ASSERT_TRUE(Prefer({"shared-10", "shared-2", "shared-3"}, {"shared-10"}, 2, &got).ok());
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_NE(std::find(got.begin(), got.end(), "shared-10"), got.end());
+}
+
+TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
+  StartAll(hca::Mode::kExclusive);
+  v1beta1::AllocateResponse response;
+  const auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+  EXPECT_EQ(Allocate({}, &response).error_code(), kInvalid);
+  EXPECT_EQ(Allocate({{}}, &response).error_code(), kInvalid);
+  grpc::Status unknown = Allocate({{"0000:ff:00.0"}}, &response);
+  EXPECT_EQ(unknown.error_code(), kInvalid);
+  EXPECT_NE(unknown.error_message().find("0000:ff:00.0"), std::string::npos);
+  grpc::Status dup = Allocate({{"0000:1a:00.0", "0000:1a:00.0"}}, &response);
+  EXPECT_EQ(dup.error_code(), kInvalid);
+  EXPECT_NE(dup.error_message().find("0000:1a:00.0"), std::string::npos);
+  EXPECT_EQ(Allocate({{"shared-1"}}, &response).error_code(), kInvalid);
+
+  EXPECT_EQ(Prefer(kPcis, {}, 5, nullptr).error_code(), kInvalid);                // size > avail
+  EXPECT_EQ(Prefer(kPcis, {"0000:ff:00.0"}, 2, nullptr).error_code(), kInvalid);  // must ∉ avail
+  EXPECT_EQ(Prefer(kPcis, {kPcis[0], kPcis[1]}, 1, nullptr).error_code(), kInvalid);
+  EXPECT_EQ(Prefer({"0000:ff:00.0"}, {}, 1, nullptr).error_code(), kInvalid);     // unknown
+  EXPECT_EQ(Prefer(kPcis, {}, 0, nullptr).error_code(), kInvalid);
+  grpc::ClientContext context;
+  v1beta1::PreferredAllocationResponse empty;
+  EXPECT_EQ(stub_->GetPreferredAllocation(&context, v1beta1::PreferredAllocationRequest(), &empty)
+                .error_code(),
+            kInvalid);
+}
+
+TEST_F(PluginServerTest, ParallelAllocateAndPrefer) {
+  StartAll(hca::Mode::kExclusive);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = kubelet_->PluginStub();
+      for (int i = 0; i < 25; ++i) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+        if (t % 2 == 0) {
+          v1beta1::AllocateRequest request;
+          // mlx5_3 goes down meanwhile (and is then refused): the other three.
+          request.add_container_requests()->add_devices_ids(kPcis[(t + i) % 3]);
+          v1beta1::AllocateResponse response;
+          grpc::Status s = stub->Allocate(&context, request, &response);
+          if (!s.ok() || response.container_responses(0).envs().at("RDMA_HCA_PCI") !=
+                             kPcis[(t + i) % 3]) {
+            ++failures;
+          }
+        } else {
+          v1beta1::PreferredAllocationRequest request;
+          auto* c = request.add_container_requests();
+          for (const auto& id : kPcis) c->add_available_deviceids(id);
+          c->set_allocation_size(1 + (i % 4));
+          v1beta1::PreferredAllocationResponse response;
+          grpc::Status s = stub->GetPreferredAllocation(&context, request, &response);
+          if (!s.ok() || response.container_responses(0).deviceids_size() != 1 + (i % 4)) {
+            ++failures;
+          }
+        }
+      }
+    });
+  }
+  // Health changes while the calls run.
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// With pod-resources on, each GetPreferredAllocation waits for a pod list and is answered on the
+// thread that received it, not the one that took the call: the response is written there and
+// read and destroyed by gRPC on its own threads (under TSan, the edge between them must be stated;
+// this is the test that shows it).
+TEST_F(PluginServerTest, ParallelPreferAnsweredAfterPodLists) {
+  const std::string pods_socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(pods_socket);
+  ASSERT_TRUE(pods.Start().ok());
+  StartAll(hca::Mode::kExclusive, NewGrpcPodResources(pods_socket));
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      [](const Devices& d) {
+        for (const auto& x : d) {
+          if (x.health() != "Healthy") return false;
+        }
+        return d.size() == 4;
+      },
+      kWait));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      auto stub = kubelet_->PluginStub();
+      for (int i = 0; i < 50; ++i) {
+        v1beta1::PreferredAllocationRequest request = PreferredRequest(kPcis, {}, 1 + (i % 4));
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+        v1beta1::PreferredAllocationResponse response;
+        grpc::Status s = stub->GetPreferredAllocation(&context, request, &response);
+        if (!s.ok() || response.container_responses(0).deviceids_size() != 1 + (i % 4)) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(pods.list_calls(), 1);
+}
+
+// Mode switch: a container that got shared IDs before the node became exclusive sees every HCA,
+// so exclusive mode withholds them all until it is gone.
+TEST_F(PluginServerTest, ExclusiveWithholdsWhileSharedPodsRun) {
+  const std::string pods_socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(pods_socket);
+  pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  StartAll(hca::Mode::kExclusive, NewGrpcPodResources(pods_socket));
+  auto withheld = kubelet_->WaitForDevices(
+      [](const Devices& d) {
+        return d.size() == 4 && HealthIs(kPcis[0], "Unhealthy")(d) &&
+               HealthIs(kPcis[3], "Unhealthy")(d);
+      },
+      kWait);
+  ASSERT_TRUE(withheld.has_value());
+  pods.Set({});
+  auto released = kubelet_->WaitForDevices(
+      [](const Devices& d) {
+        for (const auto& x : d) {
+          if (x.health() != "Healthy") return false;
+        }
+        return d.size() == 4;
+      },
+      kWait);
+  EXPECT_TRUE(released.has_value());
+}
+
+// The other way: an HCA held exclusively before the node became shared is not handed to shared
+// pods.
+TEST_F(PluginServerTest, SharedWithholdsExclusivelyHeldHcas) {
+  const std::string pods_socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(pods_socket);
+  pods.Set({{"default/old/main", {{"rdma/hca", {"0000:3a:00.0"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  StartAll(hca::Mode::kShared, NewGrpcPodResources(pods_socket));
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(Allocate({{"shared-0"}}, &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_PCI"),
+            "0000:1a:00.0,0000:9a:00.0,0000:ba:00.0");
+  pods.Set({});
+  // Once the container is gone (seen on a later poll), the HCA is shared again.
+  bool back = false;
+  const absl::Time deadline = absl::Now() + kWait;
+  while (!back && absl::Now() < deadline) {
+    const std::uint64_t version = plugin_->node().Devices().version;
+    ASSERT_TRUE(Allocate({{"shared-0"}}, &response).ok());
+    back = response.container_responses(0).envs().at("NCCL_IB_HCA") ==
+           "=mlx5_0,mlx5_1,mlx5_2,mlx5_3";
+    if (!back) plugin_->node().WaitForChange(version, deadline);
+  }
+  EXPECT_TRUE(back);
+}
+
+}  // namespace
+}  // namespace rdp::deviceplugin

@@ -1,0 +1,74 @@
+// The built binary end to end: `serve` (the default subcommand) against a fake node and the
+// kubelet simulator, stopped by SIGTERM; bad flags; `probe`. Child processes: test/support/child.h.
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sim/kubelet_sim.h"
+#include "test/deviceplugin/test_node.h"
+#include "test/support/child.h"
+
+namespace rdp::deviceplugin {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(20);
+
+int RunBinary(const std::vector<std::string>& args) {
+  return rdp::testing::RunToEnd(RDP_BINARY, args, kTimeout);
+}
+
+TEST(ServeCmdTest, BadValuesExitTwo) {
+  EXPECT_EQ(RunBinary({"--mode", "both"}), 2);
+  EXPECT_EQ(RunBinary({"serve", "--shared-devices", "many"}), 2);
+  EXPECT_EQ(RunBinary({"--health-interval", "soon"}), 2);
+  EXPECT_EQ(RunBinary({"--resource-name", "hca"}), 2);
+  EXPECT_EQ(RunBinary({"--sysfs-root", "/nonexistent-rdp-root"}), 2);
+  EXPECT_EQ(RunBinary({"probe", "--timeout", "-1s"}), 2);
+  // The label key never chooses the mode: with shared mode (the default) it is a contradiction.
+  EXPECT_EQ(RunBinary({"--exclusive-label", "rdma.network.alibabacloud.com/exclusive"}), 2);
+  EXPECT_EQ(RunBinary({"--mode", "shared", "--exclusive-label", "x"}), 2);
+}
+
+TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
+  testing::TestNode node;
+  const Config config = node.MakeConfig(hca::Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  rdp::testing::Child plugin(RDP_BINARY, {"--mode", "exclusive", "--exclusive-label",
+                           "rdma.network.alibabacloud.com/exclusive",
+                           "--node-name", "node-a", "--sysfs-root", config.discovery.sysfs_root,
+                           "--dev-root", config.discovery.dev_root, "--kubelet-dir",
+                           config.kubelet_dir, "--health-interval", "100ms", "--log-level",
+                           "warn",
+                           // Last and written with '=', as a chart's extraArgs has it: off.
+                           "--pod-resources-socket="});
+  ASSERT_TRUE(plugin.running());
+  auto reg = kubelet.WaitForRegistration(0, absl::Seconds(20));
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->resource_name, "rdma/hca");
+  // Healthy: no pod-resources socket configured, so nothing is withheld.
+  auto devices = kubelet.WaitForDevices(
+      [](const KubeletSim::Devices& d) {
+        if (d.size() != 4) return false;
+        for (const auto& x : d) {
+          if (x.health() != "Healthy") return false;
+        }
+        return true;
+      },
+      absl::Seconds(20));
+  EXPECT_TRUE(devices.has_value());
+  EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir}), 0);
+
+  plugin.Signal(SIGTERM);
+  EXPECT_EQ(plugin.Wait(kTimeout), 0);
+  struct stat st;
+  EXPECT_NE(::stat(config.SocketPath().c_str(), &st), 0) << "socket left behind";
+  EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir, "--timeout", "200ms"}), 1);
+}
+
+}  // namespace
+}  // namespace rdp::deviceplugin

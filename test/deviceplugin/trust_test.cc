@@ -1,0 +1,477 @@
+// Trust on a misbehaving node: every RDMA pod starts (no DeviceSpec names a missing device
+// node), no HCA reaches two pods (fail closed while the kubelet's pod list is unknown, withheld
+// and unhealthy HCAs refused, one HCA in two spellings is one HCA), and the daemon's threads
+// neither wait on each other nor run unbounded. Each test failed on the plugin before these
+// were fixed. Every wait is bounded; no test asserts a timing.
+
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "sim/kubelet_sim.h"
+#include "deviceplugin/plugin_server.h"
+#include "serving/unix_server.h"
+#include "test/deviceplugin/test_node.h"
+
+namespace rdp::deviceplugin {
+namespace {
+
+using testing::TestNode;
+using Devices = KubeletSim::Devices;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+constexpr absl::Duration kNever = absl::Hours(1);  // a health interval that never comes
+
+const std::vector<std::string> kPcis = {"0000:1a:00.0", "0000:3a:00.0", "0000:9a:00.0",
+                                        "0000:ba:00.0"};
+
+int HealthyCount(const Devices& d) {
+  int n = 0;
+  for (const auto& x : d) n += x.health() == "Healthy" ? 1 : 0;
+  return n;
+}
+
+auto AllHealthy(std::size_t n) {
+  return [n](const Devices& d) { return d.size() == n && HealthyCount(d) == static_cast<int>(n); };
+}
+
+// A pod-resources source the test scripts: List fails (as a List slower than its deadline does)
+// until Answer() gives it a pod list; a List may also be made to throw once. Answers at once, on
+// the caller's thread.
+class ScriptedPods : public PodResourcesSource {
+ public:
+  void List(absl::Duration, Done done) override {
+    absl::StatusOr<PodList> answer = absl::DeadlineExceededError("the kubelet is slow");
+    {
+      absl::MutexLock lock(&mu_);
+      ++calls_;
+      if (throw_next_) {
+        throw_next_ = false;
+        throw std::runtime_error("readdir failed");
+      }
+      if (pods_) answer = *pods_;
+    }
+    done(std::move(answer));
+  }
+  void Answer(PodList pods) {
+    absl::MutexLock lock(&mu_);
+    pods_ = std::move(pods);
+  }
+  void ThrowNext() {
+    absl::MutexLock lock(&mu_);
+    throw_next_ = true;
+  }
+  int calls() const {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::optional<PodList> pods_ ABSL_GUARDED_BY(mu_);
+  bool throw_next_ ABSL_GUARDED_BY(mu_) = false;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class TrustTest : public ::testing::Test {
+ protected:
+  // Starts the kubelet simulator and the plugin; waits for the registration.
+  void StartAll(Config config, NodeSources deps) {
+    config_ = std::move(config);
+    kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
+    ASSERT_TRUE(kubelet_->Start().ok());
+    plugin_ = std::make_unique<PluginServer>(config_, std::move(deps));
+    ASSERT_TRUE(plugin_->Start().ok());
+    ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+    stub_ = kubelet_->PluginStub();
+  }
+
+  grpc::Status Allocate(const std::vector<std::string>& ids,
+                        v1beta1::AllocateResponse* response) {
+    v1beta1::AllocateRequest request;
+    auto* c = request.add_container_requests();
+    for (const auto& id : ids) c->add_devices_ids(id);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    return stub_->Allocate(&context, request, response);
+  }
+
+  // Every device spec of the first container names a node that exists under the dev root.
+  ::testing::AssertionResult SpecsExist(const v1beta1::AllocateResponse& response) {
+    for (const auto& d : response.container_responses(0).devices()) {
+      const std::string path = config_.discovery.dev_root + d.host_path();
+      if (!std::filesystem::exists(path)) {
+        return ::testing::AssertionFailure() << "a device spec names the missing " << path;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  TestNode node_;
+  Config config_;
+  std::unique_ptr<KubeletSim> kubelet_;
+  std::unique_ptr<PluginServer> plugin_;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Every pod that gets rdma/hca starts.
+
+// One HCA's uverbs node vanished (a driver reload, a VF without verbs) and no health poll has
+// run since: shared Allocate hands out the other HCAs only, and every device spec names a node
+// that exists. Before, it returned a spec for the missing node, and the runtime refused every
+// rdma/hca pod on the node.
+TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
+  Config config = node_.MakeConfig(hca::Mode::kShared);
+  config.health_interval = kNever;
+  StartAll(config, node_.Deps());
+  ASSERT_TRUE(node_.fixture().RemoveUverbs("mlx5_1").ok());
+  v1beta1::AllocateResponse response;
+  const grpc::Status s = Allocate({"shared-3"}, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(SpecsExist(response));
+  EXPECT_EQ(response.container_responses(0).envs().at("NCCL_IB_HCA"), "=mlx5_0,mlx5_2,mlx5_3");
+  // The Allocate asked for a scan at once: the list still offers the shared units (three HCAs
+  // are usable), and the next Allocate says the same.
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(1000), kWait).has_value());
+}
+
+// No HCA usable: Allocate refuses with FAILED_PRECONDITION naming why, and once a scan has run
+// the shared units are listed Unhealthy.
+TEST_F(TrustTest, SharedAllocateRefusedWhenNoHcaIsUsable) {
+  Config config = node_.MakeConfig(hca::Mode::kShared);
+  config.health_interval = kNever;
+  StartAll(config, node_.Deps());
+  for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
+    ASSERT_TRUE(node_.fixture().RemoveUverbs(name).ok());
+  }
+  v1beta1::AllocateResponse response;
+  const grpc::Status s = Allocate({"shared-0"}, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "/dev/infiniband/uverbs1 is missing"))
+      << s.error_message();
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      [](const Devices& d) { return d.size() == 1000 && HealthyCount(d) == 0; }, kWait));
+}
+
+// A node with no HCA at all (CPU-only) advertises no rdma/hca, not 1000 Unhealthy units.
+TEST_F(TrustTest, CpuOnlyNodeAdvertisesNothing) {
+  TestNode empty(std::vector<sim::FixtureHca>{});
+  std::filesystem::create_directories(empty.dir().Sub("node/sys/class"));
+  Config config = empty.MakeConfig(hca::Mode::kShared);
+  kubelet_ = std::make_unique<KubeletSim>(config.kubelet_dir);
+  ASSERT_TRUE(kubelet_->Start().ok());
+  PluginServer plugin(config, empty.Deps());
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+  EXPECT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.empty(); }, kWait));
+  EXPECT_EQ(kubelet_->max_healthy(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// No HCA reaches two pods.
+
+// The kubelet's pod-resources List is slower than its deadline when the plugin starts (here: it
+// fails until the test answers), and a container still holds shared IDs from before the node
+// became exclusive: no list may offer an HCA until that container is gone. Before, the first
+// lists offered every HCA Healthy.
+TEST_F(TrustTest, SlowPodResourcesAtStartOfferNothing) {
+  auto pods = std::make_unique<ScriptedPods>();
+  ScriptedPods* script = pods.get();
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(std::move(pods)));
+  // Some lists arrive and retries happen (with backoff) while the List keeps failing.
+  ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
+  const int before = script->calls();
+  for (int i = 0; i < 3; ++i) plugin_->node().RefreshPodsAndWait();
+  EXPECT_GT(script->calls(), before);
+  EXPECT_FALSE(plugin_->node().pods_known());
+  EXPECT_EQ(kubelet_->max_healthy(), 0) << "an HCA was offered before the pod list was known";
+  v1beta1::AllocateResponse response;
+  const grpc::Status refused = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "pod list is not known"))
+      << refused.error_message();
+
+  script->Answer({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
+  ASSERT_TRUE(plugin_->node().RefreshPodsAndWait());
+  EXPECT_EQ(kubelet_->max_healthy(), 0) << "an HCA was offered while a shared pod sees all";
+  script->Answer({});
+  EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+}
+
+// The pod-resources socket does not exist when the plugin starts and appears later (the kubelet
+// starts after it, or creates the socket late): the plugin offers nothing until a List on it
+// answers, then withholds what the pods hold. Before, the feature stayed off for the life of
+// the process and every HCA was offered.
+TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.pod_resources_socket = node_.dir().Sub("pod-resources/kubelet.sock");
+  StartAll(config, [&] {
+    NodeSources deps = node_.Deps();
+    deps.pod_resources = DefaultSources(config).pod_resources;
+    return deps;
+  }());
+  ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
+  EXPECT_EQ(kubelet_->max_healthy(), 0);
+
+  FakePodResources pods(config.pod_resources_socket);
+  pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  const absl::Time deadline = absl::Now() + kWait;
+  while (!plugin_->node().pods_known() && absl::Now() < deadline) {
+    plugin_->node().WaitForChange(plugin_->node().Devices().version, deadline);
+  }
+  ASSERT_TRUE(plugin_->node().pods_known()) << "the socket that appeared was never used";
+  EXPECT_EQ(kubelet_->max_healthy(), 0);
+  pods.Set({});
+  EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+}
+
+// Exclusive Allocate refuses an HCA that is withheld or unhealthy, naming why. Before, both
+// were handed out.
+TEST_F(TrustTest, ExclusiveAllocateRefusesWithheldAndUnhealthyHcas) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(NewGrpcPodResources(socket)));
+  v1beta1::AllocateResponse response;
+  grpc::Status s = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "withheld")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "default/old/main")) << s.error_message();
+
+  pods.Set({});
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_0", 1, "DOWN").ok());
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      [](const Devices& d) { return d.size() == 4 && HealthyCount(d) == 3; }, kWait));
+  s = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "port 1 is DOWN")) << s.error_message();
+  EXPECT_TRUE(Allocate({kPcis[1]}, &response).ok());
+}
+
+// One HCA in two spellings is one HCA: given twice, the request is invalid. Before, it got two
+// copies of every device spec and NCCL_IB_HCA==mlx5_0,mlx5_0.
+TEST_F(TrustTest, OneHcaInTwoSpellingsIsADuplicate) {
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
+  v1beta1::AllocateResponse response;
+  const grpc::Status s = Allocate({"0000:1a:00.0", "0000:1A:00.0"}, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "0000:1A:00.0")) << s.error_message();
+  EXPECT_EQ(Allocate({"1a:00.0", "0000:1a:00.0"}, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // One spelling alone is that HCA.
+  ASSERT_TRUE(Allocate({"0000:1A:00.0"}, &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_PCI"), "0000:1a:00.0");
+  // GetPreferredAllocation answers with the IDs it was offered, as they were spelled (found by
+  // fuzz_rpc: the allocator's own spelling is not in `available`, and the kubelet matches
+  // verbatim).
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::PreferredAllocationResponse preferred;
+  ASSERT_TRUE(stub_
+                  ->GetPreferredAllocation(
+                      &context, PreferredRequest({"0000:1A:00.0", "3A:00.0"}, {"3A:00.0"}, 2),
+                      &preferred)
+                  .ok());
+  std::vector<std::string> got(preferred.container_responses(0).deviceids().begin(),
+                               preferred.container_responses(0).deviceids().end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"0000:1A:00.0", "3A:00.0"}));
+}
+
+// An HCA gone for good is forgotten after config.forget_after_polls polls when no container
+// holds it; one a container holds stays listed (Unhealthy), so the kubelet keeps that
+// container's device. Before, every vanished HCA stayed listed forever.
+TEST_F(TrustTest, VanishedHcasAreForgottenUnlessHeld) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"default/train/main", {{"rdma/hca", {"0000:3A:00.0"}}}}});
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.forget_after_polls = 3;
+  StartAll(config, node_.Deps(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_1").ok());  // held
+  ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_2").ok());  // not held
+  auto after = kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 3; }, kWait);
+  ASSERT_TRUE(after.has_value()) << "the unheld HCA was never forgotten";
+  std::map<std::string, std::string> health;
+  for (const auto& d : *after) health[d.id()] = d.health();
+  EXPECT_EQ(health.count(kPcis[2]), 0u);
+  EXPECT_EQ(health[kPcis[1]], "Unhealthy") << "the held HCA must stay listed";
+  // Back again: the same ID.
+  ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_2", kPcis[2], 1, "pci0000:97"))
+                  .ok());
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      [](const Devices& d) { return d.size() == 4 && HealthyCount(d) == 3; }, kWait));
+}
+
+// A pod-resources List that throws (a readdir error in a source) must not freeze the refresh:
+// the next one runs. Before, a flag set for the refresh was never reset, and withholding and
+// the GPU context froze for the life of the process.
+TEST_F(TrustTest, AThrowingPodListDoesNotFreezeTheRefresh) {
+  auto pods = std::make_unique<ScriptedPods>();
+  ScriptedPods* script = pods.get();
+  script->ThrowNext();
+  NodeState plugin(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(std::move(pods)));
+  ASSERT_TRUE(plugin.Init().ok());
+  EXPECT_FALSE(plugin.RefreshPodsAndWait());
+  script->Answer({});
+  EXPECT_TRUE(plugin.RefreshPodsAndWait());
+  EXPECT_TRUE(plugin.pods_known());
+}
+
+// GetPreferredAllocation with eight containers makes one pod-resources List, not eight (the
+// kubelet rate-limits the API node-wide), and concurrent calls share Lists.
+TEST_F(TrustTest, PodListRefreshesAreCoalesced) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;  // no periodic refresh in between
+  StartAll(config, node_.Deps(NewGrpcPodResources(socket)));
+  v1beta1::PreferredAllocationRequest request;
+  for (int c = 0; c < 8; ++c) {
+    auto* r = request.add_container_requests();
+    for (const auto& id : kPcis) r->add_available_deviceids(id);
+    r->set_allocation_size(1);
+  }
+  const int before = pods.list_calls();
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::PreferredAllocationResponse response;
+  ASSERT_TRUE(stub_->GetPreferredAllocation(&context, request, &response).ok());
+  EXPECT_EQ(response.container_responses_size(), 8);
+  EXPECT_EQ(pods.list_calls() - before, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The daemon's threads.
+
+// Re-registration after a kubelet restart never waits on discovery: here a hotplug
+// re-discovery hangs (hwloc on a slow node) while the kubelet restarts. Before, one thread did
+// both, and the plugin stayed unregistered until discovery returned.
+TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
+  auto gate = std::make_shared<absl::Notification>();
+  auto entered = std::make_shared<absl::Notification>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  NodeSources deps = node_.Deps();
+  deps.discover = [inner = deps.discover, gate, entered, calls] {
+    if (calls->fetch_add(1) > 0) {  // every re-discovery, not the first
+      if (!entered->HasBeenNotified()) entered->Notify();
+      gate->WaitForNotification();
+    }
+    return inner();
+  };
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), std::move(deps));
+  ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_4", "0000:db:00.0", 1,
+                                                          "pci0000:d7")).ok());
+  ASSERT_TRUE(entered->WaitForNotificationWithTimeout(kWait)) << "no re-discovery started";
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  const bool registered = kubelet_->WaitForCurrentRegistration(kWait).has_value();
+  gate->Notify();
+  EXPECT_TRUE(registered) << "re-registration waited for discovery";
+}
+
+// When a background thread cannot wait any more (poll(2) fails), the plugin does not go on
+// serving stale state: Wait() returns the error, and serve exits non-zero so that the pod
+// restarts.
+TEST_F(TrustTest, AFailingPollIsFatal) {
+  auto fail = std::make_shared<std::atomic<bool>>(false);
+  NodeSources deps = node_.Deps();
+  deps.poll = [fail](struct pollfd* fds, nfds_t n, int timeout) {
+    if (fail->load()) {
+      errno = ENOMEM;
+      return -1;
+    }
+    return ::poll(fds, n, timeout);
+  };
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  StartAll(config, std::move(deps));
+  fail->store(true);
+  // The health thread wakes within 50 ms and fails. Wait is bounded by kWait: past it, a
+  // watchdog ends it with OK, which fails the test.
+  const int bound = ::eventfd(0, EFD_CLOEXEC);
+  absl::Notification returned;
+  std::thread watchdog([&] {
+    if (!returned.WaitForNotificationWithTimeout(kWait)) {
+      const std::uint64_t one = 1;
+      EXPECT_EQ(::write(bound, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+    }
+  });
+  const absl::Status why = plugin_->Wait(bound);
+  returned.Notify();
+  watchdog.join();
+  ::close(bound);
+  EXPECT_FALSE(why.ok()) << "the plugin went on after its poll(2) failed";
+  EXPECT_TRUE(absl::StrContains(why.message(), "poll")) << why;
+}
+
+// A local client cannot open unbounded ListAndWatch streams (each used to hold a server
+// thread): past DevicePluginService::kMaxStreams they are refused with RESOURCE_EXHAUSTED, and
+// the kubelet's own stream keeps working.
+TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  struct Stream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1beta1::ListAndWatchResponse>> reader;
+  };
+  std::vector<std::unique_ptr<Stream>> open;
+  auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(config_.SocketPath()));
+  int refused = 0;
+  for (int i = 0; i < DevicePluginService::kMaxStreams + 4; ++i) {
+    auto s = std::make_unique<Stream>();
+    s->context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    s->reader = stub->ListAndWatch(&s->context, v1beta1::Empty());
+    v1beta1::ListAndWatchResponse response;
+    if (s->reader->Read(&response)) {
+      open.push_back(std::move(s));
+      continue;
+    }
+    const grpc::Status status = s->reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    ++refused;
+  }
+  // The kubelet's stream is one of the kMaxStreams.
+  EXPECT_EQ(static_cast<int>(open.size()), DevicePluginService::kMaxStreams - 1);
+  EXPECT_EQ(refused, 5);
+  for (auto& s : open) s->context.TryCancel();
+  for (auto& s : open) s->reader->Finish();
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      [](const Devices& d) { return d.size() == 4 && HealthyCount(d) == 3; }, kWait));
+}
+
+// The socket is the owner's alone (0600), whatever the umask. Before, its mode came from the
+// umask.
+TEST_F(TrustTest, SocketModeIsOwnerOnly) {
+  const mode_t old = ::umask(0);
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
+  ::umask(old);
+  struct stat st;
+  ASSERT_EQ(::stat(config_.SocketPath().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+}  // namespace
+}  // namespace rdp::deviceplugin
