@@ -414,6 +414,8 @@ base_rootfs_arm64() {  # $1: directory to create
   local root=$1
   debootstrap --arch arm64 --foreign --variant=minbase "$suite" "$root" "$mirror"
   rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb "$root"/dev/*
+  # The first stage leaves /proc a link to the host's; a container runtime mounts proc there.
+  rm -f "$root/proc" && mkdir -m 0555 "$root/proc"
 }
 recipe_arm64=$({ declare -f base_rootfs_arm64 slimify; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
 if [[ $(label "$arm64_base") == "$recipe_arm64" ]]; then
