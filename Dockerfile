@@ -20,10 +20,12 @@
 # with every capability dropped; the chart sets that security context.
 
 ARG DEBIAN_RELEASE=bookworm
-# BuildKit sets BUILDPLATFORM and TARGETARCH itself; podman 4 sets TARGETARCH from --platform but
-# BUILDPLATFORM only from --build-arg (BUILDPLATFORM=linux/amd64 on an amd64 machine): without it
-# and with --platform, the build stage would be the target's too.
+# BuildKit sets BUILDPLATFORM, TARGETPLATFORM and TARGETARCH itself; podman 4 sets the TARGET ones
+# from --platform but BUILDPLATFORM only from --build-arg (BUILDPLATFORM=linux/amd64 on an amd64
+# machine): without it and with --platform, the build stage would be the target's too. The
+# runtime stages name TARGETPLATFORM: podman would otherwise keep the build stage's platform.
 ARG BUILDPLATFORM
+ARG TARGETPLATFORM
 # runtime-copied's base: an image of the target's architecture (see the top).
 ARG RDP_RUNTIME_BASE=debian:bookworm-slim
 
@@ -58,7 +60,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
 # For a target whose programs cannot run in this build: the libraries from the build stage,
 # nothing run. `podman build --platform linux/arm64 --target runtime-copied` (scripts/image-test.sh
 # with an arm64 bookworm-slim made by debootstrap --foreign as RDP_RUNTIME_BASE).
-FROM ${RDP_RUNTIME_BASE} AS runtime-copied
+FROM --platform=$TARGETPLATFORM ${RDP_RUNTIME_BASE} AS runtime-copied
 ARG RDP_VERSION=0.4.0
 COPY --from=build /out/libs/ /
 COPY --from=build /out/rdma-device-plugin /usr/bin/rdma-device-plugin
@@ -69,7 +71,7 @@ LABEL org.opencontainers.image.title="rdma-device-plugin" \
 ENTRYPOINT ["/usr/bin/rdma-device-plugin"]
 CMD ["serve"]
 
-FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+FROM --platform=$TARGETPLATFORM debian:${DEBIAN_RELEASE}-slim AS runtime
 ARG RDP_VERSION=0.4.0
 # Exactly the runtime packages of the libraries the binary links (libc6, libgcc-s1 and
 # libstdc++6 are already in the base image); apt brings their own dependencies.

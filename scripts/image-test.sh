@@ -211,7 +211,7 @@ phase "base images"
 # --- 2. The image, from the Dockerfile unchanged ----------------------------------------------
 version=$(cat VERSION)
 previous=$(pm image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-build_started=$(date +%s)
+build_started=$(date +%s) amd64_build_started=$(date +%s)
 say "podman build -t $image (Dockerfile, context $repo)"
 if ! pm build --pull=never --network=host "${ulimits[@]}" --layers \
        --build-arg "RDP_VERSION=$version" -t "$image" -f Dockerfile . >"$work/build.log" 2>&1; then
@@ -223,9 +223,9 @@ id=$(pm image inspect --format '{{.Id}}' "$image")
 if [[ -n $previous && $previous != "$id" ]]; then
   pm rmi "$previous" >/dev/null 2>&1 || true  # the last run's image and its unshared layers
 fi
-# Earlier runs' untagged leaves (the build stage's compile layers, some 25 MB each): without
-# this they pile up, one per source change.
-pm image prune -f --filter "until=$build_started" >/dev/null
+# Earlier runs' untagged leaves (the build stages' compile layers, some 25 MB each) are pruned
+# after the arm64 build (phase 5): pruned here, the arm64 build stage's would go before it could
+# reuse them.
 phase "image build"
 
 # --- 3. Only what the runtime needs ----------------------------------------------------------
@@ -414,6 +414,8 @@ base_rootfs_arm64() {  # $1: directory to create
   local root=$1
   debootstrap --arch arm64 --foreign --variant=minbase "$suite" "$root" "$mirror"
   rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb "$root"/dev/*
+  # The first stage leaves /proc a link to the host's; a container runtime mounts proc there.
+  rm -f "$root/proc" && mkdir -m 0555 "$root/proc"
 }
 recipe_arm64=$({ declare -f base_rootfs_arm64 slimify; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
 if [[ $(label "$arm64_base") == "$recipe_arm64" ]]; then
@@ -446,7 +448,9 @@ if ! pm build --pull=never --network=host "${ulimits[@]}" --layers --platform li
 fi
 id_arm64=$(pm image inspect --format '{{.Id}}' "$image_arm64")
 if [[ -n $previous && $previous != "$id_arm64" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
-pm image prune -f --filter "until=$build_started" >/dev/null
+# Earlier runs' untagged leaves, both architectures': without this they pile up, one per source
+# change.
+pm image prune -f --filter "until=$amd64_build_started" >/dev/null
 arch=$(pm image inspect --format '{{.Architecture}}' "$image_arm64")
 [[ $arch == arm64 ]] || fail "$image_arm64 is for '$arch', not arm64"
 phase "arm64 image build"
