@@ -474,7 +474,7 @@ for args in "--topology-xml=/node/node.xml" "--topology-xml=/node/node.xml --sys
            -v "$grace/node.xml:/node/node.xml:ro" "$image_arm64" \
            /usr/bin/rdma-device-plugin topology --json "${a[@]}" --log-level off 2>>"$work/arm64.log") ||
     { tail "$work/arm64.log"; fail "$image_arm64: topology --json $args failed under qemu"; }
-  outside=$("$binary" topology --json "${a[@]//\/node/$grace}" --log-level off)
+  outside=$("$binary" topology --json "${a[@]/=\/node/=$grace}" --log-level off)
   [[ $inside == "$outside" ]] || { diff <(echo "$outside") <(echo "$inside") | head -20; fail "arm64 image: topology --json $args differs"; }
 done
 say "arm64 image: '$got'; topology --json on the GB200 fixture (XML, and sysfs + XML) equals the host's"
