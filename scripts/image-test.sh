@@ -17,13 +17,7 @@
 #     the chart's liveness command (`probe`) answers inside the container; the process runs
 #     with no capabilities, no new privileges and a read-only root; `topology --json` inside
 #     equals the host-built binary's; SIGTERM (podman stop) ends it with exit 0 and its socket
-#     removed;
-#  5. the linux/arm64 image from the same Dockerfile (`--platform linux/arm64 --target
-#     runtime-copied`: cross-compiled in the build stage, nothing of arm64 run during the build)
-#     on an arm64 bookworm-slim made with `debootstrap --arch arm64 --foreign`; its
-#     `rdma-device-plugin --version` and `topology --json` on the Grace fixture run in it under
-#     qemu-aarch64-static and equal the host binary's; both images in one manifest list
-#     (podman manifest inspect printed).
+#     removed.
 # Exit 0 passed, 1 failed, 77 skipped (not root, or podman/runc/debootstrap/helm missing or
 # podman unable to run: the reason is printed). Every wait has a deadline; nothing sleeps for a
 # fixed time to synchronise.
@@ -71,7 +65,7 @@ phase() {  # the time the previous phase took
 
 # --- Preconditions ----------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman, bind-mounted sockets in root-owned directories as on a node"
-for tool in podman runc debootstrap python3 qemu-aarch64-static; do
+for tool in podman runc debootstrap python3; do
   command -v "$tool" >/dev/null || skip "$tool not installed (scripts/install-deps.sh installs it)"
 done
 [[ -n $helm && -x $helm ]] || skip "helm not found (scripts/get-helm.sh $build/tools/bin)"
@@ -85,32 +79,10 @@ work=$(realpath "$work")
 exec 9>/var/tmp/rdp-image-test.lock
 flock -w 3600 9 || fail "another image-test.sh held /var/tmp/rdp-image-test.lock for an hour"
 
-# podman: runc (crun refused this machine's hybrid cgroup v1/v2 layout, issue 15) and explicit
-# ulimits within the hard limits (podman's defaults for root exceed a sandbox's, and runc may
-# not raise them). Capped further, as containers are started through conmon, which podman runs
-# with an RLIMIT_NPROC of its own (32768 on the machine this was written on, whatever ulimit -Hu
-# says); a build and the plugin need far less.
-limit() {  # $1: ulimit option, $2: cap
-  local v
-  v=$(ulimit "$1")
-  [[ $v == unlimited || $v -gt $2 ]] && v=$2
-  echo "$v"
-}
-nofile=$(limit -Hn 65536) nproc=$(limit -Hu 16384)
-cat >"$work/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-export CONTAINERS_CONF=$work/containers.conf
-# buildah keeps RUN --mount=type=cache directories under $TMPDIR: a place that persists.
-export TMPDIR=/var/tmp
-ulimits=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
-pm() { podman --runtime runc "$@"; }
-info=$(pm info 2>&1) || skip "podman cannot run here: $(tail -1 <<<"$info")"
+# podman as scripts/build-image.sh runs it (scripts/podman-env.sh).
+# shellcheck source=scripts/podman-env.sh
+source scripts/podman-env.sh
+podman_env "$work" || skip "podman cannot run here: $podman_error"
 
 containers=() standin_pid= scratch=
 cleanup() {
@@ -121,112 +93,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- 1. Base images ---------------------------------------------------------------------------
-# The mirror apt uses here (deb822 or one-line sources), else Debian's CDN.
-apt_uri() {  # $1: debian or debian-security
-  local u
-  u=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" {print $2}' |
-      grep -E "/$1/?\$" | head -1 || true)
-  [[ -n $u ]] || u=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      awk '$1 == "deb" && $2 !~ /^\[/ {print $2}' | grep -E "/$1/?\$" | head -1 || true)
-  echo "${u:-http://deb.debian.org/$1}"
+# --- 1, 2. Base images and the image, from the Dockerfile unchanged (scripts/build-image.sh) --
+RDP_IMAGE_LOCK_HELD=1 scripts/build-image.sh --image "$image" --work "$work" || {
+  rc=$?
+  ((rc == 77)) && skip "scripts/build-image.sh cannot run here"
+  fail "scripts/build-image.sh failed"
 }
-mirror=${RDP_DEBIAN_MIRROR:-$(apt_uri debian)}
-security_mirror=$(apt_uri debian-security)
-suite=bookworm
-base=docker.io/library/debian:$suite
-slim=docker.io/library/debian:$suite-slim
-
-# The recipe: its text (these functions and the mirror) is hashed into the images' label.
-base_rootfs() {  # $1: directory to create; a minbase Debian as the official image has it
-  local root=$1
-  debootstrap --variant=minbase "$suite" "$root" "$mirror"
-  rm -f "$root/etc/apt/sources.list"
-  cat >"$root/etc/apt/sources.list.d/debian.sources" <<EOF
-Types: deb
-URIs: $mirror
-Suites: $suite $suite-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: $security_mirror
-Suites: $suite-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  # The official images' apt settings: no .deb or package caches kept, no translations.
-  cat >"$root/etc/apt/apt.conf.d/docker-clean" <<'EOF'
-DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
-APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
-Dir::Cache::pkgcache "";
-Dir::Cache::srcpkgcache "";
-EOF
-  echo 'Acquire::Languages "none";' >"$root/etc/apt/apt.conf.d/docker-no-languages"
-  chroot "$root" apt-get clean
-  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/log/*.log \
-         "$root"/var/cache/debconf/*-old "$root"/dev/*
-}
-slimify() {  # $1: rootfs; what debian:*-slim leaves out (docs, man pages, locales), now and later
-  local root=$1
-  cat >"$root/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/groff/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/linda/*
-path-exclude /usr/share/lintian/overrides/*
-path-exclude /usr/share/locale/*
-path-exclude /usr/share/man/*
-EOF
-  find "$root/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
-  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
-  rm -rf "$root"/usr/share/{groff,info,linda,locale,man}/* "$root"/usr/share/lintian/overrides/*
-}
-import_rootfs() {  # $1: rootfs, $2: image name, $3: recipe hash
-  tar --numeric-owner --xattrs -C "$1" -c . |
-    pm import -q --change 'CMD ["bash"]' --change "LABEL org.rdp.base-recipe=$3" - "$2" >/dev/null
-}
-recipe=$({ declare -f base_rootfs slimify import_rootfs; echo "$suite $mirror $security_mirror"; } |
-         sha256sum | cut -c1-16)
-label() { pm image inspect --format '{{index .Labels "org.rdp.base-recipe"}}' "$1" 2>/dev/null || true; }
-if [[ $(label "$base") == "$recipe" && $(label "$slim") == "$recipe" ]]; then
-  say "base images $base and $slim up to date (recipe $recipe)"
-else
-  say "making $base and $slim with debootstrap from $mirror (recipe $recipe)"
-  scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
-  if ! base_rootfs "$scratch/rootfs" >"$work/debootstrap.log" 2>&1; then
-    tail -20 "$work/debootstrap.log"
-    fail "debootstrap failed (log: $work/debootstrap.log)"
-  fi
-  import_rootfs "$scratch/rootfs" "$base" "$recipe"
-  slimify "$scratch/rootfs"
-  import_rootfs "$scratch/rootfs" "$slim" "$recipe"
-  rm -rf "$scratch"
-  scratch=
-  pm image prune -f >/dev/null  # the previous bases, if any
-fi
-phase "base images"
-
-# --- 2. The image, from the Dockerfile unchanged ----------------------------------------------
 version=$(cat VERSION)
-previous=$(pm image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-build_started=$(date +%s) amd64_build_started=$(date +%s)
-say "podman build -t $image (Dockerfile, context $repo)"
-if ! pm build --pull=never --network=host "${ulimits[@]}" --layers \
-       --build-arg "RDP_VERSION=$version" -t "$image" -f Dockerfile . >"$work/build.log" 2>&1; then
-  tail -40 "$work/build.log"
-  fail "podman build failed (log: $work/build.log)"
-fi
-grep -E '^(\[[0-9]+/[0-9]+\] )?STEP|^--> Using cache' "$work/build.log" | cut -c1-100 | sed 's/^/  /' || true
+slim=docker.io/library/debian:bookworm-slim
 id=$(pm image inspect --format '{{.Id}}' "$image")
-if [[ -n $previous && $previous != "$id" ]]; then
-  pm rmi "$previous" >/dev/null 2>&1 || true  # the last run's image and its unshared layers
-fi
-# Earlier runs' untagged leaves (the build stages' compile layers, some 25 MB each) are pruned
-# after the arm64 build (phase 5): pruned here, the arm64 build stage's would go before it could
-# reuse them.
-phase "image build"
+phase "base images and image build"
 
 # --- 3. Only what the runtime needs ----------------------------------------------------------
 size=$(pm image inspect --format '{{.Size}}' "$image")
@@ -404,92 +280,4 @@ for mode in $modes; do
   exec 8<&-
 done
 phase "run as the chart runs it"
-
-# --- 5. linux/arm64, and the manifest list ----------------------------------------------------
-# The arm64 base: debootstrap's first stage only (--foreign: it unpacks the packages, runs none
-# of them), then what the slim images leave out. No arm64 program runs here, in the build or
-# after it, except under qemu-aarch64-static (a static amd64 program) given as the entrypoint.
-arm64_base=localhost/rdp-debian:$suite-slim-arm64
-base_rootfs_arm64() {  # $1: directory to create
-  local root=$1
-  debootstrap --arch arm64 --foreign --variant=minbase "$suite" "$root" "$mirror"
-  rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb "$root"/dev/*
-  # The first stage leaves /proc a link to the host's; a container runtime mounts proc there.
-  rm -f "$root/proc" && mkdir -m 0555 "$root/proc"
-}
-recipe_arm64=$({ declare -f base_rootfs_arm64 slimify; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
-if [[ $(label "$arm64_base") == "$recipe_arm64" ]]; then
-  say "arm64 base $arm64_base up to date (recipe $recipe_arm64)"
-else
-  say "making $arm64_base with debootstrap --arch arm64 --foreign from $mirror"
-  scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
-  if ! base_rootfs_arm64 "$scratch/rootfs" >"$work/debootstrap-arm64.log" 2>&1; then
-    tail -20 "$work/debootstrap-arm64.log"
-    fail "debootstrap --arch arm64 --foreign failed (log: $work/debootstrap-arm64.log)"
-  fi
-  slimify "$scratch/rootfs"
-  tar --numeric-owner --xattrs -C "$scratch/rootfs" -c . |
-    pm import -q --arch arm64 --os linux --change "LABEL org.rdp.base-recipe=$recipe_arm64" - "$arm64_base" >/dev/null
-  rm -rf "$scratch"
-  scratch=
-fi
-phase "arm64 base image"
-
-image_arm64=${image%:*}:${image##*:}-arm64
-previous=$(pm image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
-build_started=$(date +%s)
-say "podman build --platform linux/arm64 --target runtime-copied -t $image_arm64"
-if ! pm build --pull=never --network=host "${ulimits[@]}" --layers --platform linux/arm64 \
-       --build-arg "BUILDPLATFORM=linux/$(dpkg --print-architecture)" \
-       --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base" \
-       --build-arg "RDP_VERSION=$version" -t "$image_arm64" -f Dockerfile . >"$work/build-arm64.log" 2>&1; then
-  tail -40 "$work/build-arm64.log"
-  fail "podman build for linux/arm64 failed (log: $work/build-arm64.log)"
-fi
-id_arm64=$(pm image inspect --format '{{.Id}}' "$image_arm64")
-if [[ -n $previous && $previous != "$id_arm64" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
-# Earlier runs' untagged leaves, both architectures': without this they pile up, one per source
-# change.
-pm image prune -f --filter "until=$amd64_build_started" >/dev/null
-arch=$(pm image inspect --format '{{.Architecture}}' "$image_arm64")
-[[ $arch == arm64 ]] || fail "$image_arm64 is for '$arch', not arm64"
-phase "arm64 image build"
-
-qemu=$(command -v qemu-aarch64-static)
-under_qemu() {  # the arm64 image's program, run by qemu inside its own root filesystem
-  pm run --rm --network=none "${ulimits[@]}" --user 0:0 --read-only --cap-drop ALL \
-    -v "$qemu:/usr/libexec/qemu-aarch64-static:ro" --entrypoint /usr/libexec/qemu-aarch64-static \
-    "$@"
-}
-got=$(under_qemu "$image_arm64" /usr/bin/rdma-device-plugin --version 2>"$work/arm64.log") ||
-  { cat "$work/arm64.log"; fail "$image_arm64: rdma-device-plugin --version failed under qemu"; }
-[[ $got == "rdma-device-plugin $version" ]] || fail "$image_arm64 --version said '$got'"
-grace=$work/grace
-rm -rf "$grace"
-"$binary" fixture --topology-xml test/data/gb200-tray.xml --out "$grace" --log-level warn >/dev/null
-cp test/data/gb200-tray.xml "$grace/node.xml"
-for args in "--topology-xml=/node/node.xml" "--topology-xml=/node/node.xml --sysfs-root=/node --dev-root=/node"; do
-  read -r -a a <<<"$args"
-  inside=$(under_qemu -v "$grace/sys:/node/sys:ro" -v "$grace/dev:/node/dev:ro" \
-           -v "$grace/node.xml:/node/node.xml:ro" "$image_arm64" \
-           /usr/bin/rdma-device-plugin topology --json "${a[@]}" --log-level off 2>>"$work/arm64.log") ||
-    { tail "$work/arm64.log"; fail "$image_arm64: topology --json $args failed under qemu"; }
-  outside=$("$binary" topology --json "${a[@]/=\/node/=$grace}" --log-level off)
-  [[ $inside == "$outside" ]] || { diff <(echo "$outside") <(echo "$inside") | head -20; fail "arm64 image: topology --json $args differs"; }
-done
-say "arm64 image: '$got'; topology --json on the GB200 fixture (XML, and sysfs + XML) equals the host's"
-pm run --rm --network=none "${ulimits[@]}" --user 0:0 -v "$qemu:/usr/libexec/qemu-aarch64-static:ro" \
-  --entrypoint /usr/libexec/qemu-aarch64-static "$image_arm64" /usr/bin/rdma-device-plugin topology \
-  --topology-xml /dev/null --log-level off >/dev/null 2>&1 && fail "arm64 image: a bad XML did not fail"
-
-list=${image%:*}:${image##*:}-multiarch
-pm manifest rm "$list" >/dev/null 2>&1 || true
-pm manifest create "$list" >/dev/null
-pm manifest add "$list" "containers-storage:$image" >/dev/null
-pm manifest add "$list" "containers-storage:$image_arm64" >/dev/null
-pm manifest inspect "$list" >"$work/manifest.json"
-platforms=$(python3 -c 'import json, sys; print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))' <"$work/manifest.json")
-[[ $platforms == "linux/amd64 linux/arm64" ]] || { cat "$work/manifest.json"; fail "manifest list $list: platforms '$platforms'"; }
-say "manifest list $list: $platforms (podman manifest inspect: $work/manifest.json)"
-phase "arm64 image and manifest list"
 say "passed in $(($(date +%s) - t_start)) s (image $((size / 1000000)) MB)"

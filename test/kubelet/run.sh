@@ -19,6 +19,10 @@
 #   no root; helm ($RDP_HELM, PATH or <repo>/build/tools/bin/helm), and for its DRA tests the binary
 #   ($RDP_BINARY or <repo>/build/cmd/rdma-device-plugin).
 #   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
+#   --real-node: the package ./realnode (TestRealNode*, docs/real-node.md): scripts/real-node.sh
+#   brings a real node up (kubelet binary, containerd, the chart's DaemonSet from our image) in
+#   the build directory (BUILD_DIR, else <repo>/build) and the tests look inside its containers;
+#   needs root. `scripts/real-node.sh build` first builds what it runs (ctest real_node_build).
 # Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26; not root,
 # except for --proto), which ctest reports as skipped. The Go module and build caches stay in
 # Go's default places, so a second run on the same machine builds nothing.
@@ -29,12 +33,14 @@ repo=$(cd "$here/../.." && pwd)
 build_only=0
 proto_only=0
 control_plane=0
+real_node=0
 case ${1:-} in
   --build-only) build_only=1; shift ;;
   --proto) proto_only=1; shift ;;
   --control-plane) control_plane=1; shift ;;
+  --real-node) real_node=1; shift ;;
 esac
-if ((!proto_only && !control_plane)) && [[ $# -gt 0 && $1 != -* ]]; then
+if ((!proto_only && !control_plane && !real_node)) && [[ $# -gt 0 && $1 != -* ]]; then
   RDP_BINARY=$1
   shift
 fi
@@ -57,8 +63,21 @@ if ((build_only)); then
   start=$(date +%s)
   go test -count=1 -run '^$' .
   go test -count=1 -ldflags "$version_ldflags" -run '^$' ./controlplane
+  go test -count=1 -run '^$' ./realnode
   echo "kubelet conformance: harness built in $(( $(date +%s) - start ))s"
   exit 0
+fi
+if ((real_node)); then
+  [[ $(id -u) == 0 ]] || skip "needs root (the node's mount namespace, cgroups, containerd)"
+  export BUILD_DIR=${BUILD_DIR:-$repo/build}
+  echo "real node: $version, k8s.io/kubernetes $k8s_version, build directory $BUILD_DIR"
+  start=$(date +%s)
+  set +e
+  go test -count=1 -timeout 12m -v -run '^TestRealNode' "$@" ./realnode
+  rc=$?
+  set -e
+  echo "real node: go test exited $rc after $(( $(date +%s) - start ))s"
+  exit $rc
 fi
 if ((control_plane)); then
   # The DRA tests run the plugin binary (they fail without it; the helm tests do not need it).
