@@ -62,6 +62,21 @@ void PlaceFromTree(std::vector<Hca>& hcas, const TreeIndex& tree, const std::vec
   }
 }
 
+// Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
+// (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
+void AddDeviceNodes(std::vector<NumaNode>& numa, const std::vector<Hca>& hcas,
+                    const std::vector<Gpu>& gpus) {
+  auto add = [&numa](const std::optional<int>& id) {
+    if (!id) return;
+    for (const NumaNode& n : numa) {
+      if (n.id == *id) return;
+    }
+    numa.push_back(NumaNode{*id, true, "", ""});
+  };
+  for (const Hca& h : hcas) add(h.place.numa);
+  for (const Gpu& g : gpus) add(g.place.numa);
+}
+
 }  // namespace
 
 absl::Status PrepareHwloc(const DiscoveryOptions& options) {
@@ -149,17 +164,7 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
     gpus.push_back(std::move(gpu));
   }
   DropDuplicatePci(gpus, "GPU", [](const Gpu& g) { return g.vendor + ":" + g.device; });
-  // Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
-  // (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
-  auto add = [&numa](const std::optional<int>& id) {
-    if (!id) return;
-    for (const NumaNode& n : numa) {
-      if (n.id == *id) return;
-    }
-    numa.push_back(NumaNode{*id, true, "", ""});
-  };
-  for (const Hca& h : hcas) add(h.place.numa);
-  for (const Gpu& g : gpus) add(g.place.numa);
+  AddDeviceNodes(numa, hcas, gpus);
   auto topo = std::make_shared<const Topology>(
       Topology::WithNumaNodes(std::move(numa), std::move(hcas), std::move(gpus)));
   const std::shared_ptr<spdlog::logger> log = Logger("topology");
@@ -168,6 +173,22 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
             topo->hcas().size(), topo->gpus().size(), topo->numa_nodes().size(),
             topo->all_numa_nodes().size() - topo->numa_nodes().size());
   return topo;
+}
+
+TopologyPtr WithScannedHcas(const Topology& last, std::vector<Hca> scanned) {
+  const std::vector<int> cpuless = CpulessIds(last.all_numa_nodes());
+  for (Hca& h : scanned) {
+    const int known = last.HcaIndex(h.place.pci);
+    if (known >= 0) {
+      h.place = last.hcas()[known].place;
+    } else {
+      h.place.numa = DeviceNuma(h.place.numa, {}, cpuless);
+    }
+  }
+  std::vector<NumaNode> numa = last.all_numa_nodes();
+  AddDeviceNodes(numa, scanned, {});
+  return std::make_shared<const Topology>(
+      Topology::WithNumaNodes(std::move(numa), std::move(scanned), last.gpus()));
 }
 
 absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text) {

@@ -35,7 +35,9 @@ struct KernelView {
   explicit KernelView(const std::string& file) {
     TopologyPtr xml_only = LoadXml(file);
     EXPECT_TRUE(xml_only);
-    if (xml_only) EXPECT_TRUE(sim::SysfsFixture(dir.path()).AddTopology(*xml_only).ok());
+    if (xml_only) {
+      EXPECT_TRUE(sim::SysfsFixture(dir.path()).AddTopology(*xml_only).ok());
+    }
     options.topology_xml = TestData(file);
     options.sysfs_root = dir.path();
     options.dev_root = dir.path();
@@ -216,6 +218,49 @@ TEST(GraceDiscoveryTest, FixtureLaysOutTheKernelsView) {
   namespace fs = std::filesystem;
   EXPECT_EQ(fs::canonical(node.dir.path() + "/sys/bus/pci/devices/0019:01:00.0"),
             fs::canonical(node.dir.path() + "/sys/devices/pci0019:00/0019:00:00.0/0019:01:00.0"));
+}
+
+// A health scan after a failed discovery (WithScannedHcas): the HCAs the last snapshot had keep
+// its placements, whatever the scan read; a new one is on the kernel's numa_node unless that node
+// has no CPUs; the nodes without CPUs and the GPUs stay.
+TEST(GraceDiscoveryTest, ScannedHcasArePlacedAsLastDiscovered) {
+  KernelView node("gb200-tray.xml");
+  TopologyPtr last = node.Discover();
+  ASSERT_TRUE(last);
+  absl::StatusOr<std::vector<Hca>> scanned =
+      ReadSysfsHcas(node.options.sysfs_root, node.options.dev_root);
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  ASSERT_EQ(scanned->size(), 4u);
+  (*scanned)[1].place.numa = 2;  // what firmware might say: the GPU memory beside it
+  auto added = [&](const std::string& name, const std::string& pci, std::optional<int> numa) {
+    Hca h = scanned->front();
+    h.name = name;
+    h.place.pci = pci;
+    h.place.numa = numa;
+    scanned->push_back(h);
+  };
+  added("mlx5_4", "0020:01:00.0", 3);  // a node without CPUs: unknown
+  added("mlx5_5", "0021:01:00.0", 1);
+  added("mlx5_6", "0022:01:00.0", 8);  // a node the last snapshot did not know
+
+  TopologyPtr t = WithScannedHcas(*last, *scanned);
+  ASSERT_EQ(t->hcas().size(), 7u);
+  for (std::size_t i = 0; i < last->hcas().size(); ++i) {
+    const Hca& was = last->hcas()[i];
+    const Hca& now = t->hcas()[t->HcaIndex(was.place.pci)];
+    EXPECT_EQ(now.place.numa, was.place.numa) << was.name;
+    EXPECT_EQ(now.place.pcie_root, was.place.pcie_root) << was.name;
+    EXPECT_TRUE(now.place.bridges_known) << was.name;
+    EXPECT_EQ(now.place.bridges.size(), was.place.bridges.size()) << was.name;
+  }
+  EXPECT_EQ(NumaOfHca(*t, "0002:01:00.0"), 0);
+  EXPECT_EQ(NumaOfHca(*t, "0020:01:00.0"), -1);
+  EXPECT_EQ(NumaOfHca(*t, "0021:01:00.0"), 1);
+  EXPECT_EQ(NumaOfHca(*t, "0022:01:00.0"), 8);
+  EXPECT_THAT(t->numa_nodes(), ElementsAre(0, 1, 8));
+  EXPECT_THAT(CpulessIds(*t), ElementsAre(2, 3, 4, 5));
+  EXPECT_EQ(t->gpus().size(), 4u);
+  EXPECT_EQ(PathByPci(*t, "0010:01:00.0", "0018:01:00.0"), PathClass::kNODE);
 }
 
 }  // namespace
