@@ -25,6 +25,8 @@ struct ServerRun {
   // threads: it must never wait on what a kubelet RPC holds.
   std::string metrics_address;
   std::function<std::string()> render_metrics;
+  // What /healthz says (null: always ok), on the endpoint's threads as render_metrics.
+  std::function<absl::Status()> health;
 };
 
 // Blocks SIGTERM and SIGINT (before any thread starts), starts `run`, serves its metrics, waits,

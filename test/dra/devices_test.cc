@@ -180,6 +180,32 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
 }
 
+// A control plane that drops taints (DRADeviceTaints off): no device rather than an untainted one
+// that the scheduler would allocate and Prepare would refuse.
+TEST(DRADevicesTest, WithoutTaintsAnUnusableHcaIsLeftOut) {
+  DeviceOptions opts;
+  opts.taints = false;
+  topology::Hca down = HealthyHca();
+  down.place.pci = "0000:1b:00.0";
+  down.name = "mlx5_1";
+  down.uverbs.clear();
+  const topology::Topology topo({0}, {HealthyHca(), down}, {});
+  const std::vector<json> devices = BuildDevices(topo, opts);
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_EQ(devices[0]["name"], "hca-0000-1a-00-0");
+  EXPECT_FALSE(devices[0].contains("taints"));
+}
+
+// A name read from sysfs that is not UTF-8 cannot be a JSON string: left out, as an over-long
+// one is, so that nothing downstream (the API client's dump()) meets it.
+TEST(DRADevicesTest, StringsThatAreNotUtf8AreLeftOut) {
+  topology::Hca h = HealthyHca();
+  h.name = "mlx5_\xff";
+  const json d = One(h);
+  EXPECT_FALSE(d["attributes"].contains(Own("hcaName")));
+  EXPECT_NO_THROW(d.dump());
+}
+
 TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   DeviceOptions opts;
   opts.mode = hca::Mode::kShared;
