@@ -86,7 +86,7 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
     if (auto gbps = RateGbps(hca.ports.front().rate)) attrs[own + "rateGbps"] = {{"int", *gbps}};
   }
   PutString(attrs, own + "uverbs", hca.uverbs);
-  attrs[own + "allPortsActive"] = {{"bool", hca.Healthy()}};
+  attrs[own + "allPortsActive"] = {{"bool", hca.AllPortsActive()}};
   attrs[own + "mode"] = {{"string", std::string(hca::ModeName(opts.mode))}};
   return attrs;
 }

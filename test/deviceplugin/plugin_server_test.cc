@@ -173,6 +173,41 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
   for (const auto& d : *devices) EXPECT_FALSE(d.has_topology()) << d.id();
 }
 
+// A dual-port HCA with one port uncabled (DOWN) is offered, and used through its ACTIVE port:
+// NCCL_IB_HCA names that port. With no ACTIVE port left it is Unhealthy. Before (issue 25) every
+// port had to be ACTIVE, so such a card, a common way to cable ConnectX cards, was never offered.
+TEST(PluginServerPortsTest, DualPortHcaWithOneUncabledPortIsOffered) {
+  auto cards = testing::FourCards();
+  cards[0].ports.resize(2);
+  cards[0].ports[1].number = 2;
+  cards[0].ports[1].state = "DOWN";
+  cards[0].ports[1].phys_state = "Polling";
+  TestNode node(cards);
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  PluginServer plugin(config, node.Sources());
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet.WaitForDevices(HealthIs("0000:1a:00.0", "Healthy"), kWait))
+      << "a card with one ACTIVE port of two is not offered";
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  auto stub = kubelet.PluginStub();
+  v1beta1::AllocateRequest request;
+  request.add_container_requests()->add_devices_ids("0000:1a:00.0");
+  request.add_container_requests()->add_devices_ids("0000:3a:00.0");
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("NCCL_IB_HCA"), "=mlx5_0:1");
+  EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_NAMES"), "mlx5_0");
+  EXPECT_EQ(response.container_responses(1).envs().at("NCCL_IB_HCA"), "=mlx5_1")
+      << "an HCA whose every port is ACTIVE is named alone";
+
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_0", 1, "DOWN").ok());
+  EXPECT_TRUE(kubelet.WaitForDevices(HealthIs("0000:1a:00.0", "Unhealthy"), kWait));
+}
+
 TEST_F(PluginServerTest, SeveralStreamsAllSeeChanges) {
   StartAll(hca::Mode::kExclusive);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
@@ -490,6 +525,44 @@ TEST_F(PluginServerTest, PreferredAllocationShared) {
   EXPECT_NE(std::find(got.begin(), got.end(), "shared-10"), got.end());
 }
 
+// GetPreferredAllocation answers every well-formed request (issue 25): an ID the plugin does
+// not offer now (an HCA unplugged a poll before the kubelet applied the update, a device reused
+// from an init container, --shared-devices lowered) was INVALID_ARGUMENT, which fails the pod.
+// Unknown IDs leave `available`, must_include is kept as given, the rest is filled.
+TEST_F(PluginServerTest, PreferredAllocationAnswersIdsNotOfferedNow) {
+  StartAll(hca::Mode::kExclusive);
+  const std::string gone = "0000:ff:00.0";
+  std::vector<std::string> with_gone = kPcis;
+  with_gone.insert(with_gone.begin(), gone);
+  std::vector<std::string> got;
+  grpc::Status s = Prefer(with_gone, {}, 2, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_EQ(std::count(got.begin(), got.end(), gone), 0) << "an unknown ID is not preferred";
+  s = Prefer(with_gone, {gone}, 2, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(std::count(got.begin(), got.end(), gone), 1) << "must_include is kept as given";
+  s = Prefer({gone, "0000:fe:00.0"}, {}, 1, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, std::vector<std::string>{gone}) << "too few known IDs: filled from the rest";
+  s = Prefer(with_gone, {}, 5, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.size(), 5u);
+}
+
+TEST_F(PluginServerTest, PreferredAllocationSharedAnswersIdsBeyondTheCount) {
+  StartAll(hca::Mode::kShared);
+  std::vector<std::string> got;
+  // shared-5000 is beyond --shared-devices (1000), as after the flag was lowered.
+  grpc::Status s = Prefer({"shared-5000", "shared-2", "shared-3"}, {"shared-5000"}, 2, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, (std::vector<std::string>{"shared-5000", "shared-2"}));
+  s = Prefer({"shared-5000", "nonsense"}, {}, 1, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.size(), 1u);
+}
+
 TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
   StartAll(hca::Mode::kExclusive);
   v1beta1::AllocateResponse response;
@@ -507,7 +580,7 @@ TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
   EXPECT_EQ(Prefer(kPcis, {}, 5, nullptr).error_code(), kInvalid);                // size > avail
   EXPECT_EQ(Prefer(kPcis, {"0000:ff:00.0"}, 2, nullptr).error_code(), kInvalid);  // must ∉ avail
   EXPECT_EQ(Prefer(kPcis, {kPcis[0], kPcis[1]}, 1, nullptr).error_code(), kInvalid);
-  EXPECT_EQ(Prefer({"0000:ff:00.0"}, {}, 1, nullptr).error_code(), kInvalid);     // unknown
+  EXPECT_EQ(Prefer({"0000:1a:00.0", "1A:00.0"}, {}, 1, nullptr).error_code(), kInvalid);  // dup
   EXPECT_EQ(Prefer(kPcis, {}, 0, nullptr).error_code(), kInvalid);
   grpc::ClientContext context;
   v1beta1::PreferredAllocationResponse empty;
