@@ -225,6 +225,7 @@ TEST_F(NodeMetricsTest, PodResourcesErrorsAreCounted) {
   const std::string socket = node_.dir().Sub("absent.sock");  // nobody serves it
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
+  config.pod_resources_timeout = absl::Milliseconds(100);  // each List waits this long
   NodeState state(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
   EXPECT_FALSE(state.RefreshPodsAndWait());
