@@ -204,10 +204,9 @@ bool NodeState::Poll() {
     if (found.ok()) {
       fresh = *found;
     } else {
-      Log()->warn("re-discovery failed, using the sysfs scan alone: {}",
+      Log()->warn("re-discovery failed, using the sysfs scan placed as last discovered: {}",
                   found.status().ToString());
-      fresh = std::make_shared<const topology::Topology>(current->numa_nodes(), scanned,
-                                                         current->gpus());
+      fresh = topology::WithScannedHcas(*current, scanned);
     }
   }
   std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
