@@ -279,6 +279,17 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
              "kubelet refused the driver) succeeded",
              Type::kGauge);
   out.Sample({}, sync.in_sync ? 1 : 0);
+  out.Family("rdma_device_plugin_dra_slice_watch_up",
+             "1 while the watch on the node's ResourceSlices is up (an edit or deletion of them "
+             "is repaired at once); 0 before the first publish and while it reconnects (the "
+             "slices are then checked every --slice-resync)",
+             Type::kGauge);
+  out.Sample({}, sync.watching ? 1 : 0);
+  out.Family("rdma_device_plugin_dra_slice_watch_failures_total",
+             "Watches on the node's ResourceSlices that ended with an error (each is opened "
+             "again after a jittered back-off)",
+             Type::kCounter);
+  out.Sample({}, static_cast<double>(sync.watch_failures));
   out.Family("rdma_device_plugin_dra_publishes_total",
              "Publishes of the node's ResourceSlices, by result", Type::kCounter);
   out.Sample({{"result", "success"}}, static_cast<double>(sync.successes));

@@ -9,8 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
 #include "test/support/child.h"
+#include "test/support/http_get.h"
 
 namespace rdp::dra {
 namespace {
@@ -166,6 +166,32 @@ TEST_F(DRAServeCmdTest, ASecondInstanceWaitsForTheFirstToExit) {
   EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "no socket while the other instance runs";
   ::close(fd);  // the first exits
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+}
+
+// Whether the watch on the node's slices was up was in no metric: a driver that had fallen back
+// to resyncing by timer looked like one that repairs an edited slice at once. The gauge is there
+// from the first scrape, 0 while the API server is away (here it never comes).
+TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("metrics: serving on", kTimeout)) << driver.output();
+  std::smatch m;
+  const std::string out = driver.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(metrics: serving on (127\.0\.0\.1:\d+))")))
+      << out;
+  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + m[1].str() + "/metrics");
+  ASSERT_EQ(scrape.code, 200);
+  EXPECT_TRUE(rdp::testing::HasLine(scrape.body, "# TYPE rdma_device_plugin_dra_slice_watch_up gauge"))
+      << scrape.body;
+  EXPECT_TRUE(rdp::testing::HasLine(scrape.body, "rdma_device_plugin_dra_slice_watch_up 0"))
+      << scrape.body;
+  EXPECT_TRUE(
+      rdp::testing::HasLine(scrape.body, "rdma_device_plugin_dra_slice_watch_failures_total 0"))
+      << scrape.body;
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
 }
 
 }  // namespace
