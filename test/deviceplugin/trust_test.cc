@@ -572,23 +572,29 @@ TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
 // pod-resources socket, which these tests do not give).
 class LifecycleWaits {
  public:
-  std::function<int(struct pollfd*, nfds_t, int)> Poll() {
-    return [this](struct pollfd* fds, nfds_t n, int timeout) {
-      const bool lifecycle = WatchesADirectory(fds, n);
-      if (lifecycle) {
-        absl::MutexLock lock(&mu_);
-        ++entered_;
-        waiting_ = true;
-      }
-      const int ready = ::poll(fds, n, timeout);
-      const int saved = errno;
-      if (lifecycle) {
-        absl::MutexLock lock(&mu_);
-        waiting_ = false;
-      }
-      errno = saved;
-      return ready;
+  // The poll(2) to give the plugin; it keeps `waits` alive as long as the plugin's threads may
+  // call it.
+  static std::function<int(struct pollfd*, nfds_t, int)> Poll(
+      std::shared_ptr<LifecycleWaits> waits) {
+    return [waits](struct pollfd* fds, nfds_t n, int timeout) {
+      return waits->Wait(fds, n, timeout);
     };
+  }
+  int Wait(struct pollfd* fds, nfds_t n, int timeout) {
+    const bool lifecycle = WatchesADirectory(fds, n);
+    if (lifecycle) {
+      absl::MutexLock lock(&mu_);
+      ++entered_;
+      waiting_ = true;
+    }
+    const int ready = ::poll(fds, n, timeout);
+    const int saved = errno;
+    if (lifecycle) {
+      absl::MutexLock lock(&mu_);
+      waiting_ = false;
+    }
+    errno = saved;
+    return ready;
   }
   // Waits until the lifecycle thread is in poll(2); how many times it entered it so far.
   std::optional<int> WaitUntilWaiting(absl::Time deadline) {
@@ -627,9 +633,9 @@ class LifecycleWaits {
 // again, and kubelet_restarts_total stays. Before, a file's identity mixed in its change time,
 // which a chmod moves: each chmod re-served, re-registered and counted a restart.
 TEST_F(TrustTest, AChmodOfASocketIsNoRestart) {
-  LifecycleWaits waits;
+  auto waits = std::make_shared<LifecycleWaits>();
   NodeSources sources = node_.Sources();
-  sources.poll = waits.Poll();
+  sources.poll = LifecycleWaits::Poll(waits);
   StartAll(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
   const int serves = plugin_->serves();
   const int registrations = kubelet_->registrations();
@@ -644,11 +650,11 @@ TEST_F(TrustTest, AChmodOfASocketIsNoRestart) {
     // The lifecycle thread checks both sockets' identities on each wake-up: once it waits
     // (after the chmod), a file created in the directory wakes it, and its next wait follows
     // the check.
-    const std::optional<int> entered = waits.WaitUntilWaiting(absl::Now() + kWait);
+    const std::optional<int> entered = waits->WaitUntilWaiting(absl::Now() + kWait);
     ASSERT_TRUE(entered.has_value());
     const std::string other = absl::StrCat(config_.kubelet_dir, "/not-a-socket-", *entered);
     { std::ofstream touch(other); }
-    ASSERT_TRUE(waits.WaitUntilEnteredMoreThan(*entered, absl::Now() + kWait));
+    ASSERT_TRUE(waits->WaitUntilEnteredMoreThan(*entered, absl::Now() + kWait));
     ::unlink(other.c_str());
     EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts);
     EXPECT_EQ(plugin_->serves(), serves);
