@@ -4,11 +4,16 @@
 #     mirror and imported into podman, rebuilt only when missing or when their recipe below
 #     changed (the images carry its hash as a label);
 #  2. the Dockerfile built unchanged (runc, explicit ulimits, no pull, podman's layer cache: with
-#     the sources unchanged a rebuild reuses every layer and keeps the image ID).
-# The one build step of scripts/image-test.sh (ctest image_podman) and scripts/real-node.sh,
-# which share the tag, so that CI builds the image once.
+#     the sources unchanged a rebuild reuses every layer and keeps the image ID);
+#  3. with --arm64, also the linux/arm64 image NAME-arm64 from the same Dockerfile
+#     (`--platform linux/arm64 --target runtime-copied`: cross-compiled in the build stage,
+#     nothing of arm64 run) on an arm64 bookworm-slim made with `debootstrap --arch arm64
+#     --foreign` (localhost/rdp-debian:bookworm-slim-arm64, rebuilt as the others), and both
+#     images in one manifest list NAME-multiarch (docs/install.md).
+# The one build step of scripts/image-test.sh (ctest image_podman, with --arm64) and
+# scripts/real-node.sh, which share the tag, so that CI builds the image once.
 #
-#   scripts/build-image.sh [--image NAME] [--work DIR]
+#   scripts/build-image.sh [--image NAME] [--work DIR] [--arm64]
 # Defaults: localhost/rdma-device-plugin:image-test, ${BUILD_DIR:-build}/image-test.
 # RDP_DEBIAN_MIRROR overrides the mirror (default: the one in /etc/apt/sources*). One build at a
 # time on a machine (/var/tmp/rdp-image-test.lock; RDP_IMAGE_LOCK_HELD=1 when the caller holds it).
@@ -18,9 +23,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 build=${BUILD_DIR:-build}
-image=localhost/rdma-device-plugin:image-test work=
+image=localhost/rdma-device-plugin:image-test work= arm64=0
 while (($#)); do
   case "$1" in
+    --arm64) arm64=1; shift ;;
     --image) image=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     *) echo "build-image: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
@@ -44,6 +50,10 @@ phase() {  # the time the previous phase took
 for tool in podman runc debootstrap; do
   command -v "$tool" >/dev/null || skip "$tool not installed (scripts/install-deps.sh installs it)"
 done
+if ((arm64)); then
+  command -v aarch64-linux-gnu-strip >/dev/null ||
+    skip "no aarch64-linux-gnu-strip for --arm64 (scripts/install-deps.sh installs crossbuild-essential-arm64)"
+fi
 mkdir -p "$work"
 work=$(realpath "$work")
 if [[ ${RDP_IMAGE_LOCK_HELD:-0} != 1 ]]; then
@@ -160,8 +170,66 @@ id=$(pm image inspect --format '{{.Id}}' "$image")
 if [[ -n $previous && $previous != "$id" ]]; then
   pm rmi "$previous" >/dev/null 2>&1 || true  # the last run's image and its unshared layers
 fi
-# Earlier runs' untagged leaves (the build stage's compile layers, some 25 MB each): without
-# this they pile up, one per source change.
-pm image prune -f --filter "until=$build_started" >/dev/null
 phase "image build"
-say "built $image ($id) in $(($(date +%s) - t_start)) s"
+
+# --- 3. linux/arm64 and the manifest list (--arm64) -------------------------------------------
+# The arm64 base: debootstrap's first stage only (--foreign: it unpacks the packages, runs none
+# of them), then what the slim images leave out. No arm64 program runs here.
+arm64_base=localhost/rdp-debian:$suite-slim-arm64
+base_rootfs_arm64() {  # $1: directory to create
+  local root=$1
+  debootstrap --arch arm64 --foreign --variant=minbase "$suite" "$root" "$mirror"
+  rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb "$root"/dev/*
+  # The first stage leaves /proc a link to the host's; a container runtime mounts proc there.
+  rm -f "$root/proc" && mkdir -m 0555 "$root/proc"
+}
+if ((arm64)); then
+  recipe_arm64=$({ declare -f base_rootfs_arm64 slimify; echo "$suite $mirror"; } | sha256sum | cut -c1-16)
+  if [[ $(label "$arm64_base") == "$recipe_arm64" ]]; then
+    say "arm64 base $arm64_base up to date (recipe $recipe_arm64)"
+  else
+    say "making $arm64_base with debootstrap --arch arm64 --foreign from $mirror (recipe $recipe_arm64)"
+    scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
+    if ! base_rootfs_arm64 "$scratch/rootfs" >"$work/debootstrap-arm64.log" 2>&1; then
+      tail -20 "$work/debootstrap-arm64.log"
+      fail "debootstrap --arch arm64 --foreign failed (log: $work/debootstrap-arm64.log)"
+    fi
+    slimify "$scratch/rootfs"
+    tar --numeric-owner --xattrs -C "$scratch/rootfs" -c . |
+      pm import -q --arch arm64 --os linux --change "LABEL org.rdp.base-recipe=$recipe_arm64" - \
+        "$arm64_base" >/dev/null
+    rm -rf "$scratch"
+    scratch=
+  fi
+  phase "arm64 base image"
+
+  image_arm64=${image%:*}:${image##*:}-arm64
+  previous=$(pm image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
+  say "podman build --platform linux/arm64 --target runtime-copied -t $image_arm64"
+  if ! pm build --pull=never --network=host "${ulimits[@]}" --layers --platform linux/arm64 \
+         --build-arg "BUILDPLATFORM=linux/$(dpkg --print-architecture)" \
+         --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base" \
+         --build-arg "RDP_VERSION=$version" -t "$image_arm64" -f Dockerfile . >"$work/build-arm64.log" 2>&1; then
+    tail -40 "$work/build-arm64.log"
+    fail "podman build for linux/arm64 failed (log: $work/build-arm64.log)"
+  fi
+  grep -E '^(\[[0-9]+/[0-9]+\] )?STEP|^--> Using cache' "$work/build-arm64.log" | cut -c1-100 | sed 's/^/  /' || true
+  id_arm64=$(pm image inspect --format '{{.Id}}' "$image_arm64")
+  if [[ -n $previous && $previous != "$id_arm64" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
+  arch=$(pm image inspect --format '{{.Architecture}}' "$image_arm64")
+  [[ $arch == arm64 ]] || fail "$image_arm64 is for '$arch', not arm64"
+  phase "arm64 image build"
+
+  list=${image%:*}:${image##*:}-multiarch
+  pm manifest rm "$list" >/dev/null 2>&1 || true
+  pm manifest create "$list" >/dev/null
+  pm manifest add "$list" "containers-storage:$image" >/dev/null
+  pm manifest add "$list" "containers-storage:$image_arm64" >/dev/null
+  say "manifest list $list: $image and $image_arm64"
+fi
+
+# Earlier runs' untagged leaves (the build stages' compile layers, some 25 MB each): without
+# this they pile up, one per source change. Once, after both architectures' builds: pruned
+# between them, the arm64 build stage's would go before it could be reused.
+pm image prune -f --filter "until=$build_started" >/dev/null
+say "built $image ($id)$( ((arm64)) && echo ", $image_arm64 ($id_arm64) and $list") in $(($(date +%s) - t_start)) s"

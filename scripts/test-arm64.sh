@@ -6,7 +6,7 @@
 #
 # Which tests, and why not all: the topology tests (sysfs reader, hwloc XML loading with its probe
 # child, the Grace nodes) and the allocator's (its property tests against brute force): the code
-# whose results could differ on aarch64 (bit packing, hwloc's and abseil's arm64 builds), 354
+# whose results could differ on aarch64 (bit packing, hwloc's and abseil's arm64 builds), 355
 # tests. The rest (device plugin, DRA, cmd, check, the demo) run the same C++ through the same
 # libraries, but build about 5 times as many objects and serve gRPC against the kubelet's short
 # admission deadlines: under emulation, 10-20 times slower, a pod-resources List misses its
