@@ -34,17 +34,8 @@ while (($#)); do
 done
 work=${work:-$build/image-test}
 
-t_start=$(date +%s)
-say() { echo "build-image: $*"; }
-skip() { say "SKIP: $*"; exit 77; }
-fail() { say "FAIL: $*"; exit 1; }
-phase_start=$t_start
-phase() {  # the time the previous phase took
-  local now
-  now=$(date +%s)
-  say "-- $1: $((now - phase_start)) s"
-  phase_start=$now
-}
+# shellcheck source=scripts/lib/log.sh
+source scripts/lib/log.sh build-image
 
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman"
 for tool in podman runc debootstrap; do
@@ -137,15 +128,20 @@ import_rootfs() {  # $1: rootfs, $2: image name, $3: recipe hash
 recipe=$({ declare -f base_rootfs slimify import_rootfs; echo "$suite $mirror $security_mirror"; } |
          sha256sum | cut -c1-16)
 label() { pm image inspect --format '{{index .Labels "org.rdp.base-recipe"}}' "$1" 2>/dev/null || true; }
+# Runs $2 (base_rootfs or base_rootfs_arm64) into $scratch/rootfs, a new scratch directory, its
+# output in $work/$1; fails with the log's end.
+make_rootfs() {
+  scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
+  if ! "$2" "$scratch/rootfs" >"$work/$1" 2>&1; then
+    tail -20 "$work/$1"
+    fail "$2 (debootstrap) failed (log: $work/$1)"
+  fi
+}
 if [[ $(label "$base") == "$recipe" && $(label "$slim") == "$recipe" ]]; then
   say "base images $base and $slim up to date (recipe $recipe)"
 else
   say "making $base and $slim with debootstrap from $mirror (recipe $recipe)"
-  scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
-  if ! base_rootfs "$scratch/rootfs" >"$work/debootstrap.log" 2>&1; then
-    tail -20 "$work/debootstrap.log"
-    fail "debootstrap failed (log: $work/debootstrap.log)"
-  fi
+  make_rootfs debootstrap.log base_rootfs
   import_rootfs "$scratch/rootfs" "$base" "$recipe"
   slimify "$scratch/rootfs"
   import_rootfs "$scratch/rootfs" "$slim" "$recipe"
@@ -157,19 +153,26 @@ phase "base images"
 
 # --- 2. The image, from the Dockerfile unchanged ----------------------------------------------
 version=$(cat VERSION)
-previous=$(pm image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+# Builds the Dockerfile as image $1, podman's output in $work/$2, with the podman build flags
+# $3...; prints its steps and removes the image the tag named before (the last run's, with its
+# unshared layers) when it changed.
+podman_build() {
+  local tag=$1 log=$work/$2 previous
+  shift 2
+  previous=$(pm image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+  say "podman build $* -t $tag (Dockerfile, context $repo)"
+  if ! pm build --pull=never --network=host "${ulimits[@]}" --layers \
+         --build-arg "RDP_VERSION=$version" "$@" -t "$tag" -f Dockerfile . >"$log" 2>&1; then
+    tail -40 "$log"
+    fail "podman build $* failed (log: $log)"
+  fi
+  grep -E '^(\[[0-9]+/[0-9]+\] )?STEP|^--> Using cache' "$log" | cut -c1-100 | sed 's/^/  /' || true
+  built_id=$(pm image inspect --format '{{.Id}}' "$tag")
+  if [[ -n $previous && $previous != "$built_id" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
+}
 build_started=$(date +%s)
-say "podman build -t $image (Dockerfile, context $repo)"
-if ! pm build --pull=never --network=host "${ulimits[@]}" --layers \
-       --build-arg "RDP_VERSION=$version" -t "$image" -f Dockerfile . >"$work/build.log" 2>&1; then
-  tail -40 "$work/build.log"
-  fail "podman build failed (log: $work/build.log)"
-fi
-grep -E '^(\[[0-9]+/[0-9]+\] )?STEP|^--> Using cache' "$work/build.log" | cut -c1-100 | sed 's/^/  /' || true
-id=$(pm image inspect --format '{{.Id}}' "$image")
-if [[ -n $previous && $previous != "$id" ]]; then
-  pm rmi "$previous" >/dev/null 2>&1 || true  # the last run's image and its unshared layers
-fi
+podman_build "$image" build.log
+id=$built_id
 phase "image build"
 
 # --- 3. linux/arm64 and the manifest list (--arm64) -------------------------------------------
@@ -189,11 +192,7 @@ if ((arm64)); then
     say "arm64 base $arm64_base up to date (recipe $recipe_arm64)"
   else
     say "making $arm64_base with debootstrap --arch arm64 --foreign from $mirror (recipe $recipe_arm64)"
-    scratch=$(mktemp -d /var/tmp/rdp-image-base.XXXXXX)
-    if ! base_rootfs_arm64 "$scratch/rootfs" >"$work/debootstrap-arm64.log" 2>&1; then
-      tail -20 "$work/debootstrap-arm64.log"
-      fail "debootstrap --arch arm64 --foreign failed (log: $work/debootstrap-arm64.log)"
-    fi
+    make_rootfs debootstrap-arm64.log base_rootfs_arm64
     slimify "$scratch/rootfs"
     tar --numeric-owner --xattrs -C "$scratch/rootfs" -c . |
       pm import -q --arch arm64 --os linux --change "LABEL org.rdp.base-recipe=$recipe_arm64" - \
@@ -204,18 +203,10 @@ if ((arm64)); then
   phase "arm64 base image"
 
   image_arm64=${image%:*}:${image##*:}-arm64
-  previous=$(pm image inspect --format '{{.Id}}' "$image_arm64" 2>/dev/null || true)
-  say "podman build --platform linux/arm64 --target runtime-copied -t $image_arm64"
-  if ! pm build --pull=never --network=host "${ulimits[@]}" --layers --platform linux/arm64 \
-         --build-arg "BUILDPLATFORM=linux/$(dpkg --print-architecture)" \
-         --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base" \
-         --build-arg "RDP_VERSION=$version" -t "$image_arm64" -f Dockerfile . >"$work/build-arm64.log" 2>&1; then
-    tail -40 "$work/build-arm64.log"
-    fail "podman build for linux/arm64 failed (log: $work/build-arm64.log)"
-  fi
-  grep -E '^(\[[0-9]+/[0-9]+\] )?STEP|^--> Using cache' "$work/build-arm64.log" | cut -c1-100 | sed 's/^/  /' || true
-  id_arm64=$(pm image inspect --format '{{.Id}}' "$image_arm64")
-  if [[ -n $previous && $previous != "$id_arm64" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
+  podman_build "$image_arm64" build-arm64.log --platform linux/arm64 \
+    --build-arg "BUILDPLATFORM=linux/$(dpkg --print-architecture)" \
+    --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base"
+  id_arm64=$built_id
   arch=$(pm image inspect --format '{{.Architecture}}' "$image_arm64")
   [[ $arch == arm64 ]] || fail "$image_arm64 is for '$arch', not arm64"
   phase "arm64 image build"
@@ -232,4 +223,4 @@ fi
 # this they pile up, one per source change. Once, after both architectures' builds: pruned
 # between them, the arm64 build stage's would go before it could be reused.
 pm image prune -f --filter "until=$build_started" >/dev/null
-say "built $image ($id)$( ((arm64)) && echo ", $image_arm64 ($id_arm64) and $list") in $(($(date +%s) - t_start)) s"
+say "built $image ($id)$( ((arm64)) && echo ", $image_arm64 ($id_arm64) and $list") in $(elapsed) s"

@@ -57,17 +57,8 @@ if [[ -z $helm ]]; then
   [[ -x $helm ]] || helm=$(command -v helm || true)
 fi
 
-t_start=$(date +%s)
-say() { echo "image-test: $*"; }
-skip() { say "SKIP: $*"; exit 77; }
-fail() { say "FAIL: $*"; exit 1; }
-phase_start=$t_start
-phase() {  # the time the previous phase took
-  local now
-  now=$(date +%s)
-  say "-- $1: $((now - phase_start)) s"
-  phase_start=$now
-}
+# shellcheck source=scripts/lib/log.sh
+source scripts/lib/log.sh image-test
 
 # --- Preconditions ----------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman, bind-mounted sockets in root-owned directories as on a node"
@@ -332,4 +323,4 @@ platforms=$(python3 -c 'import json, sys; print(" ".join(sorted(m["platform"]["o
 cat "$work/manifest.json"
 say "manifest list $list: $platforms"
 phase "arm64 image and manifest list"
-say "passed in $(($(date +%s) - t_start)) s (image $((size / 1000000)) MB)"
+say "passed in $(elapsed) s (image $((size / 1000000)) MB)"

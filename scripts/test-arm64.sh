@@ -25,22 +25,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-arm64}
 native=${RDP_NATIVE_BUILD:-build}
-say() { echo "test-arm64: $*"; }
-command -v aarch64-linux-gnu-g++ >/dev/null || { say "SKIP: no aarch64-linux-gnu-g++ (scripts/install-deps.sh)"; exit 77; }
-qemu=$(command -v qemu-aarch64-static) || { say "SKIP: no qemu-aarch64-static (scripts/install-deps.sh)"; exit 77; }
+# shellcheck source=scripts/lib/log.sh
+source scripts/lib/log.sh test-arm64
+command -v aarch64-linux-gnu-g++ >/dev/null || skip "no aarch64-linux-gnu-g++ (scripts/install-deps.sh)"
+qemu=$(command -v qemu-aarch64-static) || skip "no qemu-aarch64-static (scripts/install-deps.sh)"
 
-start=$(date +%s)
 targets="rdma-device-plugin topology_test discovery_test grace_test sysfs_test report_test allocator_test"
 BUILD_DIR=$build RDP_BUILD_TARGETS=$targets scripts/build.sh --arch arm64 \
   -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=OFF
-built=$(date +%s)
-say "cross build: $((built - start)) s"
+phase "cross build"
 
 bin=$build/cmd/rdma-device-plugin
 machine=$(readelf -h "$bin" | awk -F: '/Machine:/ {gsub(/^ +/, "", $2); print $2}')
-[[ $machine == AArch64 ]] || { say "FAIL: $bin is a '$machine' ELF, not AArch64"; exit 1; }
+[[ $machine == AArch64 ]] || fail "$bin is a '$machine' ELF, not AArch64"
 version=$("$qemu" "$bin" --version)
-[[ $version == "rdma-device-plugin $(cat VERSION)" ]] || { say "FAIL: --version said '$version'"; exit 1; }
+[[ $version == "rdma-device-plugin $(cat VERSION)" ]] || fail "--version said '$version'"
 say "$bin: $machine ELF, '$version' under qemu"
 
 # The arm64 binary's answers equal the amd64 build's, from the XML and from a fixture sysfs.
@@ -55,11 +54,12 @@ if [[ -x $native/cmd/rdma-device-plugin ]]; then
       want=$("$native/cmd/rdma-device-plugin" topology --json $args --log-level off)
       # shellcheck disable=SC2086
       got=$("$qemu" "$bin" topology --json $args --log-level off)
-      [[ $got == "$want" ]] || { diff <(echo "$want") <(echo "$got") | head; say "FAIL: $node ($args): arm64 differs"; exit 1; }
+      [[ $got == "$want" ]] || { diff <(echo "$want") <(echo "$got") | head; fail "$node ($args): arm64 differs"; }
     done
   done
   say "topology --json under qemu == amd64's on 4 nodes, from the XML and from sysfs"
 fi
+phase "the binary under qemu"
 
 # ctest in a user namespace with its own binfmt_misc: qemu for aarch64 ELF files (flag F: the
 # interpreter is opened now, so it is found from any mount namespace below).
@@ -76,4 +76,5 @@ else
   say "ctest -L arm64 under qemu, without the hwloc probe tests (no binfmt_misc of our own here)"
   ctest "${ctest_args[@]}" -E 'DiscoveryErrorTest\.(XmlThatCrashesHwlocIsAnError|XmlRewrittenInPlaceIsProbedAgain)'
 fi
-say "passed in $(($(date +%s) - start)) s"
+phase "ctest -L arm64 under qemu"
+say "passed in $(elapsed) s"
