@@ -4,12 +4,14 @@
 #     mirror and imported into podman, rebuilt only when missing or when their recipe below
 #     changed (the images carry its hash as a label);
 #  2. the Dockerfile built unchanged (runc, explicit ulimits, no pull, podman's layer cache: with
-#     the sources unchanged a rebuild reuses every layer and keeps the image ID);
+#     the sources unchanged a rebuild reuses every layer and keeps the image ID; the build
+#     stage is kept as NAME-build, so that no later prune takes its apt layer);
 #  3. with --arm64, also the linux/arm64 image NAME-arm64 from the same Dockerfile
 #     (`--platform linux/arm64 --target runtime-copied`: cross-compiled in the build stage,
 #     nothing of arm64 run) on an arm64 bookworm-slim made with `debootstrap --arch arm64
-#     --foreign` (localhost/rdp-debian:bookworm-slim-arm64, rebuilt as the others), and both
-#     images in one manifest list NAME-multiarch (docs/install.md).
+#     --foreign` (localhost/rdp-debian:bookworm-slim-arm64, rebuilt as the others; its build
+#     stage kept as NAME-arm64-build), and both images in one manifest list NAME-multiarch
+#     (docs/install.md).
 # The one build step of scripts/image-test.sh (ctest image_podman, with --arm64) and
 # scripts/real-node.sh, which share the tag, so that CI builds the image once.
 #
@@ -153,25 +155,34 @@ phase "base images"
 
 # --- 2. The image, from the Dockerfile unchanged ----------------------------------------------
 version=$(cat VERSION)
-# Builds the Dockerfile as image $1, podman's output in $work/$2, with the podman build flags
-# $3...; prints its steps and removes the image the tag named before (the last run's, with its
-# unshared layers) when it changed.
+# Builds the Dockerfile's stage $2 as image $1, podman's output in $work/$3, with the podman
+# build flags $4...; prints its steps and removes the image the tag named before (the last run's,
+# with its unshared layers) when it changed. Then tags that build's build stage $1-build (the same
+# build with --target build: every step from the layer cache). Untagged, the build stage would be
+# dangling, and the prune below (this script's next run, or a run for the other architecture,
+# such as real-node.sh's) would remove it with its parents down to the layer of the build
+# dependencies (apt, ~1 GB for the arm64 cross build), installed again by the next build instead
+# of a compile from ccache; tagged, only the build stage of an earlier source tree goes.
 podman_build() {
-  local tag=$1 log=$work/$2 previous
-  shift 2
+  local tag=$1 target=$2 log=$work/$3 previous
+  shift 3
   previous=$(pm image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
-  say "podman build $* -t $tag (Dockerfile, context $repo)"
-  if ! pm build --pull=never --network=host "${ulimits[@]}" --layers \
-         --build-arg "RDP_VERSION=$version" "$@" -t "$tag" -f Dockerfile . >"$log" 2>&1; then
+  say "podman build --target $target $* -t $tag (Dockerfile, context $repo)"
+  local flags=(--pull=never --network=host "${ulimits[@]}" --layers --build-arg "RDP_VERSION=$version" "$@")
+  if ! pm build "${flags[@]}" --target "$target" -t "$tag" -f Dockerfile . >"$log" 2>&1; then
     tail -40 "$log"
-    fail "podman build $* failed (log: $log)"
+    fail "podman build failed (log: $log)"
   fi
   grep -E '^(\[[0-9]+/[0-9]+\] )?STEP|^--> Using cache' "$log" | cut -c1-100 | sed 's/^/  /' || true
   built_id=$(pm image inspect --format '{{.Id}}' "$tag")
   if [[ -n $previous && $previous != "$built_id" ]]; then pm rmi "$previous" >/dev/null 2>&1 || true; fi
+  if ! pm build "${flags[@]}" --target build -t "$tag-build" -f Dockerfile . >>"$log" 2>&1; then
+    tail -20 "$log"
+    fail "podman build --target build (to tag the build stage) failed (log: $log)"
+  fi
 }
 build_started=$(date +%s)
-podman_build "$image" build.log
+podman_build "$image" runtime build.log
 id=$built_id
 phase "image build"
 
@@ -203,9 +214,9 @@ if ((arm64)); then
   phase "arm64 base image"
 
   image_arm64=${image%:*}:${image##*:}-arm64
-  podman_build "$image_arm64" build-arm64.log --platform linux/arm64 \
+  podman_build "$image_arm64" runtime-copied build-arm64.log --platform linux/arm64 \
     --build-arg "BUILDPLATFORM=linux/$(dpkg --print-architecture)" \
-    --target runtime-copied --build-arg "RDP_RUNTIME_BASE=$arm64_base"
+    --build-arg "RDP_RUNTIME_BASE=$arm64_base"
   id_arm64=$built_id
   arch=$(pm image inspect --format '{{.Architecture}}' "$image_arm64")
   [[ $arch == arm64 ]] || fail "$image_arm64 is for '$arch', not arm64"
