@@ -44,11 +44,10 @@ PluginServer::~PluginServer() { Stop(); }
 absl::Status PluginServer::Start() {
   if (absl::Status s = node_->Init(); !s.ok()) return s;
   stop_fd_ = serving::NewEventFd();
-  fatal_fd_ = serving::NewEventFd();
   rescan_fd_ = serving::NewEventFd();
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   pods_inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (stop_fd_ < 0 || fatal_fd_ < 0 || rescan_fd_ < 0 || inotify_fd_ < 0 ||
+  if (stop_fd_ < 0 || !fatal_.ok() || rescan_fd_ < 0 || inotify_fd_ < 0 ||
       pods_inotify_fd_ < 0) {
     return Errno("inotify/eventfd");
   }
@@ -88,28 +87,20 @@ void PluginServer::Stop() {
     ::unlink(config_.SocketPath().c_str());
   }
   node_->SetRescanRequest(nullptr);
-  for (int* fd : {&inotify_fd_, &pods_inotify_fd_, &stop_fd_, &fatal_fd_, &rescan_fd_}) {
+  for (int* fd : {&inotify_fd_, &pods_inotify_fd_, &stop_fd_, &rescan_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
 }
 
 absl::Status PluginServer::Wait(int stop_fd) {
-  return serving::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
-    absl::MutexLock lock(&mu_);
-    return fatal_;
-  });
+  return fatal_.Wait(stop_fd);
 }
 
 void PluginServer::Fatal(const absl::Status& status) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!fatal_.ok()) return;
-    fatal_ = status;
-  }
+  if (!fatal_.Raise(status)) return;
   Log()->error("{}; the plugin cannot go on and exits so that it is restarted",
                std::string(status.message()));
-  serving::SignalEventFd(fatal_fd_);
 }
 
 void PluginServer::RunLoop(const char* name, void (PluginServer::*loop)()) {

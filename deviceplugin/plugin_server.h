@@ -31,6 +31,7 @@
 #include "deviceplugin/config.h"
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/service.h"
+#include "serving/fatal_latch.h"
 
 namespace rdp::deviceplugin {
 
@@ -94,7 +95,6 @@ class PluginServer {
   bool failing_ = false;           // a registration failure was logged in this streak
 
   int stop_fd_ = -1;     // eventfd written once by Stop(), never read: wakes every thread
-  int fatal_fd_ = -1;    // eventfd written by Fatal()
   int rescan_fd_ = -1;   // eventfd: the health thread polls at once
   int inotify_fd_ = -1;  // the kubelet dir
   int watch_ = -1;
@@ -105,7 +105,7 @@ class PluginServer {
   absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  serving::FatalLatch fatal_;
 };
 
 }  // namespace rdp::deviceplugin

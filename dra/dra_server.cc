@@ -63,9 +63,8 @@ DraServer::~DraServer() { Stop(); }
 
 absl::Status DraServer::Start() {
   stop_fd_ = serving::NewEventFd();
-  fatal_fd_ = serving::NewEventFd();
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (stop_fd_ < 0 || fatal_fd_ < 0 || inotify_fd_ < 0) return Errno("inotify/eventfd");
+  if (stop_fd_ < 0 || !fatal_.ok() || inotify_fd_ < 0) return Errno("inotify/eventfd");
   absl::MutexLock lock(&mu_);
   // The endpoint first: the kubelet dials it as soon as it has read GetInfo.
   if (absl::Status s = Serve(dra_); !s.ok()) return s;
@@ -107,28 +106,20 @@ void DraServer::Stop() {
     s->id = 0;
     StopServing(*s, deadline);
   }
-  for (int* fd : {&inotify_fd_, &stop_fd_, &fatal_fd_}) {
+  for (int* fd : {&inotify_fd_, &stop_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
 }
 
 absl::Status DraServer::Wait(int stop_fd) {
-  return serving::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
-    absl::MutexLock lock(&mu_);
-    return fatal_;
-  });
+  return fatal_.Wait(stop_fd);
 }
 
 void DraServer::Fatal(const absl::Status& status) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!fatal_.ok()) return;
-    fatal_ = status;
-  }
+  if (!fatal_.Raise(status)) return;
   Log()->error("{}; the driver cannot go on and exits so that it is restarted",
                std::string(status.message()));
-  serving::SignalEventFd(fatal_fd_);
 }
 
 absl::Status DraServer::Serve(Socket& socket) {

@@ -26,6 +26,7 @@
 #include "dra/dra_service.h"
 #include "dra/driver.h"
 #include "grpcpp/grpcpp.h"
+#include "serving/fatal_latch.h"
 
 namespace rdp::dra {
 
@@ -100,10 +101,9 @@ class DraServer {
   int serve_failures_ ABSL_GUARDED_BY(mu_) = 0;  // by the lifecycle thread
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  serving::FatalLatch fatal_;
 
   int stop_fd_ = -1;   // eventfd written by Stop()
-  int fatal_fd_ = -1;  // eventfd written by Fatal()
   int inotify_fd_ = -1;
   int plugin_watch_ = -1;  // lifecycle thread (and Start) only
   int reg_watch_ = -1;

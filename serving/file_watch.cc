@@ -1,6 +1,5 @@
 #include "serving/file_watch.h"
 
-#include <poll.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -9,21 +8,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace rdp::serving {
-
-absl::Status WaitForStopOrFatal(int stop_fd, int fatal_fd,
-                                const std::function<absl::Status()>& fatal) {
-  for (;;) {
-    struct pollfd fds[2] = {{stop_fd, POLLIN, 0}, {fatal_fd, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, -1);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) {
-      return absl::InternalError(
-          absl::StrCat("waiting for a stop signal: ", std::strerror(errno)));
-    }
-    if (fds[1].revents & POLLIN) return fatal();
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) return absl::OkStatus();
-  }
-}
 
 std::uint64_t FileId(const std::string& path) {
   struct stat st;

@@ -16,12 +16,6 @@
 
 namespace rdp::serving {
 
-// Blocks until `stop_fd` is readable (a signalfd: OK) or `fatal_fd` is (an eventfd a background
-// thread wrote when it could not go on: `fatal()`, its error). Internal naming errno when poll(2)
-// fails. The serving lifecycles' Wait (PluginServer, dra::DraServer).
-absl::Status WaitForStopOrFatal(int stop_fd, int fatal_fd,
-                                const std::function<absl::Status()>& fatal);
-
 // Identity of a file: inode plus change time, since tmpfs reuses a freed inode number at once.
 // 0 when the file does not exist.
 std::uint64_t FileId(const std::string& path);

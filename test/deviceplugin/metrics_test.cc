@@ -29,19 +29,9 @@ namespace rdp::deviceplugin {
 namespace {
 
 using ::testing::HasSubstr;
+using rdp::testing::HasLine;
+using rdp::testing::Lines;
 using ::testing::Not;
-
-// The lines of a scrape, for exact-line checks.
-std::vector<std::string> Lines(const std::string& text) {
-  return absl::StrSplit(text, '\n', absl::SkipEmpty());
-}
-
-bool HasLine(const std::string& text, const std::string& line) {
-  for (const std::string& l : Lines(text)) {
-    if (l == line) return true;
-  }
-  return false;
-}
 
 // --- Alignment ---
 

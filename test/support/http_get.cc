@@ -2,6 +2,8 @@
 
 #include <curl/curl.h>
 
+#include "absl/strings/str_split.h"
+
 namespace rdp::testing {
 namespace {
 
@@ -28,6 +30,17 @@ HttpResponse HttpGet(const std::string& url, absl::Duration timeout) {
   }
   curl_easy_cleanup(curl);
   return r;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+bool HasLine(const std::string& text, const std::string& line) {
+  for (const std::string& l : Lines(text)) {
+    if (l == line) return true;
+  }
+  return false;
 }
 
 }  // namespace rdp::testing

@@ -1,8 +1,10 @@
 #pragma once
 
-// An HTTP GET through libcurl, as a scraper makes one: for the tests of the metrics endpoint.
+// An HTTP GET through libcurl, as a scraper makes one, and the lines of what it read: for the
+// tests of the metrics endpoint.
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -15,5 +17,9 @@ struct HttpResponse {
 };
 
 HttpResponse HttpGet(const std::string& url, absl::Duration timeout = absl::Seconds(10));
+
+// The non-empty lines of a scrape, and whether one of them is exactly `line`.
+std::vector<std::string> Lines(const std::string& text);
+bool HasLine(const std::string& text, const std::string& line);
 
 }  // namespace rdp::testing
