@@ -72,9 +72,8 @@ NriPlugin::~NriPlugin() { Stop(); }
 
 absl::Status NriPlugin::Start() {
   stop_fd_ = serving::NewEventFd();
-  fatal_fd_ = serving::NewEventFd();
   inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (stop_fd_ < 0 || fatal_fd_ < 0 || inotify_fd_ < 0) {
+  if (stop_fd_ < 0 || inotify_fd_ < 0 || !fatal_.ok()) {
     return absl::InternalError(absl::StrCat("eventfd/inotify: ", std::strerror(errno)));
   }
   Logger("nri")->info("connecting to the runtime's NRI socket {} as {}-{}", config_.socket_path,
@@ -90,18 +89,13 @@ void NriPlugin::Stop() {
     serving::SignalEventFd(stop_fd_);
     thread_.join();
   }
-  for (int* fd : {&stop_fd_, &fatal_fd_, &inotify_fd_}) {
+  for (int* fd : {&stop_fd_, &inotify_fd_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
 }
 
-absl::Status NriPlugin::Wait(int stop_fd) {
-  return serving::WaitForStopOrFatal(stop_fd, fatal_fd_, [this] {
-    absl::MutexLock lock(&mu_);
-    return fatal_;
-  });
-}
+absl::Status NriPlugin::Wait(int stop_fd) { return fatal_.Wait(stop_fd); }
 
 int NriPlugin::registrations() const {
   absl::MutexLock lock(&mu_);
@@ -120,12 +114,7 @@ bool NriPlugin::WaitSynchronized(int n, absl::Duration timeout) const {
 }
 
 void NriPlugin::Fatal(const absl::Status& status) {
-  Logger("nri")->error("{}", status.ToString());
-  {
-    absl::MutexLock lock(&mu_);
-    fatal_ = status;
-  }
-  serving::SignalEventFd(fatal_fd_);
+  if (fatal_.Raise(status)) Logger("nri")->error("{}", status.ToString());
 }
 
 void NriPlugin::Watch() {

@@ -23,6 +23,7 @@
 #include "nri/memlock.h"
 #include "nri/service.h"
 #include "nri/session.h"
+#include "serving/fatal_latch.h"
 
 namespace rdp::nri {
 
@@ -69,7 +70,7 @@ class NriPlugin {
   // Waits up to `timeout` for the stop eventfd or the socket's (re)appearance; false on stop.
   bool WaitToConnect(absl::Duration timeout);
   void Watch();
-  void Fatal(const absl::Status& status);
+  void Fatal(const absl::Status& status);  // the thread cannot go on: ends the process's Wait
 
   const PluginConfig config_;
   NriMetrics* const metrics_;
@@ -77,11 +78,10 @@ class NriPlugin {
   mutable absl::CondVar changed_;  // registrations_ or synchronized_ changed
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   bool synchronized_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  serving::FatalLatch fatal_;
   bool stopping_ = false;   // Stop() only
   bool stop_seen_ = false;  // connection thread only: the stop eventfd was readable
   int stop_fd_ = -1;
-  int fatal_fd_ = -1;
   int inotify_fd_ = -1;
   int watch_ = -1;  // connection thread only
   std::thread thread_;
