@@ -123,7 +123,7 @@ void NriPlugin::Watch() {
                                IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
 }
 
-bool NriPlugin::WaitToConnect(absl::Duration timeout) {
+NriPlugin::Woken NriPlugin::WaitToConnect(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string name = Base(config_.socket_path);
   for (;;) {
@@ -132,11 +132,12 @@ bool NriPlugin::WaitToConnect(absl::Duration timeout) {
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) {
       Fatal(absl::InternalError(absl::StrCat("nri: poll: ", std::strerror(errno))));
-      return false;
+      stop_seen_ = true;
+      return Woken::kStop;
     }
     if (fds[0].revents & POLLIN) {
       stop_seen_ = true;
-      return false;
+      return Woken::kStop;
     }
     bool appeared = false;
     if (fds[1].revents & POLLIN) {
@@ -144,7 +145,8 @@ bool NriPlugin::WaitToConnect(absl::Duration timeout) {
         appeared = appeared || file == name;
       });
     }
-    if (appeared || absl::Now() >= deadline) return true;
+    if (appeared) return Woken::kAppeared;
+    if (absl::Now() >= deadline) return Woken::kTimeout;
   }
 }
 
@@ -166,8 +168,16 @@ void NriPlugin::Loop() {
                 config_.socket_path, std::strerror(-fd));
       waiting_logged = true;
     }
-    if (!WaitToConnect(backoff)) break;
-    backoff = std::min(backoff * 2, config_.max_backoff);
+    switch (WaitToConnect(backoff)) {
+      case Woken::kStop:
+        return;
+      case Woken::kAppeared:
+        backoff = config_.min_backoff;  // the socket is there: listening any moment now
+        break;
+      case Woken::kTimeout:
+        backoff = std::min(backoff * 2, config_.max_backoff);
+        break;
+    }
   }
 }
 

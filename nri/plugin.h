@@ -3,8 +3,15 @@
 // `rdma-device-plugin nri` on a node: one thread that connects to the runtime's NRI socket,
 // registers, answers the runtime's calls (nri/session.h) and, whenever the connection ends (the
 // runtime restarted, was upgraded, dropped us), connects again: at once when the socket is
-// re-created (an inotify watch of its directory, re-added when the directory comes back), and
-// otherwise after a backoff from 100 ms doubling to config.max_backoff. No sleeps: the thread
+// re-created (an inotify watch of its directory, re-added when the directory comes back; the
+// runtime binds before it listens, so a connection refused just then is tried again after the
+// shortest backoff), and otherwise after a backoff from 100 ms doubling to config.max_backoff.
+//
+// Two instances on one node (pods of both DaemonSets while a relabelled node swaps them) are
+// harmless as long as they are configured alike: the runtime calls plugins in turn and hands the
+// second the container as the first adjusted it, so the second finds RLIMIT_MEMLOCK raised and
+// leaves it (DecideMemlock never sets what is already there). Two that set different limits would
+// make the runtime refuse the container ("plugins ... both tried to set rlimit"). No sleeps: the thread
 // waits in poll(2) on the connection, the watch and a stop eventfd.
 //
 // Calls are answered as they arrive, on that thread, without blocking: answering is pure
@@ -67,8 +74,9 @@ class NriPlugin {
   void Loop();
   // Runs one connection until it ends; true when it got as far as synchronized.
   bool RunConnection(int fd);
-  // Waits up to `timeout` for the stop eventfd or the socket's (re)appearance; false on stop.
-  bool WaitToConnect(absl::Duration timeout);
+  // Waits up to `timeout` for the stop eventfd or the socket's (re)appearance.
+  enum class Woken { kStop, kAppeared, kTimeout };
+  Woken WaitToConnect(absl::Duration timeout);
   void Watch();
   void Fatal(const absl::Status& status);  // the thread cannot go on: ends the process's Wait
 

@@ -25,14 +25,22 @@ constexpr absl::Duration kDeadline = absl::Seconds(10);
 // messages, write.
 class FakeRuntime {
  public:
-  explicit FakeRuntime(const std::string& path) : path_(path) {
+  // Listens on `path`. The runtime binds, then listens: a plugin woken by the socket's
+  // appearance may connect in between and be refused. With `atomic`, the socket is bound and
+  // listening under another name first and renamed into place, so that the first connection
+  // after it appears succeeds (the test that proves the inotify wake-up needs that).
+  explicit FakeRuntime(const std::string& path, bool atomic = false) : path_(path) {
     listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const std::string bound = atomic ? path + ".tmp" : path;
     struct sockaddr_un addr = {};
     addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    ::unlink(path.c_str());
+    std::strncpy(addr.sun_path, bound.c_str(), sizeof(addr.sun_path) - 1);
+    ::unlink(bound.c_str());
     EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     EXPECT_EQ(::listen(listener_, 4), 0);
+    if (atomic) {
+      EXPECT_EQ(::rename(bound.c_str(), path.c_str()), 0);
+    }
   }
   ~FakeRuntime() {
     Hangup();
@@ -120,7 +128,7 @@ TEST(NriPluginTest, ConnectsWhenTheSocketAppearsAndAgainWhenItIsRecreated) {
   NriPlugin plugin(config, &metrics);
   ASSERT_TRUE(plugin.Start().ok());
 
-  auto runtime = std::make_unique<FakeRuntime>(config.socket_path);
+  auto runtime = std::make_unique<FakeRuntime>(config.socket_path, /*atomic=*/true);
   ASSERT_TRUE(runtime->Accept());
   runtime->SetUpPlugin();
   ASSERT_TRUE(plugin.WaitSynchronized(1, kDeadline));
@@ -128,8 +136,8 @@ TEST(NriPluginTest, ConnectsWhenTheSocketAppearsAndAgainWhenItIsRecreated) {
   EXPECT_EQ(metrics.registrations.value(), 1u);
 
   // The runtime restarts: the connection ends, the socket is made anew.
-  runtime.reset();
-  runtime = std::make_unique<FakeRuntime>(config.socket_path);
+  runtime.reset();  // the socket file stays, refusing connections, as a dead runtime's does
+  runtime = std::make_unique<FakeRuntime>(config.socket_path, /*atomic=*/true);
   ASSERT_TRUE(runtime->Accept());
   runtime->SetUpPlugin();
   ASSERT_TRUE(plugin.WaitSynchronized(2, kDeadline));

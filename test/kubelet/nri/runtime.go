@@ -21,6 +21,7 @@ import (
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
 )
 
 // Environment of the runtime child.
@@ -33,7 +34,7 @@ const (
 type runtimeCommand struct {
 	Op string `json:"op"` // "wait", "create", "start", "invocations"
 
-	Plugins   int   `json:"plugins,omitempty"`    // wait: until this many plugins are connected
+	Plugins   int   `json:"plugins,omitempty"`    // wait: until this many plugins were added
 	TimeoutMs int64 `json:"timeout_ms,omitempty"` // wait: give up after this long
 
 	Name    string   `json:"name,omitempty"`    // create/start: the container
@@ -46,17 +47,22 @@ type runtimeCommand struct {
 // runtimeReply answers one runtimeCommand.
 type runtimeReply struct {
 	Error       string             `json:"error,omitempty"`
-	Plugins     int                `json:"plugins"`
+	Plugins     int                `json:"plugins"` // connected now
+	Added       int                `json:"added"`   // plugins connected and synchronized so far
 	Rlimits     []*api.POSIXRlimit `json:"rlimits,omitempty"`     // create: the adjustment's
 	LatencyUs   int64              `json:"latency_us,omitempty"`  // create: the runtime's call
 	Invocations []string           `json:"invocations,omitempty"` // "<plugin> <operation>"
 }
 
-// runtimeMetrics is the adaptation's Metrics: the plugin count and every plugin invocation.
+// runtimeMetrics is the adaptation's Metrics: the plugin count and every plugin invocation; and
+// the plugins added: the runtime logs "plugin %q connected and synchronized" once a plugin is in
+// the list its calls go through (its count cannot say it: a closed plugin leaves the count only
+// at the runtime's next call).
 type runtimeMetrics struct {
 	mu          sync.Mutex
 	changed     *sync.Cond
 	plugins     int
+	added       int
 	invocations []string
 }
 
@@ -79,8 +85,20 @@ func (m *runtimeMetrics) UpdatePluginCount(n int) {
 	m.changed.Broadcast()
 }
 
-// waitPlugins blocks until at least n plugins are connected, or the timeout passes.
-func (m *runtimeMetrics) waitPlugins(n int, timeout time.Duration) int {
+// Levels and Fire make runtimeMetrics a logrus hook: the runtime's "connected and synchronized".
+func (m *runtimeMetrics) Levels() []logrus.Level { return logrus.AllLevels }
+func (m *runtimeMetrics) Fire(e *logrus.Entry) error {
+	if strings.HasSuffix(e.Message, "connected and synchronized") {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.added++
+		m.changed.Broadcast()
+	}
+	return nil
+}
+
+// waitAdded blocks until at least n plugins were added, or the timeout passes.
+func (m *runtimeMetrics) waitAdded(n int, timeout time.Duration) int {
 	deadline := time.Now().Add(timeout)
 	timer := time.AfterFunc(timeout, func() {
 		m.mu.Lock()
@@ -90,10 +108,10 @@ func (m *runtimeMetrics) waitPlugins(n int, timeout time.Duration) int {
 	defer timer.Stop()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for m.plugins < n && time.Now().Before(deadline) {
+	for m.added < n && time.Now().Before(deadline) {
 		m.changed.Wait()
 	}
-	return m.plugins
+	return m.added
 }
 
 // existingContainers makes n containers for Synchronize, ten per pod, every tenth with an HCA,
@@ -141,6 +159,7 @@ func RuntimeMain() int {
 
 	m := &runtimeMetrics{}
 	m.changed = sync.NewCond(&m.mu)
+	logrus.AddHook(m)
 	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, pods, containers)
 		return err
@@ -198,8 +217,7 @@ func serve(r *adaptation.Adaptation, m *runtimeMetrics, cmd runtimeCommand) runt
 	var reply runtimeReply
 	switch cmd.Op {
 	case "wait":
-		reply.Plugins = m.waitPlugins(cmd.Plugins, time.Duration(cmd.TimeoutMs)*time.Millisecond)
-		return reply
+		m.waitAdded(cmd.Plugins, time.Duration(cmd.TimeoutMs)*time.Millisecond)
 	case "create":
 		start := time.Now()
 		resp, err := r.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: ctr})
@@ -226,6 +244,7 @@ func serve(r *adaptation.Adaptation, m *runtimeMetrics, cmd runtimeCommand) runt
 	}
 	m.mu.Lock()
 	reply.Plugins = m.plugins
+	reply.Added = m.added
 	reply.Invocations = append([]string(nil), m.invocations...)
 	m.mu.Unlock()
 	return reply

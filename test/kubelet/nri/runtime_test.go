@@ -187,12 +187,15 @@ func (r *runtimeProc) do(cmd runtimeCommand, ready bool) runtimeReply {
 	return reply
 }
 
-// waitPlugins waits until n plugins are connected and synchronized.
-func (r *runtimeProc) waitPlugins(n int) {
+// waitAdded waits until this runtime has added n plugins (connected and synchronized them),
+// counting from its start.
+func (r *runtimeProc) waitAdded(n int) runtimeReply {
 	r.t.Helper()
-	if got := r.do(runtimeCommand{Op: "wait", Plugins: n, TimeoutMs: deadline.Milliseconds()}, false).Plugins; got < n {
-		r.t.Fatalf("%d plugins connected after %v, want %d", got, deadline, n)
+	reply := r.do(runtimeCommand{Op: "wait", Plugins: n, TimeoutMs: deadline.Milliseconds()}, false)
+	if reply.Added < n {
+		r.t.Fatalf("%d plugins added after %v, want %d", reply.Added, deadline, n)
 	}
+	return reply
 }
 
 // create asks the runtime to create a container with these device nodes (and CDI devices and
@@ -321,7 +324,7 @@ func TestNRIMemlockFollowsTheDevices(t *testing.T) {
 	socket := filepath.Join(socketDir(t), "nri.sock")
 	runtime := startRuntime(t, socket, 30000)
 	plugin := startPlugin(t, socket)
-	runtime.waitPlugins(1)
+	runtime.waitAdded(1)
 
 	cases := []struct {
 		name    string
@@ -401,7 +404,7 @@ func TestNRIConfiguredMemlock(t *testing.T) {
 	socket := filepath.Join(socketDir(t), "nri.sock")
 	runtime := startRuntime(t, socket, 0)
 	startPlugin(t, socket, "--memlock", "64Gi")
-	runtime.waitPlugins(1)
+	runtime.waitAdded(1)
 	const gi64 = uint64(64) << 30
 	if got := runtime.create("a", uverbsDP, nil, nil); fmt.Sprint(got) != fmt.Sprint([]uint64{gi64, gi64}) {
 		t.Errorf("adjustment %v, want 64Gi/64Gi", got)
@@ -421,21 +424,21 @@ func TestNRIRuntimeRestarts(t *testing.T) {
 		t.Fatal("the plugin did not say it waits for the socket")
 	}
 	runtime := startRuntime(t, socket, 0)
-	runtime.waitPlugins(1)
+	runtime.waitAdded(1)
 	if got := runtime.create("first", uverbsDP, nil, nil); got == nil {
 		t.Error("first runtime: not adjusted")
 	}
 
 	runtime.kill()
 	runtime = startRuntime(t, socket, 0)
-	runtime.waitPlugins(1)
+	runtime.waitAdded(1)
 	if got := runtime.create("after-crash", uverbsDP, nil, nil); got == nil {
 		t.Error("after the runtime crashed: not adjusted")
 	}
 
 	runtime.stop()
 	runtime = startRuntime(t, socket, 0)
-	runtime.waitPlugins(1)
+	runtime.waitAdded(1)
 	if got := runtime.create("after-stop", uverbsDP, nil, nil); got == nil {
 		t.Error("after the runtime stopped: not adjusted")
 	}
@@ -448,15 +451,51 @@ func TestNRIContainersAreCreatedWithoutThePlugin(t *testing.T) {
 	socket := filepath.Join(socketDir(t), "nri.sock")
 	runtime := startRuntime(t, socket, 0)
 	plugin := startPlugin(t, socket)
-	runtime.waitPlugins(1)
+	runtime.waitAdded(1)
 	plugin.kill()
 	if got := runtime.create("while-gone", uverbsDP, nil, nil); got != nil {
 		t.Errorf("adjusted %v with the plugin killed", got)
 	}
 	startPlugin(t, socket)
-	runtime.waitPlugins(1)
+	runtime.waitAdded(2)
 	if got := runtime.create("after-restart", uverbsDP, nil, nil); got == nil {
 		t.Error("the restarted plugin did not adjust")
+	}
+}
+
+// TestNRITwoInstancesOnANode: two instances on one node (pods of both DaemonSets while a
+// relabelled node swaps them) are harmless when configured alike: the runtime calls them in turn
+// and hands the second the container as the first adjusted it, so the second leaves the limit
+// alone. (Two that set different limits both claim RLIMIT_MEMLOCK, and the runtime refuses the
+// container: docs/nri.md says to keep --memlock one value per cluster.)
+func TestNRITwoInstancesOnANode(t *testing.T) {
+	socket := filepath.Join(socketDir(t), "nri.sock")
+	runtime := startRuntime(t, socket, 0)
+	first := startPlugin(t, socket)
+	runtime.waitAdded(1)
+	second := startPlugin(t, socket)
+	runtime.waitAdded(2)
+	if got := runtime.create("both-running", uverbsDP, nil, nil); fmt.Sprint(got) != fmt.Sprint([]uint64{unlimited, unlimited}) {
+		t.Errorf("with two instances: adjustment %v, want unlimited/unlimited", got)
+	}
+	logged := regexp.MustCompile(`raised RLIMIT_MEMLOCK of container ml/trainer-0/both-running `)
+	if n := first.log.count(logged) + second.log.count(logged); n != 1 {
+		t.Errorf("%d instances raised the limit, want 1", n)
+	}
+	first.kill()
+	if got := runtime.create("second-only", uverbsDP, nil, nil); got == nil {
+		t.Error("the second instance did not adjust after the first exited")
+	}
+
+	// Configured apart: the runtime's conflict, which the docs warn about.
+	socket = filepath.Join(socketDir(t), "nri.sock")
+	runtime = startRuntime(t, socket, 0)
+	startPlugin(t, socket, "--memlock=64Gi", "--nri-plugin-index=10")
+	startPlugin(t, socket)
+	runtime.waitAdded(2)
+	reply := runtime.do(runtimeCommand{Op: "create", Name: "two-limits", Devices: uverbsDP}, false)
+	if !strings.Contains(reply.Error, "both tried to set") {
+		t.Errorf("two instances with different limits: the runtime answered %+v, want its conflict error", reply)
 	}
 }
 
