@@ -75,6 +75,7 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
   PutString(attrs, own + "uverbs", hca.uverbs);
   attrs[own + "allPortsActive"] = {{"bool", hca.Healthy()}};
   attrs[own + "mode"] = {{"string", std::string(hca::ModeName(opts.mode))}};
+  if (opts.gpudirect_rdma) attrs[own + "gpuDirectRDMA"] = {{"bool", *opts.gpudirect_rdma}};
   return attrs;
 }
 
