@@ -44,11 +44,15 @@ KNOWN_FLAGS = {
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
 }
 
+# The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
+KNOWN_NRI_FLAGS = {"--nri-socket", "--memlock", "--nri-plugin-name", "--nri-plugin-index",
+                   "--metrics-address", "--log-level"}
+
 # The flags `rdma-device-plugin dra` accepts that the chart renders (cmd/dra_serve_cmd.cc).
 KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
-    "--gpu-vendors", "--metrics-address",
+    "--gpu-vendors", "--metrics-address", "--proc-root",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
@@ -132,9 +136,17 @@ def pod_spec(ds):
 
 
 def container(ds):
+    """The plugin's (or the DRA driver's) container: the first, named rdma-device-plugin."""
     containers = pod_spec(ds)["containers"]
-    assert len(containers) == 1, f"expected one container, got {len(containers)}"
+    assert containers and containers[0]["name"] == "rdma-device-plugin", \
+        f"the first container is {containers[0]['name'] if containers else 'missing'}"
     return containers[0]
+
+
+def nri_container(ds):
+    """The NRI plugin's container, or None."""
+    found = [c for c in pod_spec(ds)["containers"] if c["name"] == "nri"]
+    return found[0] if found else None
 
 
 def flags(ds):
@@ -729,6 +741,11 @@ def check_dra(r, helm):
                 and hm["/sys"].get("readOnly") is True
                 and hm.get("/dev/infiniband", {}).get("mountPath") == "/host/dev/infiniband"
                 and hm["/dev/infiniband"].get("readOnly") is True, str(sorted(hm)))
+        pd = hm.get("/proc/driver")
+        r.check(name + "/proc/driver read-only at <--proc-root>/proc/driver (GPUDirect RDMA)",
+                pd is not None and pd.get("readOnly") is True and flag(ds, "--proc-root")
+                and pd["mountPath"] == os.path.join(flag(ds, "--proc-root"), "proc/driver"),
+                f"{pd} {flag(ds, '--proc-root')}")
         r.check(name + "nothing of device-plugin mode mounted",
                 not ({"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
                      & set(hm)), str(sorted(hm)))
@@ -835,17 +852,30 @@ def check_metrics(r, helm):
             f"{len(services)} {len(monitors)}")
     if ok:
         svc, mon = services[0], monitors[0]
-        r.check("metrics/serviceMonitor: the Service selects every mode's pods on port metrics",
+        r.check("metrics/serviceMonitor: the Service selects every mode's pods on the plugin's "
+                "and the NRI container's ports",
                 all(all(p.get(k) == v for k, v in svc["spec"]["selector"].items()) for p in pods)
                 and svc["spec"]["ports"] == [{"name": "metrics", "port": 9100,
-                                              "targetPort": "metrics", "protocol": "TCP"}],
+                                              "targetPort": "metrics", "protocol": "TCP"},
+                                             {"name": "nri-metrics", "port": 9479,
+                                              "targetPort": "nri-metrics", "protocol": "TCP"}],
                 str(svc["spec"]))
-        r.check("metrics/serviceMonitor: selects the Service, interval and labels as given",
+        r.check("metrics/serviceMonitor: selects the Service, both ports, interval and labels "
+                "as given",
                 all(svc["metadata"]["labels"].get(k) == v
                     for k, v in mon["spec"]["selector"]["matchLabels"].items())
-                and mon["spec"]["endpoints"][0]["port"] == "metrics"
-                and mon["spec"]["endpoints"][0]["interval"] == "15s"
+                and [e["port"] for e in mon["spec"]["endpoints"]] == ["metrics", "nri-metrics"]
+                and all(e["interval"] == "15s" for e in mon["spec"]["endpoints"])
                 and mon["metadata"]["labels"].get("release") == "prom", str(mon))
+    docs = helm.template({"metrics": {"enabled": True, "port": 9100, "serviceMonitor": {
+        "enabled": True}}, "nri": {"enabled": False}})
+    services = [d for d in docs if d.get("kind") == "Service"]
+    monitors = [d for d in docs if d.get("kind") == "ServiceMonitor"]
+    r.check("metrics/serviceMonitor without NRI: the plugin's port only",
+            len(services) == 1 and len(monitors) == 1
+            and [p["name"] for p in services[0]["spec"]["ports"]] == ["metrics"]
+            and [e["port"] for e in monitors[0]["spec"]["endpoints"]] == ["metrics"],
+            f"{services} {monitors}")
     for label, values in [("metrics.port 0", {"metrics": {"enabled": True, "port": 0,
                                                           "serviceMonitor": {"enabled": False}}}),
                           ("metrics.port as a string",
@@ -853,6 +883,93 @@ def check_metrics(r, helm):
                                         "serviceMonitor": {"enabled": False}}})]:
         rc, _, err = helm.run(["template", RELEASE], values)
         r.check(f"schema rejects {label}", rc != 0 and SCHEMA_ERROR in err, err.strip()[:300])
+
+
+def check_nri(r, helm):
+    """nri (on by default): every pod of every mode and driver has a second container running
+    `rdma-device-plugin nri` with the runtime's NRI socket directory mounted from the host, as
+    little privilege as the plugin's, its metrics port; values change its flags and mount; off:
+    no container and no volume; the schema rejects bad values."""
+    want_args = ["nri", "--nri-socket=/var/run/nri/nri.sock", "--memlock=unlimited",
+                 "--nri-plugin-index=50", "--metrics-address=0.0.0.0:9479"]
+    for label, values in [("default", None), ("DRA", DRA_VALUES)]:
+        for mode, ds in sorted(by_mode(helm.template(values)).items()):
+            name = f"nri/{label}/{mode}: "
+            c = nri_container(ds)
+            if not r.check(name + "a container named nri", c is not None,
+                           str([x["name"] for x in pod_spec(ds)["containers"]])):
+                continue
+            r.check(name + "runs nri with the default flags", c.get("args") == want_args,
+                    str(c.get("args")))
+            r.check(name + "the plugin's image", c["image"] == container(ds)["image"])
+            sc = c.get("securityContext", {})
+            r.check(name + "least privilege: root, no capability, no escalation, read-only root",
+                    sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False
+                    and sc.get("capabilities") == {"drop": ["ALL"]}
+                    and sc.get("readOnlyRootFilesystem") is True and sc.get("runAsUser") == 0,
+                    str(sc))
+            volumes = volumes_by_name(ds)
+            mounts = c.get("volumeMounts", [])
+            r.check(name + "mounts only the socket's directory, /var/run/nri from the host "
+                    "(DirectoryOrCreate)",
+                    [(m["name"], m["mountPath"]) for m in mounts] == [("nri", "/var/run/nri")]
+                    and volumes.get("nri", {}).get("hostPath")
+                    == {"path": "/var/run/nri", "type": "DirectoryOrCreate"},
+                    f"{mounts} {volumes.get('nri')}")
+            r.check(name + "port nri-metrics 9479/TCP",
+                    c.get("ports") == [{"name": "nri-metrics", "containerPort": 9479,
+                                        "protocol": "TCP"}], str(c.get("ports")))
+            resources = c.get("resources", {})
+            r.check(name + "requests cpu and memory, limits memory",
+                    {"cpu", "memory"} <= set(resources.get("requests", {}))
+                    and "memory" in resources.get("limits", {}), str(resources))
+            unknown = sorted({a.partition("=")[0] for a in c["args"][1:]} - KNOWN_NRI_FLAGS)
+            r.check(name + "only flags nri knows", not unknown, str(unknown))
+    docs = helm.template({"nri": {"enabled": True, "memlock": "64Gi",
+                                  "socket": "/run/containerd/nri/nri.sock", "pluginIndex": "10",
+                                  "metricsPort": 9500},
+                          "logLevel": "debug"})
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = nri_container(ds)
+        r.check(f"nri/values/{mode}: flags follow the values",
+                c is not None and c["args"] == [
+                    "nri", "--nri-socket=/run/containerd/nri/nri.sock", "--memlock=64Gi",
+                    "--nri-plugin-index=10", "--log-level=debug",
+                    "--metrics-address=0.0.0.0:9500"],
+                str(c and c["args"]))
+        r.check(f"nri/values/{mode}: mounts the socket's directory",
+                c is not None and c["volumeMounts"][0]["mountPath"] == "/run/containerd/nri"
+                and volumes_by_name(ds)["nri"]["hostPath"]["path"] == "/run/containerd/nri")
+    docs = helm.template({"nri": {"enabled": True, "memlock": "unlimited",
+                                  "socket": "/var/run/nri/nri.sock", "pluginIndex": "50",
+                                  "metricsPort": 9479},
+                          "metrics": {"enabled": False, "port": 9478,
+                                      "serviceMonitor": {"enabled": False}}})
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = nri_container(ds)
+        r.check(f"nri/metrics off/{mode}: no --metrics-address, no port",
+                c is not None and "--metrics-address=0.0.0.0:9479" not in c["args"]
+                and not c.get("ports"), str(c))
+    for mode, ds in sorted(by_mode(helm.template({"nri": {"enabled": False, "memlock": "unlimited",
+                                                          "socket": "/var/run/nri/nri.sock",
+                                                          "pluginIndex": "50",
+                                                          "metricsPort": 9479}})).items()):
+        r.check(f"nri.enabled=false/{mode}: one container, no nri volume",
+                [c["name"] for c in pod_spec(ds)["containers"]] == ["rdma-device-plugin"]
+                and "nri" not in volumes_by_name(ds))
+    for label, nri in [("nri.memlock 0", {"memlock": "0"}),
+                       ("nri.memlock lots", {"memlock": "lots"}),
+                       ("nri.memlock 8M", {"memlock": "8M"}),
+                       ("nri.pluginIndex 5", {"pluginIndex": "5"}),
+                       ("nri.pluginIndex as a number", {"pluginIndex": 50}),
+                       ("a relative nri.socket", {"socket": "run/nri/nri.sock"}),
+                       ("nri.enabled as a string", {"enabled": "yes"})]:
+        values = {"nri": dict({"enabled": True, "memlock": "unlimited",
+                               "socket": "/var/run/nri/nri.sock", "pluginIndex": "50",
+                               "metricsPort": 9479}, **nri)}
+        rc, _, err = helm.run(["template", RELEASE], values)
+        r.check(f"schema rejects {label}", rc != 0 and SCHEMA_ERROR in err,
+                f"rc={rc} {err.strip()[:300]}")
 
 
 def check_notes(r, helm):
@@ -919,6 +1036,16 @@ def check_against_binary(r, helm, binary):
         rc, out = run([binary] + command[1:])
         r.check(f"binary/DRA/{mode}: the probe command parses (exit 1 without a driver, not 2)",
                 rc == 1, f"rc={rc} {out.strip()[:300]}")
+    rc, out = run([binary, "nri", "--help"])
+    nri_accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
+    r.check("binary: nri --help lists its flags", rc == 0 and "--memlock" in nri_accepted,
+            out[:300])
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = nri_container(ds)
+        rendered = {a.partition("=")[0] for a in (c["args"][1:] if c else [])}
+        r.check(f"binary/{mode}: every rendered nri flag is one nri accepts",
+                c is not None and c["args"][0] == "nri" and rendered <= nri_accepted,
+                str(sorted(rendered - nri_accepted)))
     pods = test_pods(docs)
     if pods:
         command = pods[0]["spec"]["containers"][0]["command"]
@@ -953,7 +1080,8 @@ def main():
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
-                  check_test_pod_modes, check_image_required, check_dra, check_metrics]
+                  check_test_pod_modes, check_image_required, check_dra, check_metrics,
+                  check_nri]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):
