@@ -220,9 +220,22 @@ def tolerates(tolerations, taint):
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 CRITICAL_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+# The node labels that mean "has an RDMA NIC" by default (values.yaml rdmaNodeLabels): NFD's rdma
+# source, and its pci source's vendor labels of RDMA NIC makers.
+RDMA_VENDORS = {"15b3": "Mellanox/NVIDIA", "14e4": "Broadcom", "8086": "Intel", "1077": "QLogic",
+                "1425": "Chelsio", "19e5": "Huawei", "1d0f": "Amazon", "1414": "Microsoft"}
+RDMA_NODE_LABELS = (["feature.node.kubernetes.io/rdma.capable"]
+                    + [f"feature.node.kubernetes.io/pci-{v}.present" for v in RDMA_VENDORS])
 RDMA_LABEL = {"feature.node.kubernetes.io/pci-15b3.present": "true"}
 RDMA_REQUIREMENT = {"key": "feature.node.kubernetes.io/pci-15b3.present", "operator": "In",
                     "values": ["true"]}
+
+
+def rdma_terms(mode_requirement, before=()):
+    """The default required terms: one per RDMA node label, each with the mode's requirement."""
+    return [{"matchExpressions": list(before) + [{"key": label, "operator": "In",
+                                                  "values": ["true"]}, mode_requirement]}
+            for label in RDMA_NODE_LABELS]
 
 
 def check_tolerations(r, name, tolerations):
@@ -406,21 +419,26 @@ def check_default(r, helm):
     r.check("default: each mode has its own socket",
             flag(shared, "--socket-name") != flag(exclusive, "--socket-name"),
             str([flag(shared, "--socket-name"), flag(exclusive, "--socket-name")]))
-    r.check("default: the shared affinity is exactly an RDMA NIC (NFD) and <key> NotIn [true]",
-            required_terms(shared) == [{"matchExpressions": [
-                RDMA_REQUIREMENT,
-                {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
+    r.check("default: the shared affinity is exactly one term per RDMA NIC label (NFD) with "
+            "<key> NotIn [true]",
+            required_terms(shared) == rdma_terms(
+                {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}),
             str(required_terms(shared)))
-    r.check("default: the exclusive affinity is exactly an RDMA NIC (NFD) and <key> In [true]",
-            required_terms(exclusive) == [{"matchExpressions": [
-                RDMA_REQUIREMENT,
-                {"key": DEFAULT_KEY, "operator": "In", "values": ["true"]}]}],
+    r.check("default: the exclusive affinity is exactly one term per RDMA NIC label (NFD) with "
+            "<key> In [true]",
+            required_terms(exclusive) == rdma_terms(
+                {"key": DEFAULT_KEY, "operator": "In", "values": ["true"]}),
             str(required_terms(exclusive)))
-    check_complement(r, "default", shared, exclusive, DEFAULT_KEY, "true",
-                     other_labels=[dict(RDMA_LABEL),
-                                   dict(RDMA_LABEL, **{"kubernetes.io/os": "linux"})])
+    # Any RDMA NIC: NFD's rdma.capable alone, or one vendor's PCI label alone, places the plugin.
+    for label in RDMA_NODE_LABELS:
+        check_complement(r, f"default/{label}", shared, exclusive, DEFAULT_KEY, "true",
+                         other_labels=[{label: "true"},
+                                       {label: "true", "kubernetes.io/os": "linux"}])
     cpu_only = [{}, {"kubernetes.io/os": "linux"}, {DEFAULT_KEY: "true"},
-                {"feature.node.kubernetes.io/pci-15b3.present": "false"}]
+                {"feature.node.kubernetes.io/pci-15b3.present": "false"},
+                {"feature.node.kubernetes.io/rdma.capable": "false"},
+                {"feature.node.kubernetes.io/pci-10de.present": "true"},  # a GPU, no NIC
+                {"feature.node.kubernetes.io/rdma.available": "true"}]
     r.check("default: a node without an RDMA NIC label runs neither DaemonSet",
             not any(schedulable_on(ds, labels) for ds in (shared, exclusive)
                     for labels in cpu_only))
@@ -527,23 +545,35 @@ def check_image_required(r, helm):
 
 
 def check_rdma_node_requirements(r, helm):
-    """rdmaNodeRequirements: [] runs on every node the mode allows; another label replaces NFD's."""
-    modes = by_mode(helm.template({"rdmaNodeRequirements": []}))
-    if r.check("rdmaNodeRequirements=[]: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
-        r.check("rdmaNodeRequirements=[]: only the mode's requirement is left",
+    """rdmaNodeLabels: [] runs on every node the mode allows; another label replaces NFD's;
+    rdmaNodeRequirements are ANDed into every term."""
+    modes = by_mode(helm.template({"rdmaNodeLabels": []}))
+    if r.check("rdmaNodeLabels=[]: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        r.check("rdmaNodeLabels=[]: only the mode's requirement is left",
                 required_terms(modes["shared"]) == [{"matchExpressions": [
                     {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
                 str(required_terms(modes["shared"])))
-        check_complement(r, "rdmaNodeRequirements=[]", modes["shared"], modes["exclusive"],
+        check_complement(r, "rdmaNodeLabels=[]", modes["shared"], modes["exclusive"],
                          DEFAULT_KEY, "true", other_labels=[{}, {"kubernetes.io/os": "linux"}])
-    own = {"key": "example.com/rdma", "operator": "Exists"}
-    modes = by_mode(helm.template({"rdmaNodeRequirements": [own]}))
+    modes = by_mode(helm.template({"rdmaNodeLabels": ["example.com/rdma"]}))
+    own = {"key": "example.com/rdma", "operator": "In", "values": ["true"]}
     if r.check("own RDMA label: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
-        r.check("own RDMA label: it replaces NFD's in every term",
-                all(own in t["matchExpressions"] and RDMA_REQUIREMENT not in t["matchExpressions"]
-                    for ds in modes.values() for t in required_terms(ds)))
+        r.check("own RDMA label: it replaces NFD's, one term",
+                all(len(required_terms(ds)) == 1 and own in required_terms(ds)[0]["matchExpressions"]
+                    and RDMA_REQUIREMENT not in required_terms(ds)[0]["matchExpressions"]
+                    for ds in modes.values()))
         check_complement(r, "own RDMA label", modes["shared"], modes["exclusive"], DEFAULT_KEY,
-                         "true", other_labels=[{"example.com/rdma": ""}])
+                         "true", other_labels=[{"example.com/rdma": "true"}])
+    pool = {"key": "pool", "operator": "In", "values": ["gpu"]}
+    modes = by_mode(helm.template({"rdmaNodeRequirements": [pool]}))
+    if r.check("rdmaNodeRequirements: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        r.check("rdmaNodeRequirements: in every term, before the RDMA label",
+                all(t["matchExpressions"][0] == pool and len(required_terms(ds)) == len(RDMA_NODE_LABELS)
+                    for ds in modes.values() for t in required_terms(ds)))
+        check_complement(r, "rdmaNodeRequirements", modes["shared"], modes["exclusive"],
+                         DEFAULT_KEY, "true", other_labels=[dict(RDMA_LABEL, pool="gpu")])
+        r.check("rdmaNodeRequirements: an RDMA node outside the pool runs neither",
+                not any(schedulable_on(ds, dict(RDMA_LABEL, pool="cpu")) for ds in modes.values()))
 
 
 def check_single_mode(r, helm):
@@ -584,8 +614,10 @@ def check_custom_label(r, helm):
         terms = required_terms(ds)
         op = "In" if mode == "exclusive" else "NotIn"
         want = {"key": key, "operator": op, "values": [value]}
-        r.check(f"custom label: {mode} adds <key> {op} [{value}] to each of the 2 user terms",
-                len(terms) == 2 and all(want in t["matchExpressions"] for t in terms), str(terms))
+        r.check(f"custom label: {mode} adds <key> {op} [{value}] to each of the 2 user terms, "
+                "once per RDMA NIC label",
+                len(terms) == 2 * len(RDMA_NODE_LABELS)
+                and all(want in t["matchExpressions"] for t in terms), str(terms))
         r.check(f"custom label: {mode} keeps the default key out",
                 DEFAULT_KEY not in yaml.safe_dump(pod_spec(ds)["affinity"]))
         aff = pod_spec(ds)["affinity"]
@@ -596,9 +628,9 @@ def check_custom_label(r, helm):
     check_complement(r, "custom label", shared, exclusive, key, value,
                      other_labels=[dict(RDMA_LABEL, gpu="h100"), dict(RDMA_LABEL, rdma=""),
                                    dict(RDMA_LABEL, gpu="h100", rdma="1")])
-    r.check("custom label: each user term also requires an RDMA NIC (NFD)",
-            all(RDMA_REQUIREMENT in t["matchExpressions"] for ds in (shared, exclusive)
-                for t in required_terms(ds)))
+    r.check("custom label: each user term also requires an RDMA NIC label (NFD)",
+            all(any(e["key"] in RDMA_NODE_LABELS for e in t["matchExpressions"])
+                for ds in (shared, exclusive) for t in required_terms(ds)))
     stray = {"gpu": "a100", key: value}
     r.check("custom label: a node outside the user's terms runs neither",
             not schedulable_on(shared, stray) and not schedulable_on(exclusive, stray)
@@ -676,6 +708,9 @@ def check_rejections(r, helm):
         ("an RDMA node requirement with an unknown operator",
          {"rdmaNodeRequirements": [{"key": "x", "operator": "Maybe"}]}),
         ("an RDMA node requirement without a key", {"rdmaNodeRequirements": [{"operator": "Exists"}]}),
+        ("rdmaNodeLabels as a string", {"rdmaNodeLabels": "feature.node.kubernetes.io/rdma.capable"}),
+        ("an RDMA node label with a space", {"rdmaNodeLabels": ["bad label"]}),
+        ("an RDMA node label given twice", {"rdmaNodeLabels": ["a", "a"]}),
         ("unknown pullPolicy", {"image": {"repository": "localhost/x", "pullPolicy": "Sometimes"}}),
         ("relative host path", {"hostPaths": {"kubeletDevicePlugins": "var/lib/kubelet"}}),
         ("misspelt top-level key", {"tolerration": []}),
@@ -991,8 +1026,10 @@ def check_notes(r, helm):
             "They run only on nodes with RDMA NICs" in notes
             and "kubectl get nodes -l feature.node.kubernetes.io/pci-15b3.present=true" in notes,
             notes[:600])
-    r.check("NOTES: rdmaNodeRequirements=[] says nothing of it",
-            "RDMA NICs (rdmaNodeRequirements)" not in helm.notes({"rdmaNodeRequirements": []}))
+    r.check("NOTES: rdmaNodeLabels=[] says nothing of it",
+            "They run only on nodes with RDMA NICs" not in helm.notes({"rdmaNodeLabels": []}))
+    r.check("NOTES: every RDMA NIC label, with how to list its nodes",
+            all(f"kubectl get nodes -l {label}=true" in notes for label in RDMA_NODE_LABELS))
     shared_only = helm.notes({"modes": ["shared"]})
     r.check("NOTES: shared-only does not tell to label nodes",
             "kubectl label node" not in shared_only)
