@@ -177,7 +177,13 @@ absl::StatusOr<std::vector<HcaAccess>> ProbeHcas(Env& env) {
         ::close(fd);
         a.openable = true;
       } else {
-        a.error = std::strerror(errno);
+        // ENXIO/ENODEV: the open reached the device and found no driver behind it (a node
+        // without its kernel module, or no HCA behind the node). Only a device the container's
+        // device cgroup allows gets that far; a denied one is EPERM. So it is as reachable as
+        // an open that succeeds, which is what isolation is about.
+        const int err = errno;
+        a.openable = err == ENXIO || err == ENODEV;
+        a.error = std::strerror(err);
       }
     }
     out.push_back(std::move(a));

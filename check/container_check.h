@@ -37,13 +37,15 @@ struct Allocation {
 Allocation ParseAllocation(const std::optional<std::string>& rdma_hca_names,
                            const std::optional<std::string>& nccl_ib_hca);
 
-// One HCA seen in sysfs and whether its verbs device opened read-write.
+// One HCA seen in sysfs and whether the container may open its verbs device read-write: the
+// open succeeded, or it reached the device and found no driver (ENXIO, ENODEV: only a device the
+// container's device cgroup allows gets that far; a denied one fails with EPERM).
 struct HcaAccess {
   std::string name;    // mlx5_0
   std::string pci;     // 0000:1a:00.0
   std::string uverbs;  // uverbs0, "" when unknown
   bool openable = false;
-  std::string error;   // why not: "No such file or directory", "Operation not permitted", ...
+  std::string error;   // what open() said when it failed: "Operation not permitted", ...
 };
 
 enum class Verdict { kMatch, kMore, kFewer, kDifferent };

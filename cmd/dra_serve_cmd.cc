@@ -62,20 +62,25 @@ struct DraFlags {
 
 std::shared_ptr<spdlog::logger> Log() { return Logger("dra"); }
 
-// `dra prepare-local`: the claim given on the command line, allocated as given.
+// `dra prepare-local`: the claim given on the command line, allocated as given, used by one
+// container of one pod (so its CDI device sets the common variables too).
 class StaticClaimReader final : public dra::ClaimReader {
  public:
-  StaticClaimReader(std::string uid, std::vector<dra::AllocatedDevice> devices)
-      : uid_(std::move(uid)), devices_(std::move(devices)) {}
-  absl::StatusOr<std::vector<dra::AllocatedDevice>> Read(const dra::ClaimRef& ref,
-                                                         const std::string&,
-                                                         absl::Time) override {
-    if (ref.uid != uid_) return absl::NotFoundError(absl::StrCat("no claim with uid ", ref.uid));
-    return devices_;
+  StaticClaimReader(dra::ClaimRef ref, std::vector<dra::AllocatedDevice> devices)
+      : ref_(std::move(ref)), devices_(std::move(devices)) {}
+  absl::StatusOr<dra::ClaimAllocation> Read(const dra::ClaimRef& ref, const std::string&,
+                                            absl::Time) override {
+    if (ref.ns != ref_.ns || ref.name != ref_.name || (!ref.uid.empty() && ref.uid != ref_.uid)) {
+      return absl::NotFoundError(absl::StrCat("no claim ", ref.ns, "/", ref.name));
+    }
+    return dra::ClaimAllocation{ref_.uid, devices_, {{ref_.ns, "local", "local-pod"}}};
+  }
+  absl::StatusOr<dra::PodClaims> ReadPod(const dra::PodRef& pod, absl::Time) override {
+    return dra::PodClaims{pod, {{"local", {{ref_.name, ""}}}}};
   }
 
  private:
-  const std::string uid_;
+  const dra::ClaimRef ref_;
   const std::vector<dra::AllocatedDevice> devices_;
 };
 
@@ -331,7 +336,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
 int PrepareLocal(const DraFlags& f, const Resolved& r) {
   std::vector<dra::AllocatedDevice> devices;
   for (const std::string& d : f.devices) devices.push_back({"hca", r.driver.node_name, d});
-  StaticClaimReader reader(f.claim_uid, devices);
+  StaticClaimReader reader({f.claim_ns, f.claim_uid, f.claim_name}, devices);
   Node node = StartNode(f, r, reader);
   auto results = node.driver->Prepare({{f.claim_ns, f.claim_uid, f.claim_name}});
   const auto& result = results.begin()->second;

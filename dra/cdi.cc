@@ -2,9 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -35,8 +38,39 @@ std::string SysfsDevFile(const std::string& dev_path) {
 
 }  // namespace
 
-std::string CdiDeviceId(const std::string& driver, const std::string& claim_uid) {
+std::string CdiDeviceName(const std::string& claim_uid, const std::string& request) {
+  return absl::StrCat(claim_uid, "-", request);
+}
+
+std::string CdiDeviceId(const std::string& driver, const std::string& claim_uid,
+                        const std::string& request) {
+  return absl::StrCat(driver, "/", kCdiClass, "=", CdiDeviceName(claim_uid, request));
+}
+
+std::string LegacyCdiDeviceId(const std::string& driver, const std::string& claim_uid) {
   return absl::StrCat(driver, "/", kCdiClass, "=", claim_uid);
+}
+
+std::string OwnVariableSuffix(const std::string& claim_uid, const std::string& request) {
+  std::string out;
+  for (const char c : claim_uid) {
+    if (c != '-') out.push_back(absl::ascii_tolower(c));
+  }
+  out.push_back('_');
+  for (const char c : request) out.push_back(c == '-' ? '_' : c);
+  return out;
+}
+
+absl::Status ValidateClaimUid(std::string_view uid) {
+  bool ok = uid.size() == 36;
+  for (std::size_t i = 0; ok && i < uid.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    ok = dash ? uid[i] == '-' : absl::ascii_isxdigit(uid[i]);
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "claim uid \"", absl::CHexEscape(std::string(uid.substr(0, 64))),
+      "\" is not a UUID (8-4-4-4-12 hex digits, as the API server gives every object)"));
 }
 
 std::string CdiSpecFileName(const std::string& driver, const std::string& claim_uid) {
@@ -57,8 +91,9 @@ std::optional<DeviceNumber> ReadDeviceNumber(Env& env, const std::string& dev_pa
   return n;
 }
 
-nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_uid,
-                            const hca::ContainerAllocation& allocation, Env& env) {
+namespace {
+
+nlohmann::json DeviceNodes(const hca::ContainerAllocation& allocation, Env& env) {
   nlohmann::json nodes = nlohmann::json::array();
   for (const hca::ContainerAllocation::Spec& d : allocation.devices) {
     nlohmann::json node = {{"path", d.container_path}, {"type", "c"}};
@@ -70,21 +105,53 @@ nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_
     }
     nodes.push_back(std::move(node));
   }
-  nlohmann::json env_list = nlohmann::json::array();
-  for (const auto& [key, value] : allocation.envs) {
-    env_list.push_back(absl::StrCat(key, "=", value));
-  }
+  return nodes;
+}
+
+nlohmann::json Device(const std::string& name, nlohmann::json env, nlohmann::json nodes) {
+  std::vector<std::string> sorted = env.get<std::vector<std::string>>();
+  std::sort(sorted.begin(), sorted.end());
   nlohmann::json edits = nlohmann::json::object();
-  edits["env"] = std::move(env_list);
+  edits["env"] = sorted;
   edits["deviceNodes"] = std::move(nodes);
   nlohmann::json device = nlohmann::json::object();
-  device["name"] = claim_uid;
+  device["name"] = name;
   device["containerEdits"] = std::move(edits);
+  return device;
+}
+
+nlohmann::json Spec(const std::string& driver, nlohmann::json devices) {
   nlohmann::json spec = nlohmann::json::object();
   spec["cdiVersion"] = kCdiVersion;
   spec["kind"] = absl::StrCat(driver, "/", kCdiClass);
-  spec["devices"] = nlohmann::json::array({std::move(device)});
+  spec["devices"] = std::move(devices);
   return spec;
+}
+
+}  // namespace
+
+nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_uid,
+                            const std::vector<CdiRequest>& requests, Env& env) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const CdiRequest& r : requests) {
+    nlohmann::json vars = nlohmann::json::array();
+    const std::string suffix = OwnVariableSuffix(claim_uid, r.request);
+    for (const auto& [key, value] : r.own.envs) vars.push_back(absl::StrCat(key, "_", suffix, "=", value));
+    if (r.common) {
+      for (const auto& [key, value] : *r.common) vars.push_back(absl::StrCat(key, "=", value));
+    }
+    devices.push_back(Device(CdiDeviceName(claim_uid, r.request), std::move(vars),
+                             DeviceNodes(r.own, env)));
+  }
+  return Spec(driver, std::move(devices));
+}
+
+nlohmann::json BuildLegacyCdiSpec(const std::string& driver, const std::string& claim_uid,
+                                  const hca::ContainerAllocation& allocation, Env& env) {
+  nlohmann::json vars = nlohmann::json::array();
+  for (const auto& [key, value] : allocation.envs) vars.push_back(absl::StrCat(key, "=", value));
+  return Spec(driver, nlohmann::json::array({Device(claim_uid, std::move(vars),
+                                                    DeviceNodes(allocation, env))}));
 }
 
 CdiStore::CdiStore(std::string dir, std::string driver)

@@ -1,9 +1,14 @@
 #pragma once
 
 // CDI (Container Device Interface) specs for prepared claims: one spec file per claim, kind
-// "<driver>/hca", one device named after the claim's UID whose containerEdits give a container
-// exactly that claim's HCAs, as device-plugin Allocate does (hca::BuildAllocation: the same
-// device nodes and env).
+// "<driver>/hca", one device per request of the claim ("<claim-uid>-<request>"): the kubelet
+// hands CDI devices to containers per request, so a container gets exactly the HCAs of the
+// requests it uses. Each device's containerEdits are what device-plugin Allocate gives for its
+// HCAs (hca::BuildAllocation: the same device nodes), its variables under names of its own
+// ("<KEY>_<suffix>", OwnVariableSuffix), and the common variables (NCCL_IB_HCA, RDMA_HCA_NAMES,
+// ...) only when the driver knows that they name every HCA of every container that gets the
+// device (dra/consumers.h): CDI keeps one value of a variable that two devices set, so a
+// container holding several of our requests would otherwise be told about one of them.
 //
 // cdiVersion is kCdiVersion, "0.5.0": what tags.cncf.io/container-device-interface (v1.1.x,
 // specs-go MinimumRequiredVersion) requires for what we write. We use nothing newer than 0.3.0
@@ -12,6 +17,7 @@
 // 0.5.0. A fixed version for every claim, so that a spec never depends on the UID's first
 // character. Every CDI library since v0.5.x parses it: containerd 1.7 and 2.x, CRI-O.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,8 +33,22 @@ inline constexpr char kCdiVersion[] = "0.5.0";
 inline constexpr char kCdiClass[] = "hca";
 inline constexpr char kDefaultCdiRoot[] = "/var/run/cdi";
 
-// "<driver>/hca=<claim-uid>": what NodePrepareResources returns for each of the claim's devices.
-std::string CdiDeviceId(const std::string& driver, const std::string& claim_uid);
+// "<claim-uid>-<request>": the CDI device of one request of a claim.
+std::string CdiDeviceName(const std::string& claim_uid, const std::string& request);
+// "<driver>/hca=<claim-uid>-<request>": what NodePrepareResources returns for the request's
+// devices.
+std::string CdiDeviceId(const std::string& driver, const std::string& claim_uid,
+                        const std::string& request);
+// "<driver>/hca=<claim-uid>": the one CDI device of a claim prepared by a version before
+// per-request devices (checkpoint version 1); such claims keep it until unprepared.
+std::string LegacyCdiDeviceId(const std::string& driver, const std::string& claim_uid);
+// "<32 hex digits of the claim uid>_<request with '-' as '_'>": the suffix of a request's own
+// variables (RDMA_HCA_NAMES_0f3b6c2e4d1a4c559b7e2a1d3c4b5e6f_hca). Unique per (claim, request):
+// a uid is a UUID (ValidateClaimUid) and a request a DNS label, which has no '_'.
+std::string OwnVariableSuffix(const std::string& claim_uid, const std::string& request);
+// OK for a canonical UUID (8-4-4-4-12 hex digits, either case), as the API server gives every
+// object; InvalidArgument otherwise. A uid becomes part of file and device names.
+absl::Status ValidateClaimUid(std::string_view uid);
 // "<driver>-hca_<claim-uid>.json": the spec's file name in the CDI directory.
 std::string CdiSpecFileName(const std::string& driver, const std::string& claim_uid);
 
@@ -42,11 +62,24 @@ struct DeviceNumber {
 // nullopt when unknown (another path, no such file, not "<int>:<int>").
 std::optional<DeviceNumber> ReadDeviceNumber(Env& env, const std::string& dev_path);
 
-// The spec for one claim: its one device "<claim-uid>" with allocation's device nodes (type "c",
-// permissions as given, major and minor when ReadDeviceNumber knows them: then the runtime need
-// not stat the host path; else it does) and env ("KEY=VALUE", sorted by key).
+// One request's CDI device.
+struct CdiRequest {
+  std::string request;           // base request name
+  hca::ContainerAllocation own;  // the request's HCAs: its device nodes and, suffixed, its env
+  // The common variables, under their plain names; nullopt: none (dra/consumers.h).
+  std::optional<std::map<std::string, std::string>> common;
+};
+
+// The spec for one claim: a device CdiDeviceName(uid, r.request) per request with its device
+// nodes (type "c", permissions as given, major and minor when ReadDeviceNumber knows them: then
+// the runtime need not stat the host path; else it does) and env ("KEY=VALUE", sorted by key):
+// each of own.envs as "<KEY>_<OwnVariableSuffix>", and each of common's as is.
 nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_uid,
-                            const hca::ContainerAllocation& allocation, Env& env);
+                            const std::vector<CdiRequest>& requests, Env& env);
+// The spec of a claim prepared before per-request devices: one device "<claim-uid>" with
+// allocation's device nodes and env under their plain names.
+nlohmann::json BuildLegacyCdiSpec(const std::string& driver, const std::string& claim_uid,
+                                  const hca::ContainerAllocation& allocation, Env& env);
 
 // The CDI directory: writes and removes claims' spec files. Thread-safe (one file per claim;
 // the caller serialises calls for one claim).

@@ -1,5 +1,6 @@
 #include "dra/checkpoint.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,7 +18,8 @@
 namespace rdp::dra {
 namespace {
 
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
+constexpr int kLegacyVersion = 1;  // one CDI device per claim
 constexpr unsigned kMode = 0600;
 
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
@@ -25,24 +27,31 @@ std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
 nlohmann::json ToJson(const PreparedClaim& c) {
   nlohmann::json devices = nlohmann::json::array();
   for (const AllocatedDevice& d : c.devices) {
-    devices.push_back({{"request", d.request}, {"pool", d.pool}, {"device", d.device}});
+    nlohmann::json device = {{"request", d.request}, {"pool", d.pool}, {"device", d.device}};
+    if (!d.share_id.empty()) device["shareID"] = d.share_id;
+    devices.push_back(std::move(device));
   }
-  return {{"namespace", c.ref.ns},
-          {"name", c.ref.name},
-          {"devices", std::move(devices)},
-          {"cdiDeviceIds", c.cdi_ids}};
+  nlohmann::json out = {{"namespace", c.ref.ns}, {"name", c.ref.name}, {"devices", std::move(devices)}};
+  if (!c.common.empty()) out["common"] = c.common;
+  if (c.legacy) out["layout"] = "claim";
+  return out;
 }
 
 bool IsString(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_string() && !j[key].get<std::string>().empty();
 }
 
-// One entry, or why it is not valid.
-absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::json& j) {
+bool IsStringList(const nlohmann::json& j) {
+  return j.is_array() && std::all_of(j.begin(), j.end(), [](const auto& e) { return e.is_string(); });
+}
+
+// One entry of a checkpoint of `version`, or why it is not valid.
+absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::json& j,
+                                       int version) {
   if (uid.empty()) return absl::InvalidArgumentError("an entry without uid");
   if (!j.is_object() || !IsString(j, "namespace") || !IsString(j, "name") ||
-      !j.contains("devices") || !j["devices"].is_array() || !j.contains("cdiDeviceIds") ||
-      !j["cdiDeviceIds"].is_array()) {
+      !j.contains("devices") || !j["devices"].is_array() ||
+      (version == kLegacyVersion && (!j.contains("cdiDeviceIds") || !IsStringList(j["cdiDeviceIds"])))) {
     return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " is malformed"));
   }
   PreparedClaim c;
@@ -52,14 +61,26 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
         !IsString(d, "pool") || !IsString(d, "device")) {
       return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed device"));
     }
-    c.devices.push_back({d["request"].get<std::string>(), d["pool"].get<std::string>(),
-                         d["device"].get<std::string>()});
+    AllocatedDevice device{d["request"].get<std::string>(), d["pool"].get<std::string>(),
+                           d["device"].get<std::string>()};
+    if (d.contains("shareID") && d["shareID"].is_string()) device.share_id = d["shareID"];
+    c.devices.push_back(std::move(device));
   }
-  for (const nlohmann::json& id : j["cdiDeviceIds"]) {
-    if (!id.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed CDI ID"));
+  if (version == kLegacyVersion) {
+    c.legacy = true;
+    return c;
+  }
+  c.legacy = j.value("layout", "") == "claim";
+  if (j.contains("common")) {
+    if (!j["common"].is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed common"));
     }
-    c.cdi_ids.push_back(id.get<std::string>());
+    for (const auto& [request, devices] : j["common"].items()) {
+      if (!IsStringList(devices)) {
+        return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed common"));
+      }
+      c.common[request] = devices.get<std::vector<std::string>>();
+    }
   }
   return c;
 }
@@ -81,13 +102,15 @@ absl::StatusOr<PreparedClaims> Checkpoint::Load() {
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     problems.push_back("not JSON");
-  } else if (!j.is_object() || !j.contains("version") || j["version"] != kVersion) {
-    problems.push_back(absl::StrCat("not a version ", kVersion, " checkpoint"));
+  } else if (!j.is_object() || !j.contains("version") ||
+             (j["version"] != kVersion && j["version"] != kLegacyVersion)) {
+    problems.push_back(absl::StrCat("not a version ", kVersion, " (or ", kLegacyVersion,
+                                    ") checkpoint"));
   } else if (!j.contains("claims") || !j["claims"].is_object()) {
     problems.push_back("no claims object");
   } else {
     for (const auto& [uid, entry] : j["claims"].items()) {
-      absl::StatusOr<PreparedClaim> c = FromJson(uid, entry);
+      absl::StatusOr<PreparedClaim> c = FromJson(uid, entry, j["version"].get<int>());
       if (c.ok()) {
         out.emplace(uid, *std::move(c));
       } else {

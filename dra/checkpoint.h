@@ -5,9 +5,13 @@
 // NodePrepareResources for a claim it prepared before without the API server, and
 // NodeUnprepareResources knows what to remove.
 //
-// File format (version 1):
-//   {"version": 1, "claims": {"<uid>": {"namespace": ..., "name": ...,
-//     "devices": [{"request": ..., "pool": ..., "device": ...}], "cdiDeviceIds": [...]}}}
+// File format (version 2):
+//   {"version": 2, "claims": {"<uid>": {"namespace": ..., "name": ...,
+//     "devices": [{"request": ..., "pool": ..., "device": ..., "shareID": ...}],
+//     "common": {"<request>": ["<device>", ...]}, "layout": "claim"}}}
+// "common" lists, per request whose CDI device sets the common variables, the devices they name
+// (dra/consumers.h); "layout": "claim" marks a claim prepared with one CDI device per claim. A
+// version 1 file (before per-request CDI devices) is read as such claims.
 
 #include <map>
 #include <string>
@@ -23,7 +27,17 @@ inline constexpr char kCheckpointFile[] = "checkpoint.json";
 struct PreparedClaim {
   ClaimRef ref;
   std::vector<AllocatedDevice> devices;  // the claim's results for this driver, in order
-  std::vector<std::string> cdi_ids;      // what each device was answered with
+  // By base request: the devices the common variables of its CDI device name; a request that is
+  // not here sets none.
+  std::map<std::string, std::vector<std::string>> common;
+  // Prepared by a version with one CDI device per claim (a version 1 checkpoint): the kubelet
+  // holds that device's ID, so the claim is answered and its spec re-written that way until it is
+  // unprepared.
+  bool legacy = false;
+  bool operator==(const PreparedClaim& o) const {
+    return ref.ns == o.ref.ns && ref.uid == o.ref.uid && ref.name == o.ref.name &&
+           devices == o.devices && common == o.common && legacy == o.legacy;
+  }
 };
 
 using PreparedClaims = std::map<std::string, PreparedClaim>;  // by claim UID

@@ -1,5 +1,7 @@
 #include "dra/claim_reader.h"
 
+#include <map>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -29,11 +31,43 @@ absl::StatusOr<std::string> RequiredString(const nlohmann::json& result, const c
   return it->get<std::string>();
 }
 
-}  // namespace
+// obj[key] when it is a string, else "".
+std::string Str(const nlohmann::json& obj, const char* key) {
+  if (!obj.is_object()) return "";
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
 
-absl::StatusOr<std::vector<AllocatedDevice>> ParseAllocation(const nlohmann::json& claim,
-                                                             const std::string& driver,
-                                                             const std::string& claim_name) {
+// obj[key] when it is an array, else an empty one.
+const nlohmann::json& Array(const nlohmann::json& obj, const char* key) {
+  static const nlohmann::json kEmpty = nlohmann::json::array();
+  if (!obj.is_object()) return kEmpty;
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_array() ? *it : kEmpty;
+}
+
+const nlohmann::json& Object(const nlohmann::json& obj, const char* key) {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  if (!obj.is_object()) return kEmpty;
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? *it : kEmpty;
+}
+
+// The pods of status.reservedFor (other consumers, e.g. a controller's objects, are left out).
+std::vector<PodRef> ReservedPods(const nlohmann::json& claim) {
+  std::vector<PodRef> out;
+  const std::string ns = Str(Object(claim, "metadata"), "namespace");
+  for (const nlohmann::json& r : Array(Object(claim, "status"), "reservedFor")) {
+    if (Str(r, "resource") != "pods" || !Str(r, "apiGroup").empty()) continue;
+    PodRef pod{ns, Str(r, "name"), Str(r, "uid")};
+    if (!pod.name.empty()) out.push_back(std::move(pod));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<AllocatedDevice>> ParseResults(const nlohmann::json& claim,
+                                                          const std::string& driver,
+                                                          const std::string& claim_name) {
   const std::string prefix = absl::StrCat("resourceclaim ", claim_name, ": ");
   const nlohmann::json* status = nullptr;
   if (claim.is_object()) {
@@ -80,16 +114,72 @@ absl::StatusOr<std::vector<AllocatedDevice>> ParseAllocation(const nlohmann::jso
       if (!value.ok()) return value.status();
       *field = *std::move(value);
     }
+    device.share_id = Str(result, "shareID");
     out.push_back(std::move(device));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ClaimAllocation> ParseClaim(const nlohmann::json& claim, const std::string& driver,
+                                           const std::string& claim_name) {
+  absl::StatusOr<std::vector<AllocatedDevice>> devices = ParseResults(claim, driver, claim_name);
+  if (!devices.ok()) return devices.status();
+  ClaimAllocation out;
+  out.uid = Str(Object(claim, "metadata"), "uid");
+  out.devices = *std::move(devices);
+  out.reserved_for = ReservedPods(claim);
+  return out;
+}
+
+PodClaims ParsePodClaims(const nlohmann::json& pod) {
+  PodClaims out;
+  const nlohmann::json& meta = Object(pod, "metadata");
+  out.pod = {Str(meta, "namespace"), Str(meta, "name"), Str(meta, "uid")};
+  const nlohmann::json& spec = Object(pod, "spec");
+  const nlohmann::json& status = Object(pod, "status");
+  // spec.resourceClaims[].name -> the ResourceClaim's name: given, or made from a template
+  // (status.resourceClaimStatuses; null there: no claim was needed).
+  std::map<std::string, std::string> claim_of;
+  for (const nlohmann::json& c : Array(spec, "resourceClaims")) {
+    if (const std::string named = Str(c, "resourceClaimName"); !named.empty()) {
+      claim_of[Str(c, "name")] = named;
+    }
+  }
+  for (const nlohmann::json& c : Array(status, "resourceClaimStatuses")) {
+    if (const std::string made = Str(c, "resourceClaimName"); !made.empty()) {
+      claim_of.emplace(Str(c, "name"), made);
+    }
+  }
+  const nlohmann::json& extended = Object(status, "extendedResourceClaimStatus");
+  const std::string extended_claim = Str(extended, "resourceClaimName");
+  for (const char* list : {"initContainers", "containers"}) {
+    for (const nlohmann::json& c : Array(spec, list)) {
+      PodClaims::Container container;
+      container.name = Str(c, "name");
+      for (const nlohmann::json& use : Array(Object(c, "resources"), "claims")) {
+        const auto it = claim_of.find(Str(use, "name"));
+        if (it != claim_of.end()) container.uses.push_back({it->second, Str(use, "request")});
+      }
+      if (!extended_claim.empty()) {
+        for (const nlohmann::json& m : Array(extended, "requestMappings")) {
+          if (Str(m, "containerName") == container.name && !Str(m, "requestName").empty()) {
+            container.uses.push_back({extended_claim, Str(m, "requestName")});
+          }
+        }
+      }
+      out.containers.push_back(std::move(container));
+    }
   }
   return out;
 }
 
 ApiClaimReader::ApiClaimReader(std::shared_ptr<KubeClient> client) : client_(std::move(client)) {}
 
-absl::StatusOr<std::vector<AllocatedDevice>> ApiClaimReader::Read(const ClaimRef& ref,
-                                                                  const std::string& driver,
-                                                                  absl::Time deadline) {
+absl::StatusOr<ClaimAllocation> ApiClaimReader::Read(const ClaimRef& ref,
+                                                     const std::string& driver,
+                                                     absl::Time deadline) {
   const std::string claim_name = absl::StrCat(ref.ns, "/", ref.name);
   if (!IsDnsName(ref.ns) || !IsDnsName(ref.name)) {
     return absl::InvalidArgumentError(
@@ -111,14 +201,32 @@ absl::StatusOr<std::vector<AllocatedDevice>> ApiClaimReader::Read(const ClaimRef
       claim["metadata"].contains("uid") && claim["metadata"]["uid"].is_string()) {
     uid = claim["metadata"]["uid"].get<std::string>();
   }
-  if (uid != ref.uid) {
+  if (!ref.uid.empty() && uid != ref.uid) {
     // Deleted and created again under the same name: the kubelet's claim is gone.
     return absl::NotFoundError(absl::StrCat("resourceclaim ", claim_name,
                                             ": the kubelet asked for uid ", ref.uid,
                                             ", the API server holds uid ",
                                             uid.empty() ? "(none)" : uid));
   }
-  return ParseAllocation(claim, driver, claim_name);
+  return ParseClaim(claim, driver, claim_name);
+}
+
+absl::StatusOr<PodClaims> ApiClaimReader::ReadPod(const PodRef& pod, absl::Time deadline) {
+  const std::string pod_name = absl::StrCat(pod.ns, "/", pod.name);
+  if (!IsDnsName(pod.ns) || !IsDnsName(pod.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pod \"", pod_name, "\": namespace or name is not a DNS name"));
+  }
+  auto response =
+      client_->Get(absl::StrCat("/api/v1/namespaces/", pod.ns, "/pods/", pod.name), deadline);
+  if (!response.ok()) return response.status();
+  PodClaims out = ParsePodClaims(response->body);
+  if (!pod.uid.empty() && out.pod.uid != pod.uid) {
+    return absl::NotFoundError(absl::StrCat("pod ", pod_name, ": uid ", pod.uid,
+                                            " was asked for, the API server holds uid ",
+                                            out.pod.uid.empty() ? "(none)" : out.pod.uid));
+  }
+  return out;
 }
 
 }  // namespace rdp::dra

@@ -1,6 +1,7 @@
 #pragma once
 
-// ClaimReader over the API server (issue 16): GET resource.k8s.io/v1 ResourceClaims.
+// ClaimReader over the API server (issue 16): GET resource.k8s.io/v1 ResourceClaims and the
+// pods they are reserved for.
 
 #include <memory>
 #include <string>
@@ -12,24 +13,30 @@
 namespace rdp::dra {
 
 // Reads GET /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name} with the contract of
-// ClaimReader::Read (dra/model.h). Messages name the claim as "<ns>/<name>" and, for a malformed
-// allocation, the field ("status.allocation.devices.results[1].pool"). A ref whose namespace or
-// name is not a DNS name is InvalidArgument, not sent. Thread-safe (the client is).
+// ClaimReader::Read (dra/model.h), and GET /api/v1/namespaces/{ns}/pods/{name} for ReadPod.
+// Messages name the claim as "<ns>/<name>" and, for a malformed allocation, the field
+// ("status.allocation.devices.results[1].pool"). A namespace or name that is not a DNS name is
+// InvalidArgument, not sent. Thread-safe (the client is).
 class ApiClaimReader : public ClaimReader {
  public:
   explicit ApiClaimReader(std::shared_ptr<KubeClient> client);
 
-  absl::StatusOr<std::vector<AllocatedDevice>> Read(const ClaimRef& ref, const std::string& driver,
-                                                    absl::Time deadline) override;
+  absl::StatusOr<ClaimAllocation> Read(const ClaimRef& ref, const std::string& driver,
+                                       absl::Time deadline) override;
+  absl::StatusOr<PodClaims> ReadPod(const PodRef& pod, absl::Time deadline) override;
 
  private:
   std::shared_ptr<KubeClient> client_;
 };
 
-// The allocation of a ResourceClaim object as Read returns it, without the uid check: the
-// results of `driver`, or the errors of Read's contract. Pure.
-absl::StatusOr<std::vector<AllocatedDevice>> ParseAllocation(const nlohmann::json& claim,
-                                                             const std::string& driver,
-                                                             const std::string& claim_name);
+// A ResourceClaim object as Read returns it, without the uid check: its uid, the results of
+// `driver`, the pods in status.reservedFor; or the errors of Read's contract. Pure.
+absl::StatusOr<ClaimAllocation> ParseClaim(const nlohmann::json& claim, const std::string& driver,
+                                           const std::string& claim_name);
+
+// The claims each container of a Pod object uses (PodClaims, dra/model.h). A container's claim
+// whose pod-level entry names no ResourceClaim yet (a template not yet instantiated) or none at
+// all is left out. Pure; never fails: what is not there is not used.
+PodClaims ParsePodClaims(const nlohmann::json& pod);
 
 }  // namespace rdp::dra

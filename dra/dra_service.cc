@@ -37,6 +37,7 @@ grpc::Status DraService::NodePrepareResources(grpc::ServerContext*,
         device->set_pool_name(d.pool);
         device->set_device_name(d.device);
         for (const std::string& id : d.cdi_ids) device->add_cdi_device_ids(id);
+        if (!d.share_id.empty()) device->set_share_id(d.share_id);
       }
     }
     return grpc::Status::OK;

@@ -22,11 +22,6 @@ std::string Describe(const ClaimRef& ref) {
   return absl::StrCat(ref.ns, "/", ref.name, " (uid ", ref.uid, ")");
 }
 
-// "hca/sub" -> "hca": the kubelet matches a container's request by its base name.
-std::string BaseRequest(const std::string& request) {
-  return request.substr(0, request.find('/'));
-}
-
 // The reader's error as the claim's: what went wrong, in the reader's words.
 absl::Status ReadError(const ClaimRef& ref, const absl::Status& s) {
   const std::string what = absl::StrCat("claim ", Describe(ref), ": ");
@@ -46,6 +41,24 @@ absl::Status ReadError(const ClaimRef& ref, const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat(what, "reading it failed: ", s.message()));
   }
 }
+
+// The base requests of the devices, in the order they first appear.
+std::vector<std::string> Requests(const std::vector<AllocatedDevice>& devices) {
+  std::vector<std::string> out;
+  for (const AllocatedDevice& d : devices) {
+    const std::string r = BaseRequest(d.request);
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  }
+  return out;
+}
+
+ClaimDevices DevicesOf(const std::string& uid, const std::vector<AllocatedDevice>& devices) {
+  ClaimDevices out{uid, {}};
+  for (const AllocatedDevice& d : devices) out.requests[BaseRequest(d.request)].push_back(d.device);
+  return out;
+}
+
+std::string Key(const std::string& ns, const std::string& name) { return absl::StrCat(ns, "/", name); }
 
 }  // namespace
 
@@ -88,79 +101,274 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> out;
   // One deadline for the whole call: the kubelet waits for all claims together.
   const absl::Time deadline = absl::Now() + config_.api_timeout;
+  std::vector<ClaimRef> fresh;
   for (const ClaimRef& ref : claims) {
     if (out.count(ref.uid)) continue;
-    if (ref.uid.empty() || ref.ns.empty() || ref.name.empty()) {
+    if (ref.ns.empty() || ref.name.empty()) {
       out.emplace(ref.uid, absl::InvalidArgumentError(absl::StrCat(
-                               "claim ", Describe(ref), ": namespace, uid and name are required")));
+                               "claim ", Describe(ref), ": namespace and name are required")));
       continue;
     }
+    if (absl::Status s = ValidateClaimUid(ref.uid); !s.ok()) {
+      out.emplace(ref.uid, absl::InvalidArgumentError(
+                               absl::StrCat("claim ", ref.ns, "/", ref.name, ": ", s.message())));
+      continue;
+    }
+    // A claim in the checkpoint is answered at once, without the API server.
     LockClaim(ref.uid);
-    absl::StatusOr<std::vector<PreparedDevice>> r;
-    try {
-      r = PrepareOne(ref, deadline);
-    } catch (const std::exception& e) {  // a library's throw stays this claim's error
-      r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
+    std::optional<PreparedClaim> known;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
+    }
+    if (known) {
+      absl::StatusOr<std::vector<PreparedDevice>> r;
+      try {
+        r = AnswerKnown(*known);
+      } catch (const std::exception& e) {  // a library's throw stays this claim's error
+        r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
+      }
+      out.emplace(ref.uid, std::move(r));
+    } else {
+      out.emplace(ref.uid, absl::UnknownError("not prepared"));  // answered by PrepareFresh
+      fresh.push_back(ref);
     }
     UnlockClaim(ref.uid);
-    if (r.ok()) {
-      Log()->info("prepared claim {}: {} device(s)", Describe(ref), r->size());
-    } else {
-      Log()->warn("preparing claim {} failed: {}", Describe(ref), r.status().ToString());
+  }
+  if (!fresh.empty()) {
+    absl::MutexLock serial(&prepare_mu_);
+    std::sort(fresh.begin(), fresh.end(),
+              [](const ClaimRef& a, const ClaimRef& b) { return a.uid < b.uid; });
+    for (const ClaimRef& ref : fresh) LockClaim(ref.uid);
+    try {
+      PrepareFresh(fresh, deadline, out);
+    } catch (const std::exception& e) {
+      for (const ClaimRef& ref : fresh) {
+        auto& r = out.at(ref.uid);
+        if (!r.ok() && r.status().code() == absl::StatusCode::kUnknown) {
+          r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
+        }
+      }
     }
-    out.emplace(ref.uid, std::move(r));
+    for (const ClaimRef& ref : fresh) UnlockClaim(ref.uid);
+  }
+  for (const ClaimRef& ref : claims) {
+    const auto it = out.find(ref.uid);
+    if (it == out.end()) continue;
+    if (it->second.ok()) {
+      Log()->info("prepared claim {}: {} device(s)", Describe(ref), it->second->size());
+    } else {
+      Log()->warn("preparing claim {} failed: {}", Describe(ref), it->second.status().ToString());
+    }
   }
   return out;
 }
 
-absl::StatusOr<std::vector<PreparedDevice>> Driver::PrepareOne(const ClaimRef& ref,
-                                                                absl::Time deadline) {
-  std::optional<PreparedClaim> known;
+void Driver::PrepareFresh(
+    const std::vector<ClaimRef>& refs, absl::Time deadline,
+    std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out) {
+  std::map<std::string, std::pair<ClaimRef, ClaimAllocation>> read;  // by uid
+  for (const ClaimRef& ref : refs) {
+    std::optional<PreparedClaim> known;  // prepared by a concurrent call meanwhile
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
+    }
+    if (known) {
+      out.at(ref.uid) = AnswerKnown(*known);
+      continue;
+    }
+    absl::StatusOr<ClaimAllocation> claim = reader_.Read(ref, config_.driver_name, deadline);
+    if (!claim.ok()) {
+      out.at(ref.uid) = ReadError(ref, claim.status());
+    } else if (claim->devices.empty()) {
+      out.at(ref.uid) = absl::FailedPreconditionError(
+          absl::StrCat("claim ", Describe(ref), ": its allocation has no device of driver ",
+                       config_.driver_name));
+    } else {
+      read.emplace(ref.uid, std::pair(ref, *std::move(claim)));
+    }
+  }
+  if (read.empty()) return;
+  const Commons commons = ConsumersOf(read, deadline);
+  std::set<std::string> batch;
+  for (const auto& [uid, entry] : read) {
+    batch.insert(uid);
+    const auto& [ref, allocation] = entry;
+    PreparedClaim claim{ref, allocation.devices, {}, false};
+    for (const std::string& request : Requests(claim.devices)) {
+      const auto it = commons.find({ref.uid, request});
+      if (it != commons.end() && it->second) claim.common[request] = *it->second;
+    }
+    absl::StatusOr<std::vector<PreparedDevice>> r;
+    try {
+      absl::StatusOr<nlohmann::json> spec = SpecFor(claim);
+      if (!spec.ok()) {
+        r = spec.status();
+      } else if (absl::Status s = Commit(claim, *spec); !s.ok()) {
+        r = s;
+      } else {
+        r = Answer(claim);
+      }
+    } catch (const std::exception& e) {
+      r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
+    }
+    out.at(ref.uid) = std::move(r);
+  }
+  WithdrawConflicts(commons, batch);
+}
+
+Driver::Commons Driver::ConsumersOf(
+    const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read, absl::Time deadline) {
+  // The pods the claims are reserved for, each read once; a claim with a pod that could not be
+  // read has consumers we do not know.
+  std::map<std::string, PodRef> pods;  // by uid
+  std::map<std::string, std::vector<std::string>> claims_of_pod;
+  for (const auto& [uid, entry] : read) {
+    for (const PodRef& pod : entry.second.reserved_for) {
+      pods.emplace(pod.uid, pod);
+      claims_of_pod[pod.uid].push_back(uid);
+    }
+  }
+  std::vector<PodClaims> consumers;
+  std::set<std::string> unknown;  // claim uids
+  for (const auto& [pod_uid, pod] : pods) {
+    absl::StatusOr<PodClaims> p = reader_.ReadPod(pod, deadline);
+    if (p.ok()) {
+      consumers.push_back(*std::move(p));
+    } else if (!absl::IsNotFound(p.status())) {  // a pod that is gone consumes nothing
+      Log()->warn("reading pod {}/{} failed, so its containers' other HCAs are not known: {}",
+                  pod.ns, pod.name, p.status().ToString());
+      for (const std::string& uid : claims_of_pod[pod_uid]) unknown.insert(uid);
+    }
+  }
+  // Every claim those containers name, with our devices: this batch's, the prepared ones, and
+  // the others read by name (another driver's claim has no device of ours).
+  ClaimTable table;
+  for (const auto& [uid, entry] : read) {
+    table[Key(entry.first.ns, entry.first.name)] = DevicesOf(uid, entry.second.devices);
+  }
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
+    for (const auto& [uid, c] : prepared_) table.emplace(Key(c.ref.ns, c.ref.name), DevicesOf(uid, c.devices));
   }
-  if (known) {
-    // Answered from the checkpoint; the spec is written again if it went away.
-    if (!cdi_.Exists(ref.uid)) {
-      absl::StatusOr<nlohmann::json> spec = SpecFor(ref, known->devices);
-      if (!spec.ok()) return spec.status();
-      if (absl::Status s = cdi_.Write(ref.uid, *spec); !s.ok()) return s;
-      Log()->info("claim {}: CDI spec re-written from the checkpoint", Describe(ref));
+  for (const PodClaims& pod : consumers) {
+    for (const PodClaims::Container& container : pod.containers) {
+      const bool ours = std::any_of(container.uses.begin(), container.uses.end(),
+                                    [&](const ClaimUse& u) { return table.count(Key(pod.pod.ns, u.claim)); });
+      if (!ours) continue;  // holds nothing of ours: its other claims do not matter
+      for (const ClaimUse& use : container.uses) {
+        const std::string key = Key(pod.pod.ns, use.claim);
+        if (table.count(key)) continue;
+        absl::StatusOr<ClaimAllocation> other =
+            reader_.Read({pod.pod.ns, "", use.claim}, config_.driver_name, deadline);
+        if (other.ok()) {
+          table[key] = DevicesOf(other->uid, other->devices);
+        } else if (absl::IsNotFound(other.status()) ||
+                   absl::IsFailedPrecondition(other.status())) {
+          table[key] = ClaimDevices{};  // gone or not allocated: no device of ours
+        } else {
+          table[key] = std::nullopt;
+        }
+      }
     }
-    return Answer(*known);
   }
-  absl::StatusOr<std::vector<AllocatedDevice>> devices =
-      reader_.Read(ref, config_.driver_name, deadline);
-  if (!devices.ok()) return ReadError(ref, devices.status());
-  if (devices->empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("claim ", Describe(ref), ": its allocation has no device of driver ",
-                     config_.driver_name));
+  Commons commons = CommonDevices(consumers, table);
+  for (auto& [key, devices] : commons) {
+    if (unknown.count(key.claim_uid)) devices = std::nullopt;
   }
-  absl::StatusOr<nlohmann::json> spec = SpecFor(ref, *devices);
-  if (!spec.ok()) return spec.status();
+  for (const auto& [uid, entry] : read) {
+    // A claim whose consumers are not known at all gets no common variables either.
+    for (const std::string& request : Requests(entry.second.devices)) {
+      const bool added = commons.try_emplace(RequestKey{uid, request}, std::nullopt).second;
+      if (added && !unknown.count(uid)) {
+        Log()->warn("claim {}: no container of its pods holds request {}: its CDI device sets "
+                    "only that request's own variables",
+                    Describe(entry.first), request);
+      }
+    }
+  }
+  return commons;
+}
 
-  PreparedClaim claim{ref, *devices, {CdiDeviceId(config_.driver_name, ref.uid)}};
-  if (absl::Status s = cdi_.Write(ref.uid, *spec); !s.ok()) {
-    cdi_.Remove(ref.uid).IgnoreError();
-    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
-  }
-  absl::MutexLock lock(&mu_);
-  prepared_[ref.uid] = claim;
-  if (absl::Status s = checkpoint_.Save(prepared_); !s.ok()) {
-    prepared_.erase(ref.uid);
-    if (absl::Status r = cdi_.Remove(ref.uid); !r.ok()) {
-      Log()->error("claim {}: CDI spec left behind: {}", Describe(ref), r.ToString());
+void Driver::WithdrawConflicts(const Commons& commons, const std::set<std::string>& batch) {
+  std::vector<std::string> stale;  // prepared claims outside the batch whose common is wrong
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [uid, claim] : prepared_) {
+      if (batch.count(uid) || claim.legacy) continue;
+      for (const auto& [request, devices] : claim.common) {
+        const auto it = commons.find({uid, request});
+        if (it != commons.end() && it->second != devices) stale.push_back(uid);
+      }
     }
-    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+  }
+  std::sort(stale.begin(), stale.end());
+  stale.erase(std::unique(stale.begin(), stale.end()), stale.end());
+  for (const std::string& uid : stale) {
+    LockClaim(uid);
+    std::optional<PreparedClaim> claim;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = prepared_.find(uid); it != prepared_.end()) claim = it->second;
+    }
+    if (claim) {
+      for (auto it = claim->common.begin(); it != claim->common.end();) {
+        const auto c = commons.find({uid, it->first});
+        it = c != commons.end() && c->second != it->second ? claim->common.erase(it) : std::next(it);
+      }
+      absl::StatusOr<nlohmann::json> spec = SpecFor(*claim);
+      absl::Status s = spec.ok() ? Commit(*claim, *spec) : spec.status();
+      if (s.ok()) {
+        Log()->warn("claim {}: a container of a new pod holds it beside other HCAs; its CDI "
+                    "devices no longer set the common variables (each request's own remain)",
+                    Describe(claim->ref));
+      } else {
+        Log()->error("claim {}: withdrawing its common variables failed: {}",
+                     Describe(claim->ref), s.ToString());
+      }
+    }
+    UnlockClaim(uid);
+  }
+}
+
+absl::StatusOr<std::vector<PreparedDevice>> Driver::AnswerKnown(const PreparedClaim& claim) {
+  if (!cdi_.Exists(claim.ref.uid)) {
+    absl::StatusOr<nlohmann::json> spec = SpecFor(claim);
+    if (!spec.ok()) return spec.status();
+    if (absl::Status s = cdi_.Write(claim.ref.uid, *spec); !s.ok()) return s;
+    Log()->info("claim {}: CDI spec re-written from the checkpoint", Describe(claim.ref));
   }
   return Answer(claim);
 }
 
-absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
-                                               const std::vector<AllocatedDevice>& devices) {
-  for (const AllocatedDevice& d : devices) {
+absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& spec) {
+  const ClaimRef& ref = claim.ref;
+  if (absl::Status s = cdi_.Write(ref.uid, spec); !s.ok()) {
+    cdi_.Remove(ref.uid).IgnoreError();
+    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  std::optional<PreparedClaim> before;
+  if (auto it = prepared_.find(ref.uid); it != prepared_.end()) before = it->second;
+  prepared_[ref.uid] = claim;
+  if (absl::Status s = checkpoint_.Save(prepared_); !s.ok()) {
+    if (before) {
+      prepared_[ref.uid] = *before;
+    } else {
+      prepared_.erase(ref.uid);
+      if (absl::Status r = cdi_.Remove(ref.uid); !r.ok()) {
+        Log()->error("claim {}: CDI spec left behind: {}", Describe(ref), r.ToString());
+      }
+    }
+    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim) {
+  const ClaimRef& ref = claim.ref;
+  for (const AllocatedDevice& d : claim.devices) {
     if (d.pool != config_.node_name) {
       return absl::FailedPreconditionError(absl::StrCat(
           "claim ", Describe(ref), ": device ", d.device, " is in pool ", d.pool,
@@ -168,38 +376,37 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
     }
   }
   topology::TopologyPtr snapshot = topology_();
-  auto all_known = [&devices](const topology::Topology& t) {
-    return std::all_of(devices.begin(), devices.end(), [&t](const AllocatedDevice& d) {
-      return FindHca(t, d.device) >= 0;
-    });
+  auto all_known = [&claim](const topology::Topology& t) {
+    return std::all_of(claim.devices.begin(), claim.devices.end(),
+                       [&t](const AllocatedDevice& d) { return FindHca(t, d.device) >= 0; });
   };
   // A device we do not know may be an HCA plugged in since the snapshot was taken.
   if ((!snapshot || !all_known(*snapshot)) && rediscover_) {
     if (topology::TopologyPtr fresh = rediscover_()) snapshot = std::move(fresh);
   }
   if (!snapshot) return absl::UnavailableError("no topology snapshot yet");
-  std::vector<const topology::Hca*> hcas;
-  for (const AllocatedDevice& d : devices) {
+  // The claim's HCAs, each once, in the order of its results.
+  std::vector<int> indices;
+  for (const AllocatedDevice& d : claim.devices) {
     const int idx = FindHca(*snapshot, d.device);
     if (idx < 0) {
       return absl::NotFoundError(absl::StrCat("claim ", Describe(ref), ": device ", d.device,
                                               " is not on node ", config_.node_name));
     }
-    const topology::Hca* hca = &snapshot->hcas()[idx];
-    if (std::find(hcas.begin(), hcas.end(), hca) == hcas.end()) hcas.push_back(hca);
+    if (std::find(indices.begin(), indices.end(), idx) == indices.end()) indices.push_back(idx);
   }
   // Their device nodes as they are now, and rdma_cm's (as NodeState::Allocate checks them).
   std::vector<std::string_view> paths;
-  for (const topology::Hca* hca : hcas) {
-    for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
+  for (const int idx : indices) {
+    for (const auto& [path, present] : snapshot->hcas()[idx].char_devices) paths.push_back(path);
   }
   paths.push_back(kRdmaCm);
   const std::vector<bool> present = env_->ExistAll(paths);
-  std::vector<topology::Hca> now;
-  now.reserve(hcas.size());
+  const bool rdma_cm = present.back();
+  std::map<int, topology::Hca> now;  // by snapshot index
   std::size_t next = 0;
-  for (const topology::Hca* hca : hcas) {
-    topology::Hca& h = now.emplace_back(*hca);
+  for (const int idx : indices) {
+    topology::Hca& h = now.emplace(idx, snapshot->hcas()[idx]).first->second;
     for (auto& [path, was] : h.char_devices) was = present[next++];
     const hca::Verdict verdict = hca::Assess(h);
     if (!verdict.usable) {
@@ -208,17 +415,58 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const ClaimRef& ref,
                                                         ") is unusable: ", verdict.reason));
     }
   }
-  std::vector<const topology::Hca*> chosen;
-  for (const topology::Hca& h : now) chosen.push_back(&h);
-  const hca::ContainerAllocation allocation = hca::BuildAllocation(chosen, present.back());
-  return BuildCdiSpec(config_.driver_name, ref.uid, allocation, *env_);
+  auto hcas_of = [&](auto pick) {
+    std::vector<const topology::Hca*> out;
+    for (const AllocatedDevice& d : claim.devices) {
+      const topology::Hca* h = &now.at(FindHca(*snapshot, d.device));
+      if (pick(d) && std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+    }
+    return out;
+  };
+  if (claim.legacy) {
+    return BuildLegacyCdiSpec(config_.driver_name, ref.uid,
+                              hca::BuildAllocation(hcas_of([](const auto&) { return true; }), rdma_cm),
+                              *env_);
+  }
+  std::vector<CdiRequest> requests;
+  for (const std::string& request : Requests(claim.devices)) {
+    CdiRequest r;
+    r.request = request;
+    r.own = hca::BuildAllocation(
+        hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
+        rdma_cm);
+    if (const auto it = claim.common.find(request); it != claim.common.end()) {
+      // The devices of the container's other pairs are HCAs of this node too (their claims
+      // checked them); only their names and addresses go into the variables.
+      std::vector<const topology::Hca*> all;
+      for (const std::string& device : it->second) {
+        const int idx = FindHca(*snapshot, device);
+        if (idx < 0) {
+          all.clear();
+          break;
+        }
+        all.push_back(&snapshot->hcas()[idx]);
+      }
+      if (!all.empty()) r.common = hca::BuildAllocation(all, rdma_cm).envs;
+    }
+    requests.push_back(std::move(r));
+  }
+  return BuildCdiSpec(config_.driver_name, ref.uid, requests, *env_);
 }
 
 std::vector<PreparedDevice> Driver::Answer(const PreparedClaim& claim) const {
   std::vector<PreparedDevice> out;
   out.reserve(claim.devices.size());
+  std::set<std::string> given;  // requests whose CDI device an earlier device carries
   for (const AllocatedDevice& d : claim.devices) {
-    out.push_back({{BaseRequest(d.request)}, d.pool, d.device, claim.cdi_ids});
+    const std::string request = BaseRequest(d.request);
+    std::vector<std::string> ids;
+    if (claim.legacy) {
+      ids = {LegacyCdiDeviceId(config_.driver_name, claim.ref.uid)};
+    } else if (given.insert(request).second) {
+      ids = {CdiDeviceId(config_.driver_name, claim.ref.uid, request)};
+    }
+    out.push_back({{request}, d.pool, d.device, std::move(ids), d.share_id});
   }
   return out;
 }
@@ -227,9 +475,9 @@ std::map<std::string, absl::Status> Driver::Unprepare(const std::vector<ClaimRef
   std::map<std::string, absl::Status> out;
   for (const ClaimRef& ref : claims) {
     if (out.count(ref.uid)) continue;
-    if (ref.uid.empty()) {
+    if (absl::Status s = ValidateClaimUid(ref.uid); !s.ok()) {
       out.emplace(ref.uid, absl::InvalidArgumentError(
-                               absl::StrCat("claim ", Describe(ref), ": uid is required")));
+                               absl::StrCat("claim ", ref.ns, "/", ref.name, ": ", s.message())));
       continue;
     }
     LockClaim(ref.uid);

@@ -4,15 +4,21 @@
 // independent of gRPC.
 //
 // Prepare, per claim: a claim in the checkpoint is answered from it (its CDI spec re-written
-// from the checkpointed devices if the file is gone, e.g. /var/run/cdi after a reboot) without
-// the API server; otherwise the claim's allocation is read through the ClaimReader by the call's
-// deadline (config.api_timeout from its start), every result must be in this node's pool and
-// name a device of the current topology snapshot whose HCA is usable now (hca::Assess, with
-// its device nodes checked at the call), then the CDI spec and the checkpoint are written. Any error leaves nothing written for
-// that claim and is that claim's alone.
+// from the checkpoint if the file is gone, e.g. /var/run/cdi after a reboot) without the API
+// server; otherwise the claim is read through the ClaimReader by the call's deadline
+// (config.api_timeout from its start): every result must be in this node's pool and name a
+// device of the current topology snapshot whose HCA is usable now (hca::Assess, with its device
+// nodes checked at the call). The pods the claim is reserved for are read too, to know which of
+// our (claim, request) pairs each of their containers holds (dra/consumers.h): a request's CDI
+// device sets the common variables (NCCL_IB_HCA, ...) only when they name every HCA of every
+// container that gets it, and such variables of a claim prepared before are withdrawn (its spec
+// re-written) when a new pod's container holds it beside other HCAs. Then the CDI spec (one
+// device per request, dra/cdi.h) and the checkpoint are written. Any error leaves nothing written
+// for that claim and is that claim's alone.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file removed; a claim
 // that is not prepared is OK (its spec file is removed if one was left behind).
-// Thread-safe: calls run concurrently; calls for one claim UID are serialised.
+// Thread-safe: calls run concurrently; calls for one claim UID are serialised, and so are the
+// calls that read claims from the API server.
 
 #include <functional>
 #include <map>
@@ -29,6 +35,7 @@
 #include "base/env.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
+#include "dra/consumers.h"
 #include "dra/model.h"
 #include "topology/topology.h"
 
@@ -47,10 +54,13 @@ struct PreparedDevice {
   std::vector<std::string> requests;  // the result's request, subrequest suffix stripped
   std::string pool;
   std::string device;
+  // The request's CDI device on the first of its devices, none on the others: the kubelet
+  // hands a container the IDs of every device of the requests it uses, and one is enough.
   std::vector<std::string> cdi_ids;
+  std::string share_id;  // "" when the allocation has none
   bool operator==(const PreparedDevice& o) const {
     return requests == o.requests && pool == o.pool && device == o.device &&
-           cdi_ids == o.cdi_ids;
+           cdi_ids == o.cdi_ids && share_id == o.share_id;
   }
 };
 
@@ -69,7 +79,7 @@ class Driver {
   absl::Status Start();
 
   // Each claim's devices, or its error, by UID (a claim listed twice is answered once).
-  // InvalidArgument for a claim without uid, namespace or name.
+  // InvalidArgument for a claim without namespace or name, or whose uid is not a UUID.
   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Prepare(
       const std::vector<ClaimRef>& claims);
   // Each claim's outcome by UID.
@@ -80,13 +90,25 @@ class Driver {
   const DriverConfig& config() const { return config_; }
 
  private:
-  absl::StatusOr<std::vector<PreparedDevice>> PrepareOne(const ClaimRef& ref,
-                                                         absl::Time deadline);
-  absl::Status UnprepareOne(const ClaimRef& ref);
-  // The HCAs of `devices` in the snapshot, checked; the CDI spec for them.
-  absl::StatusOr<nlohmann::json> SpecFor(const ClaimRef& ref,
-                                         const std::vector<AllocatedDevice>& devices);
+  using Commons = std::map<RequestKey, std::optional<std::vector<std::string>>>;
+  // Claims not in the checkpoint, read and prepared together (their locks held).
+  void PrepareFresh(const std::vector<ClaimRef>& refs, absl::Time deadline,
+                    std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out);
+  // CommonDevices over the pods the claims `read` are reserved for; a pair of a claim whose
+  // pods could not all be read is nullopt.
+  Commons ConsumersOf(const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
+                      absl::Time deadline);
+  // Withdraws the common variables of prepared claims outside `batch` that `commons` says are
+  // not right for one of their holders.
+  void WithdrawConflicts(const Commons& commons, const std::set<std::string>& batch);
+  // The answer of a claim in the checkpoint; its CDI spec written again if it is gone.
+  absl::StatusOr<std::vector<PreparedDevice>> AnswerKnown(const PreparedClaim& claim);
+  // The claim's CDI spec: its HCAs checked in the snapshot, usable now.
+  absl::StatusOr<nlohmann::json> SpecFor(const PreparedClaim& claim);
+  // Writes the spec, then the checkpoint entry; on failure neither is left.
+  absl::Status Commit(const PreparedClaim& claim, const nlohmann::json& spec);
   std::vector<PreparedDevice> Answer(const PreparedClaim& claim) const;
+  absl::Status UnprepareOne(const ClaimRef& ref);
   // Serialises work on one claim UID.
   void LockClaim(const std::string& uid);
   void UnlockClaim(const std::string& uid);
@@ -98,12 +120,13 @@ class Driver {
   const std::function<topology::TopologyPtr()> rediscover_;
   const std::shared_ptr<Env> env_;
 
+  // Held by a Prepare that reads claims: one at a time decides what the common variables say.
+  absl::Mutex prepare_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   Checkpoint& checkpoint_ ABSL_GUARDED_BY(mu_);
   PreparedClaims prepared_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ ABSL_GUARDED_BY(mu_);  // claim UIDs being worked on
   absl::CondVar claim_done_;                          // a UID left busy_
 };
-
 
 }  // namespace rdp::dra

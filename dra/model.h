@@ -30,25 +30,72 @@ struct AllocatedDevice {
   std::string request;  // results[].request ("hca", or "hca/sub" for a subrequest)
   std::string pool;     // results[].pool
   std::string device;   // results[].device: a device name of our ResourceSlices
+  // results[].shareID: set by the allocator for a device that allows multiple allocations
+  // (shared mode); "" when none.
+  std::string share_id;
   bool operator==(const AllocatedDevice& o) const {
-    return request == o.request && pool == o.pool && device == o.device;
+    return request == o.request && pool == o.pool && device == o.device &&
+           share_id == o.share_id;
   }
 };
 
-// Reads claims from the API server.
+// "hca/sub" -> "hca": the request a container names (pod.spec.containers[].resources.claims[].
+// request) for the result of one of its subrequests.
+inline std::string BaseRequest(const std::string& request) {
+  return request.substr(0, request.find('/'));
+}
+
+// A pod as a claim's status.reservedFor names it (in the claim's namespace).
+struct PodRef {
+  std::string ns;
+  std::string name;
+  std::string uid;
+};
+
+// What Read knows of a claim: its uid, the results of our driver, the pods it is reserved for.
+struct ClaimAllocation {
+  std::string uid;
+  std::vector<AllocatedDevice> devices;
+  std::vector<PodRef> reserved_for;
+};
+
+// A container's use of a claim: the ResourceClaim's name (in the pod's namespace) and the request
+// it names; "" = every request of the claim.
+struct ClaimUse {
+  std::string claim;
+  std::string request;
+  bool operator==(const ClaimUse& o) const { return claim == o.claim && request == o.request; }
+};
+
+// The claims each container of a pod uses (init containers included): its resources.claims
+// resolved to ResourceClaim names (a template's claim through status.resourceClaimStatuses), and
+// the requests of the scheduler-made claim of an extended resource (status.
+// extendedResourceClaimStatus.requestMappings).
+struct PodClaims {
+  struct Container {
+    std::string name;
+    std::vector<ClaimUse> uses;
+  };
+  PodRef pod;
+  std::vector<Container> containers;
+};
+
+// Reads claims and their consumers from the API server.
 class ClaimReader {
  public:
   virtual ~ClaimReader() = default;
-  // The results of the claim's allocation whose driver is `driver`, in the order the API server
-  // lists them, read by GET within `deadline` (retries included).
+  // The claim `ref` names (namespace and name; its uid checked when ref.uid is not empty): the
+  // results of its allocation whose driver is `driver`, in the order the API server lists them,
+  // and the pods it is reserved for, read by GET within `deadline` (retries included).
   //   NotFound: no such claim, or one whose metadata.uid is not ref.uid (deleted and re-created);
   //   FailedPrecondition: the claim is not allocated;
   //   InvalidArgument: status.allocation is malformed (a result without pool or device, ...);
   //   Unavailable / DeadlineExceeded: the API server could not be reached in time.
-  // An empty vector: allocated, with no result for `driver`.
-  virtual absl::StatusOr<std::vector<AllocatedDevice>> Read(const ClaimRef& ref,
-                                                            const std::string& driver,
-                                                            absl::Time deadline) = 0;
+  // No devices: allocated, with no result for `driver`.
+  virtual absl::StatusOr<ClaimAllocation> Read(const ClaimRef& ref, const std::string& driver,
+                                               absl::Time deadline) = 0;
+  // Which claims each container of the pod uses. NotFound: no such pod, or another uid.
+  virtual absl::StatusOr<PodClaims> ReadPod(const PodRef& pod, absl::Time deadline) = 0;
 };
 
 // Keeps this node's pool in the API server.

@@ -801,11 +801,13 @@ def check_dra(r, helm):
     roles = [d for d in docs if d.get("kind") == "ClusterRole"]
     rules = sorted((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(sorted(rule["verbs"])))
                    for role in roles for rule in role.get("rules", []))
-    r.check("DRA: the ClusterRole grants exactly slices CRUD, claims get, nodes get",
+    r.check("DRA: the ClusterRole grants exactly slices CRUD and watch, claims get, nodes get, "
+            "pods get",
             rules == sorted([(("resource.k8s.io",), ("resourceslices",),
-                              ("create", "delete", "get", "list", "update")),
+                              ("create", "delete", "get", "list", "update", "watch")),
                              (("resource.k8s.io",), ("resourceclaims",), ("get",)),
-                             (("",), ("nodes",), ("get",))]), str(rules))
+                             (("",), ("nodes",), ("get",)),
+                             (("",), ("pods",), ("get",))]), str(rules))
     bindings = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
     r.check("DRA: the ClusterRoleBinding binds the role to the ServiceAccount",
             len(bindings) == 1 and len(roles) == 1

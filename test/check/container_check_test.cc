@@ -1,8 +1,14 @@
 #include "check/container_check.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -214,6 +220,28 @@ TEST_F(CheckOnFixtureTest, AnAllocatedDeviceNotInjectedIsFewer) {
   EXPECT_EQ(Run("mlx5_0,mlx5_2", std::nullopt), 1);
   EXPECT_THAT(out_.str(), HasSubstr("cannot open mlx5_2"));
   EXPECT_THAT(out_.str(), HasSubstr("No such file or directory"));
+}
+
+// A character device with no driver behind it (a node where the HCA's kernel module is not
+// loaded, or a real node's test machine without RDMA hardware) fails open() with ENXIO after the
+// device cgroup let it through: it counts as reachable, so a leak is reported there too.
+TEST_F(CheckOnFixtureTest, ADeviceWithoutADriverCountsAsReachable) {
+  const std::string node = root_ + "/dev/infiniband/uverbs1";
+  ASSERT_EQ(::unlink(node.c_str()), 0);
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(231, 251)) != 0) {
+    GTEST_SKIP() << "mknod needs CAP_MKNOD: " << std::strerror(errno);
+  }
+  const int fd = ::open(node.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  if (fd >= 0 || (errno != ENXIO && errno != ENODEV)) {
+    GTEST_SKIP() << "231:251 here is not a device without a driver (" << std::strerror(errno) << ")";
+  }
+  ASSERT_TRUE(fixture_->RemoveUverbs("mlx5_3").ok());
+  options_.json = true;
+  EXPECT_EQ(Run("mlx5_0,mlx5_2", std::nullopt), 1) << out_.str();
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["verdict"], "more");
+  EXPECT_EQ(j["extra"], nlohmann::json::array({"mlx5_1"}));
 }
 
 TEST_F(CheckOnFixtureTest, SharedModeSeesEveryHcaAndIsOk) {

@@ -33,12 +33,20 @@ class DRAClaimReaderTest : public ::testing::Test {
  protected:
   absl::StatusOr<std::vector<AllocatedDevice>> Read(const nlohmann::json& claim,
                                                     ClaimRef ref = {"team", "uid-1", "claim-1"}) {
+    auto full = ReadClaim(claim, ref);
+    if (!full.ok()) return full.status();
+    return full->devices;
+  }
+  absl::StatusOr<ClaimAllocation> ReadClaim(const nlohmann::json& claim,
+                                            ClaimRef ref = {"team", "uid-1", "claim-1"}) {
     if (!claim.is_null()) server_.AddClaim(claim);
+    return Reader().Read(ref, kDriver, clock_.Now() + absl::Seconds(5));
+  }
+  ApiClaimReader Reader() {
     KubeClient::Options options;
     options.clock = &clock_;
-    ApiClaimReader reader(std::make_shared<KubeClient>(KubeConfig{"https://fake"},
+    return ApiClaimReader(std::make_shared<KubeClient>(KubeConfig{"https://fake"},
                                                        server_.NewTransport(), options));
-    return reader.Read(ref, kDriver, clock_.Now() + absl::Seconds(5));
   }
 
   FakeApiServer server_;
@@ -49,8 +57,8 @@ TEST_F(DRAClaimReaderTest, KeepsOurResultsInOrder) {
   auto devices = Read(Claim({Result(kDriver, "hca-3"), Result("gpu.example.com", "gpu-0"),
                              Result(kDriver, "hca-1")}));
   ASSERT_TRUE(devices.ok()) << devices.status();
-  EXPECT_THAT(*devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-3"},
-                                    AllocatedDevice{"hca", "node-a", "hca-1"}));
+  EXPECT_THAT(*devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-3", ""},
+                                    AllocatedDevice{"hca", "node-a", "hca-1", ""}));
 }
 
 TEST_F(DRAClaimReaderTest, AllocatedWithNothingOfOursIsEmpty) {
@@ -121,13 +129,81 @@ TEST_F(DRAClaimReaderTest, OtherDriversResultsAreNotValidated) {
   claim["status"]["allocation"]["devices"]["results"][0].erase("pool");
   auto devices = Read(claim);
   ASSERT_TRUE(devices.ok()) << devices.status();
-  EXPECT_THAT(*devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-0"}));
+  EXPECT_THAT(*devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-0", ""}));
 }
 
 TEST_F(DRAClaimReaderTest, NameThatIsNotADnsNameIsRefusedUnsent) {
   auto devices = Read(nullptr, {"team", "uid-1", "../../nodes/x"});
   EXPECT_TRUE(absl::IsInvalidArgument(devices.status())) << devices.status();
   EXPECT_EQ(server_.counters().gets, 0);
+}
+
+
+TEST_F(DRAClaimReaderTest, UidShareIdAndReservedPods) {
+  nlohmann::json claim = Claim(nlohmann::json::array({Result(kDriver, "hca-0")}));
+  claim["status"]["allocation"]["devices"]["results"][0]["shareID"] = "5f0c";
+  claim["status"]["reservedFor"] = {
+      {{"resource", "pods"}, {"name", "trainer"}, {"uid", "p-1"}},
+      {{"apiGroup", "example.com"}, {"resource", "pods"}, {"name", "not-a-pod"}, {"uid", "x"}},
+      {{"resource", "pods"}, {"name", "second"}, {"uid", "p-2"}}};
+  auto got = ReadClaim(claim);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->uid, "uid-1");
+  EXPECT_THAT(got->devices, ElementsAre(AllocatedDevice{"hca", "node-a", "hca-0", "5f0c"}));
+  ASSERT_EQ(got->reserved_for.size(), 2u);
+  EXPECT_EQ(got->reserved_for[0].ns, "team");
+  EXPECT_EQ(got->reserved_for[0].name, "trainer");
+  EXPECT_EQ(got->reserved_for[1].uid, "p-2");
+  // By name alone (no uid to check): a claim a container names.
+  auto by_name = ReadClaim(nullptr, {"team", "", "claim-1"});
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_EQ(by_name->uid, "uid-1");
+}
+
+// The claims each container uses: named claims, a template's claim through the pod's status
+// (one not made: left out), the extended resource's request mappings, init containers too.
+TEST_F(DRAClaimReaderTest, PodClaimsResolveNamesTemplatesAndExtendedResources) {
+  const nlohmann::json pod = nlohmann::json::parse(R"({
+    "metadata": {"namespace": "team", "name": "trainer", "uid": "p-1"},
+    "spec": {
+      "resourceClaims": [
+        {"name": "hcas", "resourceClaimName": "shared-hcas"},
+        {"name": "gpu-hca", "resourceClaimTemplateName": "gpu-with-hca"},
+        {"name": "unmade", "resourceClaimTemplateName": "t"}],
+      "initContainers": [{"name": "init", "resources": {"claims": [{"name": "hcas", "request": "a"}]}}],
+      "containers": [
+        {"name": "main", "resources": {"claims": [{"name": "hcas"}, {"name": "gpu-hca"},
+                                                  {"name": "unmade"}, {"name": "undeclared"}]}},
+        {"name": "ext", "resources": {"limits": {"rdma/hca": "1"}}},
+        {"name": "plain"}]},
+    "status": {
+      "resourceClaimStatuses": [{"name": "gpu-hca", "resourceClaimName": "trainer-gpu-hca-x7k2"},
+                                {"name": "unmade"}],
+      "extendedResourceClaimStatus": {"resourceClaimName": "trainer-extended-resources-abc",
+        "requestMappings": [{"containerName": "ext", "resourceName": "rdma/hca",
+                             "requestName": "container-1-request-0"}]}}})");
+  const PodClaims got = ParsePodClaims(pod);
+  EXPECT_EQ(got.pod.uid, "p-1");
+  ASSERT_EQ(got.containers.size(), 4u);
+  EXPECT_EQ(got.containers[0].name, "init");
+  EXPECT_THAT(got.containers[0].uses, ElementsAre(ClaimUse{"shared-hcas", "a"}));
+  EXPECT_EQ(got.containers[1].name, "main");
+  EXPECT_THAT(got.containers[1].uses,
+              ElementsAre(ClaimUse{"shared-hcas", ""}, ClaimUse{"trainer-gpu-hca-x7k2", ""}));
+  EXPECT_THAT(got.containers[2].uses,
+              ElementsAre(ClaimUse{"trainer-extended-resources-abc", "container-1-request-0"}));
+  EXPECT_TRUE(got.containers[3].uses.empty());
+}
+
+TEST_F(DRAClaimReaderTest, ReadPodChecksTheUid) {
+  server_.AddPod({{"metadata", {{"namespace", "team"}, {"name", "p"}, {"uid", "p-2"}}}});
+  ApiClaimReader reader = Reader();
+  const absl::Time deadline = clock_.Now() + absl::Seconds(5);
+  EXPECT_TRUE(reader.ReadPod({"team", "p", "p-2"}, deadline).ok());
+  auto other = reader.ReadPod({"team", "p", "p-1"}, deadline);
+  EXPECT_TRUE(absl::IsNotFound(other.status())) << other.status();
+  EXPECT_TRUE(absl::IsNotFound(reader.ReadPod({"team", "q", "p-1"}, deadline).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(reader.ReadPod({"team", "../x", ""}, deadline).status()));
 }
 
 }  // namespace

@@ -25,9 +25,27 @@ std::vector<const topology::Hca*> Hcas(const topology::Topology& t, std::vector<
   return out;
 }
 
+constexpr char kUid[] = "7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2b3";
+
 TEST(DRACdiTest, IdsAndFileName) {
-  EXPECT_EQ(CdiDeviceId(kDriver, "0b1c-uid"), "rdma.example.com/hca=0b1c-uid");
-  EXPECT_EQ(CdiSpecFileName(kDriver, "0b1c-uid"), "rdma.example.com-hca_0b1c-uid.json");
+  EXPECT_EQ(CdiDeviceName(kUid, "hca"), "7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2b3-hca");
+  EXPECT_EQ(CdiDeviceId(kDriver, kUid, "hca"),
+            "rdma.example.com/hca=7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2b3-hca");
+  EXPECT_EQ(LegacyCdiDeviceId(kDriver, kUid),
+            "rdma.example.com/hca=7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2b3");
+  EXPECT_EQ(CdiSpecFileName(kDriver, kUid),
+            "rdma.example.com-hca_7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2b3.json");
+  EXPECT_EQ(OwnVariableSuffix("7E57A1B2-C3D4-4E5F-A6B7-C8D9E0F1A2B3", "gpu-0-hca"),
+            "7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3_gpu_0_hca");
+}
+
+TEST(DRACdiTest, UidsAreUuids) {
+  EXPECT_TRUE(ValidateClaimUid(kUid).ok());
+  EXPECT_TRUE(ValidateClaimUid("7E57A1B2-C3D4-4E5F-A6B7-C8D9E0F1A2B3").ok());
+  for (const char* bad : {"", "7e57", "../7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2", "7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3",
+                          "7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2bz", "7e57a1b2-c3d4-4e5f-a6b7/c8d9e0f1a2b3"}) {
+    EXPECT_EQ(ValidateClaimUid(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(DRACdiTest, DeviceNumbersFromSysfs) {
@@ -47,17 +65,21 @@ TEST(DRACdiTest, DeviceNumbersFromSysfs) {
   EXPECT_FALSE(ReadDeviceNumber(n.env(), "/dev/infiniband/../uverbs0").has_value());
 }
 
-TEST(DRACdiTest, SpecForOneHca) {
+TEST(DRACdiTest, SpecForOneRequestOfOneHca) {
   DraNode n;
   const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
-  const nlohmann::json spec = BuildCdiSpec(kDriver, "7e57-uid", alloc, n.env());
+  const nlohmann::json spec = BuildCdiSpec(kDriver, kUid, {{"hca", alloc, alloc.envs}}, n.env());
+  const std::string own = "_7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3_hca=";
   const nlohmann::json want = {
       {"cdiVersion", "0.5.0"},
       {"kind", "rdma.example.com/hca"},
       {"devices",
-       {{{"name", "7e57-uid"},
+       {{{"name", std::string(kUid) + "-hca"},
          {"containerEdits",
-          {{"env", {"NCCL_IB_HCA==mlx5_0", "RDMA_HCA_NAMES=mlx5_0", "RDMA_HCA_PCI=0000:1a:00.0"}},
+          {{"env",
+            {"NCCL_IB_HCA==mlx5_0", "NCCL_IB_HCA" + own + "=mlx5_0", "RDMA_HCA_NAMES=mlx5_0",
+             "RDMA_HCA_NAMES" + own + "mlx5_0", "RDMA_HCA_PCI=0000:1a:00.0",
+             "RDMA_HCA_PCI" + own + "0000:1a:00.0"}},
            {"deviceNodes",
             {Node("/dev/infiniband/uverbs0", 231, 192), Node("/dev/infiniband/umad0", 231, 0),
              Node("/dev/infiniband/issm0", 231, 64),
@@ -65,29 +87,48 @@ TEST(DRACdiTest, SpecForOneHca) {
   EXPECT_EQ(spec, want) << spec.dump(2);
 }
 
-TEST(DRACdiTest, SpecForTwoHcasCarriesExactlyTheirNodesAndAllocateEnv) {
+// Two requests: a device each, with exactly its HCAs' nodes and its own variables; the common
+// ones only where given.
+TEST(DRACdiTest, SpecForTwoRequestsKeepsThemApart) {
   DraNode n;
-  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
-  const nlohmann::json spec = BuildCdiSpec(kDriver, "uid-2", alloc, n.env());
-  const nlohmann::json& edits = spec["devices"][0]["containerEdits"];
-  std::vector<std::string> paths;
-  for (const auto& d : edits["deviceNodes"]) paths.push_back(d["path"]);
-  EXPECT_EQ(paths, (std::vector<std::string>{
-                       "/dev/infiniband/uverbs1", "/dev/infiniband/umad1", "/dev/infiniband/issm1",
-                       "/dev/infiniband/uverbs3", "/dev/infiniband/umad3", "/dev/infiniband/issm3",
-                       "/dev/infiniband/rdma_cm"}));
-  // The env is device-plugin Allocate's, entry for entry.
-  std::vector<std::string> env;
-  for (const auto& [k, v] : alloc.envs) env.push_back(k + "=" + v);
-  EXPECT_EQ(edits["env"], nlohmann::json(env));
-  EXPECT_EQ(edits["env"][0], "NCCL_IB_HCA==mlx5_1,mlx5_3");
+  const auto one = hca::BuildAllocation(Hcas(n.topology(), {1}), true);
+  const auto three = hca::BuildAllocation(Hcas(n.topology(), {3}), true);
+  const auto both = hca::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
+  const nlohmann::json spec =
+      BuildCdiSpec(kDriver, kUid, {{"a", one, both.envs}, {"b", three, std::nullopt}}, n.env());
+  ASSERT_EQ(spec["devices"].size(), 2u);
+  auto paths = [&spec](int i) {
+    std::vector<std::string> out;
+    for (const auto& d : spec["devices"][i]["containerEdits"]["deviceNodes"]) out.push_back(d["path"]);
+    return out;
+  };
+  EXPECT_EQ(spec["devices"][0]["name"], std::string(kUid) + "-a");
+  EXPECT_EQ(paths(0), (std::vector<std::string>{"/dev/infiniband/uverbs1", "/dev/infiniband/umad1",
+                                                "/dev/infiniband/issm1", "/dev/infiniband/rdma_cm"}));
+  EXPECT_EQ(paths(1), (std::vector<std::string>{"/dev/infiniband/uverbs3", "/dev/infiniband/umad3",
+                                                "/dev/infiniband/issm3", "/dev/infiniband/rdma_cm"}));
+  const nlohmann::json& env_a = spec["devices"][0]["containerEdits"]["env"];
+  const nlohmann::json& env_b = spec["devices"][1]["containerEdits"]["env"];
+  EXPECT_EQ(env_a[0], "NCCL_IB_HCA==mlx5_1,mlx5_3");
+  EXPECT_EQ(env_a.size(), 6u);
+  EXPECT_EQ(env_b.size(), 3u);  // its own only
+  EXPECT_EQ(env_b[0], "NCCL_IB_HCA_7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3_b==mlx5_3");
+}
+
+TEST(DRACdiTest, LegacySpecIsOneDeviceNamedAfterTheClaim) {
+  DraNode n;
+  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
+  const nlohmann::json spec = BuildLegacyCdiSpec(kDriver, kUid, alloc, n.env());
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  EXPECT_EQ(spec["devices"][0]["name"], kUid);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"][0], "NCCL_IB_HCA==mlx5_0");
 }
 
 TEST(DRACdiTest, UnknownDeviceNumberIsLeftToTheRuntime) {
   DraNode n;
   std::filesystem::remove(n.root() + "/node/sys/devices/virtual/misc/rdma_cm/dev");
   const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
-  const nlohmann::json spec = BuildCdiSpec(kDriver, "u", alloc, n.env());
+  const nlohmann::json spec = BuildCdiSpec(kDriver, kUid, {{"hca", alloc, std::nullopt}}, n.env());
   const nlohmann::json& cm = spec["devices"][0]["containerEdits"]["deviceNodes"].back();
   EXPECT_EQ(cm["path"], "/dev/infiniband/rdma_cm");
   EXPECT_FALSE(cm.contains("major"));

@@ -12,26 +12,15 @@ namespace {
 PreparedClaims Two() {
   PreparedClaims c;
   c["uid-1"] = {{"ns", "uid-1", "claim-1"},
-                {{"hca", "node-a", "hca-0000-1a-00-0"}, {"hca/x", "node-a", "hca-0000-3a-00-0"}},
-                {"rdma.example.com/hca=uid-1"}};
-  c["uid-2"] = {{"other", "uid-2", "claim-2"}, {{"r", "node-a", "hca-0000-9a-00-0"}},
-                {"rdma.example.com/hca=uid-2"}};
+                {{"hca", "node-a", "hca-0000-1a-00-0", ""},
+                 {"hca/x", "node-a", "hca-0000-3a-00-0", "share-1"}},
+                {{"hca", {"hca-0000-1a-00-0", "hca-0000-3a-00-0", "hca-0000-9a-00-0"}}},
+                false};
+  c["uid-2"] = {{"other", "uid-2", "claim-2"}, {{"r", "node-a", "hca-0000-9a-00-0", ""}}, {}, true};
   return c;
 }
 
-bool Same(const PreparedClaims& a, const PreparedClaims& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [uid, c] : a) {
-    auto it = b.find(uid);
-    if (it == b.end()) return false;
-    const PreparedClaim& d = it->second;
-    if (c.ref.ns != d.ref.ns || c.ref.uid != d.ref.uid || c.ref.name != d.ref.name ||
-        !(c.devices == d.devices) || c.cdi_ids != d.cdi_ids) {
-      return false;
-    }
-  }
-  return true;
-}
+bool Same(const PreparedClaims& a, const PreparedClaims& b) { return a == b; }
 
 std::vector<std::string> Files(const std::string& dir) {
   std::vector<std::string> out;
@@ -100,10 +89,29 @@ TEST(DRACheckpointTest, ABadEntryKeepsTheGoodOnesAndTheFileAside) {
   EXPECT_NE(files[0].find(".corrupt-"), std::string::npos);
 }
 
+// A version 1 file (one CDI device per claim) is read as such claims.
+TEST(DRACheckpointTest, VersionOneEntriesAreClaimLayout) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  WriteText(path, R"({"version": 1, "claims": {"u": {"namespace": "ns", "name": "c",
+      "devices": [{"request": "hca", "pool": "p", "device": "d"}],
+      "cdiDeviceIds": ["rdma.example.com/hca=u"]}}})");
+  Checkpoint cp(path);
+  auto loaded = cp.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_TRUE(loaded->at("u").legacy);
+  EXPECT_EQ(loaded->at("u").devices.size(), 1u);
+  ASSERT_TRUE(cp.Save(*loaded).ok());
+  auto again = cp.Load();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(Same(*again, *loaded));
+}
+
 TEST(DRACheckpointTest, OtherVersionIsMovedAside) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("checkpoint.json");
-  WriteText(path, R"({"version": 2, "claims": {}})");
+  WriteText(path, R"({"version": 3, "claims": {}})");
   auto loaded = Checkpoint(path).Load();
   ASSERT_TRUE(loaded.ok());
   EXPECT_TRUE(loaded->empty());

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "test/dra/dra_node.h"
@@ -15,22 +16,50 @@ using testing::kDriver;
 using testing::kHca0;
 using testing::kHca1;
 using testing::kNode;
+using testing::kUid1;
+using testing::kUid2;
+using testing::kUid3;
 
-const ClaimRef kClaim{"ns", "0c1a1m-uid-1", "claim-1"};
+const ClaimRef kClaim{"ns", kUid1, "claim-1"};
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in, nullptr, false);
 }
 
-// The device paths in a claim's CDI spec.
-std::vector<std::string> SpecPaths(DraNode& n, const std::string& uid) {
+// The CDI device of the claim's request in its spec (null when there is none).
+nlohmann::json SpecDevice(DraNode& n, const std::string& uid, const std::string& request) {
   const nlohmann::json spec = ReadJson(n.cdi().PathOf(uid));
+  for (const auto& d : spec["devices"]) {
+    if (d["name"] == CdiDeviceName(uid, request)) return d;
+  }
+  ADD_FAILURE() << "no device " << CdiDeviceName(uid, request) << " in " << spec.dump();
+  return nullptr;
+}
+
+// The device paths of a request's CDI device.
+std::vector<std::string> SpecPaths(DraNode& n, const std::string& uid,
+                                   const std::string& request = "hca") {
   std::vector<std::string> out;
-  for (const auto& d : spec["devices"][0]["containerEdits"]["deviceNodes"]) {
-    out.push_back(d["path"]);
+  const nlohmann::json device = SpecDevice(n, uid, request);
+  for (const auto& d : device["containerEdits"]["deviceNodes"]) out.push_back(d["path"]);
+  return out;
+}
+
+// The env of a request's CDI device, KEY -> value.
+std::map<std::string, std::string> SpecEnv(DraNode& n, const std::string& uid,
+                                           const std::string& request = "hca") {
+  std::map<std::string, std::string> out;
+  const nlohmann::json device = SpecDevice(n, uid, request);
+  for (const auto& kv : device["containerEdits"]["env"]) {
+    const std::string s = kv.get<std::string>();
+    out[s.substr(0, s.find('='))] = s.substr(s.find('=') + 1);
   }
   return out;
+}
+
+std::string Id(const std::string& uid, const std::string& request = "hca") {
+  return CdiDeviceId(kDriver, uid, request);
 }
 
 TEST(DRADriverTest, PrepareWritesSpecAndCheckpointAndAnswersCdiIds) {
@@ -40,9 +69,11 @@ TEST(DRADriverTest, PrepareWritesSpecAndCheckpointAndAnswersCdiIds) {
   ASSERT_EQ(out.size(), 1u);
   const auto& r = out.at(kClaim.uid);
   ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<std::string> ids = {"rdma.example.com/hca=0c1a1m-uid-1"};
-  EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"hca"}, kNode, kHca0, ids},
-                                             {{"hca"}, kNode, kHca1, ids}}));
+  // One CDI device for the request, on its first device: the kubelet hands a container the IDs
+  // of every device of the requests it uses.
+  const std::vector<std::string> ids = {"rdma.example.com/hca=" + std::string(kUid1) + "-hca"};
+  EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"hca"}, kNode, kHca0, ids, ""},
+                                             {{"hca"}, kNode, kHca1, {}, ""}}));
   EXPECT_EQ(n.reader().last_driver(), kDriver);
   EXPECT_EQ(SpecPaths(n, kClaim.uid),
             (std::vector<std::string>{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0",
@@ -92,18 +123,18 @@ TEST(DRADriverTest, RestartKeepsPreparedClaimsAndRewritesAMissingSpec) {
 
 TEST(DRADriverTest, CorruptCheckpointStartsWithWhatCanBeRecovered) {
   DraNode n;
-  n.reader().Set("uid-a", std::vector<AllocatedDevice>{Dev(kHca0)});
-  n.reader().Set("uid-b", std::vector<AllocatedDevice>{Dev(kHca1)});
-  ASSERT_TRUE(n.driver().Prepare({{"ns", "uid-a", "a"}, {"ns", "uid-b", "b"}}).at("uid-b").ok());
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "a"}, {"ns", kUid2, "b"}}).at(kUid2).ok());
   nlohmann::json cp = ReadJson(n.checkpoint_path());
-  cp["claims"]["uid-b"]["devices"] = "garbage";
+  cp["claims"][kUid2]["devices"] = "garbage";
   std::ofstream(n.checkpoint_path(), std::ios::trunc) << cp.dump();
   n.reader().SetDown(true);
   n.NewDriver();
   const PreparedClaims prepared = n.driver().Prepared();
   ASSERT_EQ(prepared.size(), 1u);
-  EXPECT_EQ(prepared.begin()->first, "uid-a");
-  EXPECT_TRUE(n.driver().Prepare({{"ns", "uid-a", "a"}}).at("uid-a").ok());  // no API server
+  EXPECT_EQ(prepared.begin()->first, kUid1);
+  EXPECT_TRUE(n.driver().Prepare({{"ns", kUid1, "a"}}).at(kUid1).ok());  // no API server
   // The recovered state is on disk again, valid; the corrupt file kept beside it.
   EXPECT_EQ(ReadJson(n.checkpoint_path())["claims"].size(), 1u);
   int aside = 0;
@@ -112,7 +143,7 @@ TEST(DRADriverTest, CorruptCheckpointStartsWithWhatCanBeRecovered) {
   }
   EXPECT_EQ(aside, 1);
   // The claim that was lost from it fails (the API server is down), and is not half-prepared.
-  EXPECT_FALSE(n.driver().Prepare({{"ns", "uid-b", "b"}}).at("uid-b").ok());
+  EXPECT_FALSE(n.driver().Prepare({{"ns", kUid2, "b"}}).at(kUid2).ok());
 }
 
 TEST(DRADriverTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
@@ -126,7 +157,7 @@ TEST(DRADriverTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
   EXPECT_TRUE(n.driver().Prepared().empty());
   EXPECT_TRUE(ReadJson(n.checkpoint_path())["claims"].empty());
   EXPECT_TRUE(n.driver().Unprepare({kClaim}).at(kClaim.uid).ok());
-  EXPECT_TRUE(n.driver().Unprepare({{"ns", "never-seen", "x"}}).at("never-seen").ok());
+  EXPECT_TRUE(n.driver().Unprepare({{"ns", kUid3, "x"}}).at(kUid3).ok());
   n.NewDriver();
   EXPECT_TRUE(n.driver().Prepared().empty());
 }
@@ -162,7 +193,7 @@ TEST(DRADriverTest, PerClaimErrorsWriteNothing) {
     n.reader().Set(kClaim.uid, c.devices);
     n.reader().SetDown(c.down);
     // A good claim in the same call is prepared: errors are per claim.
-    const ClaimRef good{"ns", "good-uid", "good"};
+    const ClaimRef good{"ns", kUid2, "good"};
     if (!c.down) n.reader().Set(good.uid, std::vector<AllocatedDevice>{Dev(kHca1)});
     auto out = n.driver().Prepare({kClaim, good});
     ASSERT_EQ(out.size(), 2u);
@@ -175,7 +206,7 @@ TEST(DRADriverTest, PerClaimErrorsWriteNothing) {
     EXPECT_FALSE(n.cdi().Exists(kClaim.uid));
     if (!c.down) {
       EXPECT_TRUE(out.at(good.uid).ok());
-      EXPECT_EQ(n.CdiFiles(), std::vector<std::string>{"rdma.example.com-hca_good-uid.json"});
+      EXPECT_EQ(n.CdiFiles(), std::vector<std::string>{"rdma.example.com-hca_" + std::string(kUid2) + ".json"});
     } else {
       EXPECT_TRUE(n.CdiFiles().empty());
     }
@@ -204,13 +235,13 @@ TEST(DRADriverTest, HotPluggedHcaIsFoundByDiscoveringAgain) {
   const std::vector<std::string> paths = SpecPaths(n, kClaim.uid);
   EXPECT_NE(std::find(paths.begin(), paths.end(), "/dev/infiniband/uverbs4"), paths.end());
   // A device that is nowhere: discovered again, still not found.
-  const ClaimRef bogus{"ns", "uid-bogus", "bogus"};
+  const ClaimRef bogus{"ns", kUid2, "bogus"};
   n.reader().Set(bogus.uid, std::vector<AllocatedDevice>{Dev("hca-0000-ee-00-0")});
   auto b = n.driver().Prepare({bogus}).at(bogus.uid);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kNotFound) << b.status();
   EXPECT_EQ(rediscovered, 2);
   // Known devices need no discovery.
-  const ClaimRef known{"ns", "uid-known", "known"};
+  const ClaimRef known{"ns", kUid3, "known"};
   n.reader().Set(known.uid, std::vector<AllocatedDevice>{Dev(kHca1)});
   EXPECT_TRUE(n.driver().Prepare({known}).at(known.uid).ok());
   EXPECT_EQ(rediscovered, 2);
@@ -231,7 +262,7 @@ TEST(DRADriverTest, OneDeadlineForAllClaimsOfACall) {
   DraNode n;
   n.reader().SetDown(true);
   const absl::Time before = absl::Now();
-  auto out = n.driver().Prepare({{"ns", "a", "a"}, {"ns", "b", "b"}, {"ns", "c", "c"}});
+  auto out = n.driver().Prepare({{"ns", kUid1, "a"}, {"ns", kUid2, "b"}, {"ns", kUid3, "c"}});
   EXPECT_EQ(out.size(), 3u);
   const std::vector<absl::Time> d = n.reader().deadlines();
   ASSERT_EQ(d.size(), 3u);
@@ -247,6 +278,27 @@ TEST(DRADriverTest, ClaimWithoutUidIsInvalid) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out.begin()->second.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(n.reader().reads(), 0);
+}
+
+// A uid becomes part of the CDI spec's file name and of device and variable names: only what
+// the API server gives (a UUID) gets that far, checked before anything is read or written.
+TEST(DRADriverTest, UidThatIsNotAUuidIsRefusedBeforeAnyReadOrWrite) {
+  DraNode n;
+  for (const std::string& uid : std::vector<std::string>{
+           "../../etc/cdi/evil", "x/../../y", "0c1a1e00-0000-4000-8000-00000000000g",
+           "0c1a1e00000040008000000000000001", std::string(kUid1) + "0"}) {
+    SCOPED_TRACE(uid);
+    n.reader().Set(uid, std::vector<AllocatedDevice>{Dev(kHca0)});
+    auto out = n.driver().Prepare({{"ns", uid, "c"}});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out.at(uid).status().code(), absl::StatusCode::kInvalidArgument) << out.at(uid).status();
+    EXPECT_NE(out.at(uid).status().message().find("is not a UUID"), std::string::npos);
+    EXPECT_EQ(n.driver().Unprepare({{"ns", uid, "c"}}).at(uid).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(n.reader().reads(), 0);
+  EXPECT_TRUE(n.CdiFiles().empty());
+  EXPECT_TRUE(n.driver().Prepared().empty());
 }
 
 TEST(DRADriverTest, ConcurrentCallsForOneClaimAreSafe) {
@@ -275,6 +327,166 @@ TEST(DRADriverTest, ConcurrentCallsForOneClaimAreSafe) {
   ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kClaim.uid).ok());
   EXPECT_TRUE(n.cdi().Exists(kClaim.uid));
   EXPECT_EQ(n.CdiFiles().size(), 1u);  // no temporary file left
+}
+
+
+// Two requests of one claim: a CDI device each, with exactly that request's HCAs and its own
+// variables; a container using both (the default pod: one container using the claim whole) gets
+// common variables naming both HCAs, from each device alike.
+TEST(DRADriverTest, OneCdiDevicePerRequest) {
+  DraNode n;
+  n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0, "a"), Dev(kHca1, "b")});
+  auto r = n.driver().Prepare({kClaim}).at(kClaim.uid);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"a"}, kNode, kHca0, {Id(kUid1, "a")}, ""},
+                                             {{"b"}, kNode, kHca1, {Id(kUid1, "b")}, ""}}));
+  EXPECT_EQ(SpecPaths(n, kUid1, "a"),
+            (std::vector<std::string>{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0",
+                                      "/dev/infiniband/issm0", "/dev/infiniband/rdma_cm"}));
+  EXPECT_EQ(SpecPaths(n, kUid1, "b"),
+            (std::vector<std::string>{"/dev/infiniband/uverbs1", "/dev/infiniband/umad1",
+                                      "/dev/infiniband/issm1", "/dev/infiniband/rdma_cm"}));
+  const std::string a = OwnVariableSuffix(kUid1, "a");
+  EXPECT_EQ(a, "0c1a1e00000040008000000000000001_a");
+  const std::map<std::string, std::string> env_a = SpecEnv(n, kUid1, "a");
+  EXPECT_EQ(env_a.at("NCCL_IB_HCA_" + a), "=mlx5_0");
+  EXPECT_EQ(env_a.at("RDMA_HCA_NAMES_" + a), "mlx5_0");
+  EXPECT_EQ(env_a.at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
+  EXPECT_EQ(SpecEnv(n, kUid1, "b").at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
+  EXPECT_EQ(SpecEnv(n, kUid1, "b").at("RDMA_HCA_NAMES_" + OwnVariableSuffix(kUid1, "b")),
+            "mlx5_1");
+}
+
+// Each request used by a container of its own: each device's common variables name its HCA.
+TEST(DRADriverTest, RequestsOfOneClaimInTwoContainers) {
+  DraNode n;
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0, "left"), Dev(kHca1, "right")});
+  n.reader().SetName(kUid1, "pair");
+  const PodRef pod{"ns", "p", "pod-1"};
+  n.reader().SetReserved(kUid1, {pod});
+  n.reader().SetPod({pod, {{"l", {{"pair", "left"}}}, {"r", {{"pair", "right"}}}}});
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "pair"}}).at(kUid1).ok());
+  EXPECT_EQ(SpecEnv(n, kUid1, "left").at("NCCL_IB_HCA"), "=mlx5_0");
+  EXPECT_EQ(SpecEnv(n, kUid1, "right").at("NCCL_IB_HCA"), "=mlx5_1");
+  EXPECT_EQ(SpecEnv(n, kUid1, "right").at("RDMA_HCA_PCI"), "0000:3a:00.0");
+}
+
+// One container using two claims (the GPU+HCA template used once per GPU): both claims' devices
+// set common variables naming both HCAs, so whichever the runtime applies last is right.
+TEST(DRADriverTest, ContainerWithTwoClaimsIsToldAboutBoth) {
+  DraNode n;
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
+  n.reader().SetName(kUid1, "gpu0-hca");
+  n.reader().SetName(kUid2, "gpu1-hca");
+  const PodRef pod{"ns", "trainer", "pod-1"};
+  n.reader().SetReserved(kUid1, {pod});
+  n.reader().SetReserved(kUid2, {pod});
+  n.reader().SetPod({pod, {{"gpu-only", {{"gpus", ""}}}, {"trainer", {{"gpu0-hca", ""}, {"gpu1-hca", ""}}}}});
+  auto out = n.driver().Prepare({{"ns", kUid1, "gpu0-hca"}, {"ns", kUid2, "gpu1-hca"}});
+  ASSERT_TRUE(out.at(kUid1).ok()) << out.at(kUid1).status();
+  ASSERT_TRUE(out.at(kUid2).ok()) << out.at(kUid2).status();
+  for (const char* uid : {kUid1, kUid2}) {
+    const auto env = SpecEnv(n, uid);
+    EXPECT_EQ(env.at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1") << uid;
+    EXPECT_EQ(env.at("RDMA_HCA_NAMES"), "mlx5_0,mlx5_1") << uid;
+  }
+  EXPECT_EQ(SpecEnv(n, kUid1).at("RDMA_HCA_NAMES_" + OwnVariableSuffix(kUid1, "hca")), "mlx5_0");
+  EXPECT_EQ(SpecEnv(n, kUid2).at("RDMA_HCA_NAMES_" + OwnVariableSuffix(kUid2, "hca")), "mlx5_1");
+  EXPECT_EQ(n.reader().pod_reads(), 1);
+  // The checkpoint keeps it: a spec re-written after a reboot says the same.
+  const std::string before = ReadJson(n.cdi().PathOf(kUid1)).dump();
+  std::filesystem::remove(n.cdi().PathOf(kUid1));
+  n.reader().SetDown(true);
+  n.NewDriver();
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "gpu0-hca"}}).at(kUid1).ok());
+  EXPECT_EQ(ReadJson(n.cdi().PathOf(kUid1)).dump(), before);
+}
+
+// A request held by two containers that hold different sets: no value of the common variables
+// is right for both, so its device sets none (each set keeps its own variables); the other
+// request, held by one container, names that container's every HCA.
+TEST(DRADriverTest, HoldersThatDisagreeGetNoCommonVariables) {
+  DraNode n;
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0, "a"), Dev(kHca1, "b")});
+  n.reader().SetName(kUid1, "x");
+  const PodRef pod{"ns", "p", "pod-1"};
+  n.reader().SetReserved(kUid1, {pod});
+  n.reader().SetPod({pod, {{"only-a", {{"x", "a"}}}, {"all", {{"x", ""}}}}});
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "x"}}).at(kUid1).ok());
+  const auto a = SpecEnv(n, kUid1, "a");
+  EXPECT_EQ(a.count("NCCL_IB_HCA"), 0u);
+  EXPECT_EQ(a.at("NCCL_IB_HCA_" + OwnVariableSuffix(kUid1, "a")), "=mlx5_0");
+  EXPECT_EQ(SpecEnv(n, kUid1, "b").at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
+}
+
+// A pod that cannot be read (no RBAC, a failing server) or is gone: the consumers are not
+// known, so no common variables; the claim is prepared, its request's own variables set.
+TEST(DRADriverTest, UnreadablePodMeansNoCommonVariables) {
+  for (const absl::Status& error :
+       {absl::PermissionDeniedError("pods is forbidden"), absl::NotFoundError("pods not found")}) {
+    SCOPED_TRACE(error.ToString());
+    DraNode n;
+    n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+    n.reader().SetReserved(kUid1, {{"ns", "p", "pod-1"}});
+    n.reader().SetPodError("pod-1", error);
+    ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kUid1).ok());
+    EXPECT_EQ(SpecEnv(n, kUid1).count("NCCL_IB_HCA"), 0u);
+    EXPECT_EQ(SpecEnv(n, kUid1).at("NCCL_IB_HCA_" + OwnVariableSuffix(kUid1, "hca")), "=mlx5_0");
+  }
+}
+
+// A claim prepared for one pod, then used by a new pod's container beside another claim: the
+// new claim's common variables name both; the old claim's, which named one, are withdrawn
+// (its spec re-written) rather than left to win over the new ones.
+TEST(DRADriverTest, SharedClaimWithdrawsCommonVariablesThatNoLongerHold) {
+  DraNode n;
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  n.reader().SetName(kUid1, "shared");
+  const PodRef first{"ns", "first", "pod-1"};
+  n.reader().SetReserved(kUid1, {first});
+  n.reader().SetPod({first, {{"c", {{"shared", ""}}}}});
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "shared"}}).at(kUid1).ok());
+  EXPECT_EQ(SpecEnv(n, kUid1).at("NCCL_IB_HCA"), "=mlx5_0");
+
+  n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
+  n.reader().SetName(kUid2, "own");
+  const PodRef second{"ns", "second", "pod-2"};
+  n.reader().SetReserved(kUid1, {first, second});
+  n.reader().SetReserved(kUid2, {second});
+  n.reader().SetPod({second, {{"c", {{"shared", ""}, {"own", ""}}}}});
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid2, "own"}}).at(kUid2).ok());
+  EXPECT_EQ(SpecEnv(n, kUid2).at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
+  EXPECT_EQ(SpecEnv(n, kUid1).count("NCCL_IB_HCA"), 0u);
+  EXPECT_EQ(SpecEnv(n, kUid1).at("NCCL_IB_HCA_" + OwnVariableSuffix(kUid1, "hca")), "=mlx5_0");
+  EXPECT_TRUE(n.driver().Prepared().at(kUid1).common.empty());
+}
+
+// A claim prepared by a version with one CDI device per claim (checkpoint version 1): the kubelet
+// holds that device's ID, so the claim keeps it (answer and re-written spec) until unprepared.
+TEST(DRADriverTest, ClaimFromAVersionOneCheckpointKeepsItsClaimDevice) {
+  DraNode n;
+  const std::string legacy_id = LegacyCdiDeviceId(kDriver, kUid1);
+  nlohmann::json cp = {{"version", 1},
+                       {"claims",
+                        {{kUid1,
+                          {{"namespace", "ns"},
+                           {"name", "old"},
+                           {"devices", {{{"request", "hca"}, {"pool", kNode}, {"device", kHca0}},
+                                        {{"request", "hca"}, {"pool", kNode}, {"device", kHca1}}}},
+                           {"cdiDeviceIds", {legacy_id}}}}}}};
+  std::filesystem::create_directories(n.plugin_dir());
+  std::ofstream(n.checkpoint_path(), std::ios::trunc) << cp.dump();
+  n.reader().SetDown(true);
+  n.NewDriver();
+  auto r = n.driver().Prepare({{"ns", kUid1, "old"}}).at(kUid1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"hca"}, kNode, kHca0, {legacy_id}, ""},
+                                             {{"hca"}, kNode, kHca1, {legacy_id}, ""}}));
+  const nlohmann::json spec = ReadJson(n.cdi().PathOf(kUid1));
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  EXPECT_EQ(spec["devices"][0]["name"], kUid1);
+  EXPECT_EQ(ReadJson(n.checkpoint_path())["claims"][kUid1]["layout"], "claim");
 }
 
 }  // namespace

@@ -26,23 +26,71 @@ inline constexpr char kNode[] = "node-a";
 inline constexpr char kHca0[] = "hca-0000-1a-00-0";  // mlx5_0: uverbs0, umad0, issm0
 inline constexpr char kHca1[] = "hca-0000-3a-00-0";  // mlx5_1: uverbs1, umad1, issm1
 
-// Claims by UID; counts the reads; Unavailable for every claim while `down`.
+// Claims by UID; counts the reads; Unavailable for every claim while `down`. Each claim is
+// reserved for a pod of its own with one container using it whole (the common case), unless
+// SetPods says which pods and containers use what.
 class FakeClaimReader : public ClaimReader {
  public:
-  absl::StatusOr<std::vector<AllocatedDevice>> Read(const ClaimRef& ref, const std::string& driver,
-                                                    absl::Time deadline) override {
+  absl::StatusOr<ClaimAllocation> Read(const ClaimRef& ref, const std::string& driver,
+                                       absl::Time deadline) override {
     absl::MutexLock lock(&mu_);
     ++reads_;
     deadlines_.push_back(deadline);
     last_driver_ = driver;
     if (down_) return absl::UnavailableError("connection refused");
-    auto it = claims_.find(ref.uid);
+    std::string uid = ref.uid;
+    if (uid.empty()) {  // by name
+      for (const auto& [u, name] : names_) {
+        if (name == ref.name) uid = u;
+      }
+    }
+    auto it = claims_.find(uid);
     if (it == claims_.end()) return absl::NotFoundError("resourceclaims \"x\" not found");
-    return it->second;
+    if (!it->second.ok()) return it->second.status();
+    ClaimAllocation out{uid, *it->second, {}};
+    if (auto p = reserved_.find(uid); p != reserved_.end()) {
+      out.reserved_for = p->second;
+    } else {
+      out.reserved_for = {{ref.ns, "pod-" + NameOf(uid, ref.name), "pod-uid-" + uid}};
+    }
+    return out;
+  }
+  absl::StatusOr<PodClaims> ReadPod(const PodRef& pod, absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    ++pod_reads_;
+    if (down_) return absl::UnavailableError("connection refused");
+    if (auto it = pod_errors_.find(pod.uid); it != pod_errors_.end()) return it->second;
+    if (auto it = pods_.find(pod.uid); it != pods_.end()) return it->second;
+    // The default pod of a claim: one container using it whole.
+    for (const auto& [uid, name] : names_) {
+      if (pod.uid == "pod-uid-" + uid) return PodClaims{pod, {{"c", {{name, ""}}}}};
+    }
+    if (pod.uid.rfind("pod-uid-", 0) == 0) {
+      return PodClaims{pod, {{"c", {{pod.name.substr(4), ""}}}}};
+    }
+    return absl::NotFoundError("pods \"x\" not found");
   }
   void Set(const std::string& uid, absl::StatusOr<std::vector<AllocatedDevice>> devices) {
     absl::MutexLock lock(&mu_);
     claims_.insert_or_assign(uid, std::move(devices));
+  }
+  // The claim's name (for reads by name and the pods that use it by name).
+  void SetName(const std::string& uid, const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    names_[uid] = name;
+  }
+  // The claim is reserved for `pods`; ReadPod answers them with `claims`.
+  void SetReserved(const std::string& uid, std::vector<PodRef> pods) {
+    absl::MutexLock lock(&mu_);
+    reserved_[uid] = std::move(pods);
+  }
+  void SetPod(const PodClaims& pod) {
+    absl::MutexLock lock(&mu_);
+    pods_[pod.pod.uid] = pod;
+  }
+  void SetPodError(const std::string& pod_uid, absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    pod_errors_[pod_uid] = std::move(error);
   }
   void SetDown(bool down) {
     absl::MutexLock lock(&mu_);
@@ -51,6 +99,10 @@ class FakeClaimReader : public ClaimReader {
   int reads() const {
     absl::MutexLock lock(&mu_);
     return reads_;
+  }
+  int pod_reads() const {
+    absl::MutexLock lock(&mu_);
+    return pod_reads_;
   }
   std::vector<absl::Time> deadlines() const {
     absl::MutexLock lock(&mu_);
@@ -62,17 +114,33 @@ class FakeClaimReader : public ClaimReader {
   }
 
  private:
+  std::string NameOf(const std::string& uid, const std::string& fallback) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = names_.find(uid);
+    return it != names_.end() ? it->second : fallback;
+  }
+
   mutable absl::Mutex mu_;
   std::map<std::string, absl::StatusOr<std::vector<AllocatedDevice>>> claims_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<PodRef>> reserved_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PodClaims> pods_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Status> pod_errors_ ABSL_GUARDED_BY(mu_);
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   int reads_ ABSL_GUARDED_BY(mu_) = 0;
+  int pod_reads_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::string last_driver_ ABSL_GUARDED_BY(mu_);
 };
 
 inline AllocatedDevice Dev(const std::string& device, const std::string& request = "hca") {
-  return {request, kNode, device};
+  return {request, kNode, device, ""};
 }
+
+// Claim UIDs as the API server makes them (UUIDs).
+inline constexpr char kUid1[] = "0c1a1e00-0000-4000-8000-000000000001";
+inline constexpr char kUid2[] = "0c1a1e00-0000-4000-8000-000000000002";
+inline constexpr char kUid3[] = "0c1a1e00-0000-4000-8000-000000000003";
 
 // A node (four HCAs, rdma_cm), a CDI dir and a plugin dir in a temp dir, and a Driver.
 class DraNode {

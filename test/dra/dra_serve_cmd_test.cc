@@ -73,11 +73,11 @@ TEST_F(DRAServeCmdTest, BadFlagsExitTwo) {
 TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnSigterm) {
   std::vector<std::string> local = {"dra", "prepare-local"};
   for (const std::string& a : Flags()) local.push_back(a);
-  for (const char* a : {"--claim-uid", "uid-local", "--device", kHca1}) local.push_back(a);
+  for (const char* a : {"--claim-uid", "0c1a1e00-0000-4000-8000-00000000000a", "--device", kHca1}) local.push_back(a);
   rdp::testing::Child prep(RDP_BINARY, local);
   ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
   const nlohmann::json answer = nlohmann::json::parse(prep.stdout_text(), nullptr, false);
-  EXPECT_EQ(answer["devices"][0]["cdiDeviceIds"][0], "rdma.example.com/hca=uid-local")
+  EXPECT_EQ(answer["devices"][0]["cdiDeviceIds"][0], "rdma.example.com/hca=0c1a1e00-0000-4000-8000-00000000000a-hca")
       << prep.stdout_text();
   struct stat st;
   ASSERT_EQ(::stat(answer["cdiSpec"].get<std::string>().c_str(), &st), 0);
@@ -99,13 +99,13 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   drapb::NodePrepareResourcesRequest req;
   drapb::Claim* claim = req.add_claims();
   claim->set_namespace_("default");
-  claim->set_uid("uid-local");
+  claim->set_uid("0c1a1e00-0000-4000-8000-00000000000a");
   claim->set_name("local");
   drapb::NodePrepareResourcesResponse resp;
   grpc::ClientContext c2;
   c2.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
   ASSERT_TRUE(dra->NodePrepareResources(&c2, req, &resp).ok());
-  const auto& entry = resp.claims().at("uid-local");
+  const auto& entry = resp.claims().at("0c1a1e00-0000-4000-8000-00000000000a");
   EXPECT_EQ(entry.error(), "");
   ASSERT_EQ(entry.devices_size(), 1);
   EXPECT_EQ(entry.devices(0).device_name(), kHca1);

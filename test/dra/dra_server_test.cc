@@ -17,6 +17,8 @@ using testing::DraNode;
 using testing::Dev;
 using testing::kDriver;
 using testing::kHca0;
+using testing::kUid1;
+using testing::kUid2;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
 
@@ -76,21 +78,21 @@ TEST_F(DRAServerTest, GetInfoNamesTheDraSocketAndV1Service) {
 
 TEST_F(DRAServerTest, PrepareAndUnprepareOverTheSocket) {
   ASSERT_TRUE(server_->Start().ok());
-  node_.reader().Set("uid-1", std::vector<AllocatedDevice>{Dev(kHca0, "hca/a")});
+  node_.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0, "hca/a")});
   auto stub = DraStub();
   drapb::NodePrepareResourcesRequest req;
-  for (const char* uid : {"uid-1", "uid-unknown"}) {
+  for (const char* uid : {kUid1, kUid2}) {
     drapb::Claim* c = req.add_claims();
     c->set_namespace_("ns");
     c->set_uid(uid);
-    c->set_name(std::string("claim-") + uid);
+    c->set_name(std::string("claim-") + std::string(uid).substr(0, 8));
   }
   drapb::NodePrepareResourcesResponse resp;
   grpc::ClientContext c1;
   Deadline(c1);
   ASSERT_TRUE(stub->NodePrepareResources(&c1, req, &resp).ok());
   ASSERT_EQ(resp.claims_size(), 2);
-  const drapb::NodePrepareResourceResponse& ok = resp.claims().at("uid-1");
+  const drapb::NodePrepareResourceResponse& ok = resp.claims().at(kUid1);
   EXPECT_EQ(ok.error(), "");
   ASSERT_EQ(ok.devices_size(), 1);
   EXPECT_EQ(ok.devices(0).pool_name(), testing::kNode);
@@ -98,9 +100,9 @@ TEST_F(DRAServerTest, PrepareAndUnprepareOverTheSocket) {
   ASSERT_EQ(ok.devices(0).request_names_size(), 1);
   EXPECT_EQ(ok.devices(0).request_names(0), "hca");
   ASSERT_EQ(ok.devices(0).cdi_device_ids_size(), 1);
-  EXPECT_EQ(ok.devices(0).cdi_device_ids(0), "rdma.example.com/hca=uid-1");
+  EXPECT_EQ(ok.devices(0).cdi_device_ids(0), "rdma.example.com/hca=" + std::string(kUid1) + "-hca");
   EXPECT_FALSE(ok.devices(0).has_share_id());
-  const drapb::NodePrepareResourceResponse& bad = resp.claims().at("uid-unknown");
+  const drapb::NodePrepareResourceResponse& bad = resp.claims().at(kUid2);
   EXPECT_NE(bad.error().find("not found"), std::string::npos) << bad.error();
   EXPECT_EQ(bad.devices_size(), 0);
 
@@ -111,8 +113,8 @@ TEST_F(DRAServerTest, PrepareAndUnprepareOverTheSocket) {
   Deadline(c2);
   ASSERT_TRUE(stub->NodeUnprepareResources(&c2, ureq, &uresp).ok());
   ASSERT_EQ(uresp.claims_size(), 2);
-  EXPECT_EQ(uresp.claims().at("uid-1").error(), "");
-  EXPECT_EQ(uresp.claims().at("uid-unknown").error(), "");  // unknown: nothing to undo
+  EXPECT_EQ(uresp.claims().at(kUid1).error(), "");
+  EXPECT_EQ(uresp.claims().at(kUid2).error(), "");  // unknown: nothing to undo
   EXPECT_TRUE(node_.CdiFiles().empty());
 }
 

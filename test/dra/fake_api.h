@@ -81,6 +81,7 @@ class FakeApiServer {
 
   void AddNode(const std::string& name, const std::string& uid);
   void AddClaim(const nlohmann::json& claim);
+  void AddPod(const nlohmann::json& pod);
   // Stores a slice as if someone had created it.
   void AddSlice(nlohmann::json slice);
   // The stored slices of `node` (all nodes when empty), by name.
@@ -105,6 +106,7 @@ class FakeApiServer {
   absl::Mutex mu_;
   std::map<std::string, nlohmann::json> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, nlohmann::json> claims_ ABSL_GUARDED_BY(mu_);  // "<ns>/<name>"
+  std::map<std::string, nlohmann::json> pods_ ABSL_GUARDED_BY(mu_);    // "<ns>/<name>"
   std::map<std::string, nlohmann::json> slices_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
   int fail_updates_ ABSL_GUARDED_BY(mu_) = 0;
@@ -181,6 +183,12 @@ inline void FakeApiServer::AddClaim(const nlohmann::json& claim) {
   absl::MutexLock lock(&mu_);
   claims_[claim["metadata"]["namespace"].get<std::string>() + "/" +
           claim["metadata"]["name"].get<std::string>()] = claim;
+}
+
+inline void FakeApiServer::AddPod(const nlohmann::json& pod) {
+  absl::MutexLock lock(&mu_);
+  pods_[pod["metadata"]["namespace"].get<std::string>() + "/" +
+        pod["metadata"]["name"].get<std::string>()] = pod;
 }
 
 inline void FakeApiServer::AddSlice(nlohmann::json slice) {
@@ -345,6 +353,16 @@ inline absl::StatusOr<HttpResponse> FakeApiServer::Serve(const HttpRequest& requ
     if (it == nodes_.end()) {
       return StatusBody(404, "NotFound", "nodes \"" + path.substr(kNodes.size()) + "\" not found");
     }
+    return Json(200, it->second);
+  }
+  const std::string kPods = "/api/v1/namespaces/";
+  if (path.rfind(kPods, 0) == 0 && request.method == "GET") {
+    ++counters_.gets;
+    // <ns>/pods/<name>
+    const std::string rest = path.substr(kPods.size());
+    const std::string key = rest.substr(0, rest.find('/')) + "/" + rest.substr(rest.rfind('/') + 1);
+    const auto it = pods_.find(key);
+    if (it == pods_.end()) return StatusBody(404, "NotFound", "pods \"" + key + "\" not found");
     return Json(200, it->second);
   }
   if (path == kSlices) return ServeSlices(request.method, "", query, body);

@@ -146,10 +146,11 @@ ClaimRef RefFromEnv(const char* name) {
 TEST_F(DRAKubeClientLiveTest, ReadsAllocatedAndPendingClaims) {
   ApiClaimReader reader(client_);
   const ClaimRef allocated = RefFromEnv("RDP_DRA_CLAIM");
-  auto devices = reader.Read(allocated, driver_, Deadline());
-  ASSERT_TRUE(devices.ok()) << devices.status();
+  auto claim = reader.Read(allocated, driver_, Deadline());
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ(claim->uid, allocated.uid);
   std::vector<std::string> read;
-  for (const auto& d : *devices) read.push_back(d.request + "/" + d.pool + "/" + d.device);
+  for (const auto& d : claim->devices) read.push_back(d.request + "/" + d.pool + "/" + d.device);
   std::cout << "claim " << allocated.ns << "/" << allocated.name << ": " << absl::StrJoin(read, ",")
             << "\n";
   EXPECT_EQ(absl::StrJoin(read, ","), EnvOr("RDP_DRA_CLAIM_EXPECT"));

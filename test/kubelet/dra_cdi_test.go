@@ -17,8 +17,10 @@ import (
 
 // The binary writes a claim's CDI spec (through the driver's Prepare, `dra prepare-local`) on the
 // fixture node; the CDI library that containerd and CRI-O use loads and validates it, and
-// injecting the claim's device into an OCI spec adds exactly the claim's device nodes (with the
-// fixture's major:minor, so the runtime need not stat the host) and device-plugin Allocate's env.
+// injecting the claim's device (one per request; the claim has one request, used by one
+// container) into an OCI spec adds exactly the claim's device nodes (with the fixture's
+// major:minor, so the runtime need not stat the host) and device-plugin Allocate's env, plus the
+// request's own variables (docs/dra.md).
 func TestDRACDISpecValid(t *testing.T) {
 	bin, dir, n, sys := draDriverFixture(t)
 	ib, roce := usableHCAs(n)
@@ -57,14 +59,18 @@ func TestDRACDISpecValid(t *testing.T) {
 	if err := json.Unmarshal(out, &answer); err != nil {
 		t.Fatalf("answer %q: %v", out, err)
 	}
-	wantID := DRADriver + "/hca=" + uid
+	wantID := DRADriver + "/hca=" + uid + "-hca"
 	if len(answer.Devices) != len(hcas) {
 		t.Fatalf("%d devices answered, want %d: %s", len(answer.Devices), len(hcas), out)
 	}
 	var ids []string
 	for i, d := range answer.Devices {
-		if d.DeviceName != DRADeviceName(hcas[i]) || len(d.CDIDeviceIDs) != 1 || d.CDIDeviceIDs[0] != wantID {
-			t.Errorf("device %d: %+v, want %s with CDI ID %s", i, d, DRADeviceName(hcas[i]), wantID)
+		want := []string{wantID} // the request's CDI device, on its first device only
+		if i > 0 {
+			want = nil
+		}
+		if d.DeviceName != DRADeviceName(hcas[i]) || fmt.Sprint(d.CDIDeviceIDs) != fmt.Sprint(want) {
+			t.Errorf("device %d: %+v, want %s with CDI IDs %v", i, d, DRADeviceName(hcas[i]), want)
 		}
 		ids = append(ids, d.CDIDeviceIDs...) // as the kubelet hands them to the runtime
 	}
@@ -99,8 +105,8 @@ func TestDRACDISpecValid(t *testing.T) {
 	if spec.Version != minimum || spec.Version != "0.5.0" {
 		t.Errorf("cdiVersion %s; the library's minimum for it is %s; want both 0.5.0", spec.Version, minimum)
 	}
-	if spec.GetClass() != "hca" || len(spec.Devices) != 1 || spec.Devices[0].Name != uid {
-		t.Errorf("spec kind %s, devices %d: want class hca and one device %s", spec.Kind, len(spec.Devices), uid)
+	if spec.GetClass() != "hca" || len(spec.Devices) != 1 || spec.Devices[0].Name != uid+"-hca" {
+		t.Errorf("spec kind %s, devices %d: want class hca and one device %s-hca", spec.Kind, len(spec.Devices), uid)
 	}
 	if cache.GetDevice(wantID) == nil {
 		t.Fatalf("no CDI device %s; have %v", wantID, cache.ListDevices())
@@ -147,11 +153,16 @@ func TestDRACDISpecValid(t *testing.T) {
 			t.Errorf("cgroup rule %+v: want allow c rw with major and minor", r)
 		}
 	}
-	// The env of device-plugin Allocate, nothing else.
+	// The env of device-plugin Allocate, and the same under the request's own names, nothing
+	// else.
+	own := "_" + strings.ReplaceAll(uid, "-", "") + "_hca="
 	wantEnv := []string{
 		"NCCL_IB_HCA==" + strings.Join(names, ","),
+		"NCCL_IB_HCA" + own + "=" + strings.Join(names, ","),
 		"RDMA_HCA_NAMES=" + strings.Join(names, ","),
+		"RDMA_HCA_NAMES" + own + strings.Join(names, ","),
 		"RDMA_HCA_PCI=" + strings.Join(pcis, ","),
+		"RDMA_HCA_PCI" + own + strings.Join(pcis, ","),
 	}
 	gotEnv := append([]string(nil), ociSpec.Process.Env...)
 	sort.Strings(gotEnv)

@@ -42,7 +42,7 @@ func TestDRAKubeletPluginManager(t *testing.T) {
 	args := draArgs(kubeletDir, cdiRoot, sys, n)
 
 	// A claim prepared before the driver (re)started: in its checkpoint, with its CDI spec.
-	const known = "3c1e9a6d-known"
+	const known = "3c1e9a6d-0000-4000-8000-00000000c0de"
 	specFile := filepath.Join(cdiRoot, DRADriver+"-hca_"+known+".json")
 	local := append(append([]string{"dra", "prepare-local"}, args...),
 		"--claim-uid", known, "--claim-namespace", "ns", "--claim-name", "prepared",
@@ -114,7 +114,7 @@ func TestDRAKubeletPluginManager(t *testing.T) {
 		t.Cleanup(cancel)
 		return c
 	}
-	const unknown = "8d2f-unknown"
+	const unknown = "8d2f0000-0000-4000-8000-0000000000ff"
 	resp, err := plugin.NodePrepareResources(call(), &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{
 		{Namespace: "ns", Uid: known, Name: "prepared"},
 		{Namespace: "ns", Uid: unknown, Name: "new"},
@@ -131,7 +131,7 @@ func TestDRAKubeletPluginManager(t *testing.T) {
 	}
 	d := k.Devices[0]
 	if d.PoolName != "fixture-node" || d.DeviceName != DRADeviceName(ib[0]) ||
-		strings.Join(d.CdiDeviceIds, ",") != DRADriver+"/hca="+known ||
+		strings.Join(d.CdiDeviceIds, ",") != DRADriver+"/hca="+known+"-hca" ||
 		strings.Join(d.RequestNames, ",") != "hca" || d.ShareId != nil {
 		t.Errorf("prepared claim's device %v", d)
 	}

@@ -535,3 +535,9 @@ func WriteSysfsWithBinary(binary, root string, n *Node) (*Sysfs, error) {
 	}
 	return s, nil
 }
+
+// DRADeviceName is the name of an HCA in our ResourceSlices: "hca-" and its PCI address with
+// ':' and '.' as '-' (dra/devices.h).
+func DRADeviceName(h HCA) string {
+	return "hca-" + strings.NewReplacer(":", "-", ".", "-").Replace(h.PCI)
+}

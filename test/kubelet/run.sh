@@ -23,6 +23,10 @@
 #   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
 #   --nri: the package ./nri: github.com/containerd/nri's runtime side (the adaptation containerd
 #   runs) drives BINARY's `nri` subcommand over a real socket; needs neither root nor containerd.
+#   --real-node: the package ./realnode (TestRealNode*, docs/real-node.md): scripts/real-node.sh
+#   brings a real node up (kubelet binary, containerd, the chart's DaemonSet from our image) in
+#   the build directory (BUILD_DIR, else <repo>/build) and the tests look inside its containers;
+#   needs root. `scripts/real-node.sh build` first builds what it runs (ctest real_node_build).
 # Exit: go test's status (0 pass, 1 fail); 77 when it cannot run here (no Go >= 1.26; not root,
 # except for --proto), which ctest reports as skipped. The Go module and build caches stay in
 # Go's default places, so a second run on the same machine builds nothing.
@@ -34,13 +38,15 @@ build_only=0
 proto_only=0
 control_plane=0
 nri=0
+real_node=0
 case ${1:-} in
   --build-only) build_only=1; shift ;;
   --proto) proto_only=1; shift ;;
   --control-plane) control_plane=1; shift ;;
   --nri) nri=1; shift ;;
+  --real-node) real_node=1; shift ;;
 esac
-if ((!proto_only && !control_plane)) && [[ $# -gt 0 && $1 != -* ]]; then
+if ((!proto_only && !control_plane && !real_node)) && [[ $# -gt 0 && $1 != -* ]]; then
   RDP_BINARY=$1
   shift
 fi
@@ -64,6 +70,7 @@ if ((build_only)); then
   go test -count=1 -run '^$' .
   go test -count=1 -ldflags "$version_ldflags" -run '^$' ./controlplane
   go test -count=1 -run '^$' ./nri
+  go test -count=1 -run '^$' ./realnode
   echo "kubelet conformance: harness built in $(( $(date +%s) - start ))s"
   exit 0
 fi
@@ -80,6 +87,18 @@ if ((nri)); then
   rc=$?
   set -e
   echo "nri: go test exited $rc after $(( $(date +%s) - start ))s"
+  exit $rc
+fi
+if ((real_node)); then
+  [[ $(id -u) == 0 ]] || skip "needs root (the node's mount namespace, cgroups, containerd)"
+  export BUILD_DIR=${BUILD_DIR:-$repo/build}
+  echo "real node: $version, k8s.io/kubernetes $k8s_version, build directory $BUILD_DIR"
+  start=$(date +%s)
+  set +e
+  go test -count=1 -timeout 12m -v -run '^TestRealNode' "$@" ./realnode
+  rc=$?
+  set -e
+  echo "real node: go test exited $rc after $(( $(date +%s) - start ))s"
   exit $rc
 fi
 if ((control_plane)); then

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,18 +49,38 @@ import (
 )
 
 // ControlPlane is a running API server with its controllers. Everything stops at the end of the
-// test that started it.
+// test that started it (t's cleanups).
 type ControlPlane struct {
 	// Config is an admin (system:masters) client configuration.
 	Config *rest.Config
 	Client kubernetes.Interface
 	// Kubeconfig is a file for helm and kubectl with the same identity.
 	Kubeconfig string
+	// CertDir holds the API server's serving certificate (apiserver.crt: the certificate, then
+	// the CA that signed it), which clients reaching it by address (https://127.0.0.1:<port>)
+	// verify it with.
+	CertDir string
+}
+
+// Options change how Start runs the API server.
+type Options struct {
+	// Flags are appended to the API server's command line; an --authorization-mode among them
+	// replaces the default RBAC.
+	Flags []string
+	// Kubeconfig is where the admin kubeconfig is written; empty: a file in t.TempDir().
+	Kubeconfig string
+	// KubeletRuns: a real kubelet serves the nodes, stops pods' containers and finishes their
+	// termination itself, so the control plane does not delete terminating pods at once.
+	KubeletRuns bool
 }
 
 // Start starts etcd, the API server and the controllers; it fails the test when any of them
 // cannot start.
-func Start(t *testing.T) *ControlPlane {
+func Start(t testing.TB) *ControlPlane { return StartWith(t, Options{}) }
+
+// StartWith is Start with options. t may be a process's own testing.TB (the real node's
+// long-running control plane): its Cleanup functions run when the process stops.
+func StartWith(t testing.TB, o Options) *ControlPlane {
 	t.Helper()
 	etcd := testserver.RunEtcd(t, nil)
 	prefix := make([]byte, 8)
@@ -71,7 +92,7 @@ func Start(t *testing.T) *ControlPlane {
 
 	server, err := kubeapiservertesting.StartTestServer(t,
 		&kubeapiservertesting.TestServerInstanceOptions{EnableCertAuth: true, DisableInvariantChecks: true},
-		[]string{"--authorization-mode=RBAC"}, storage)
+		apiserverFlags(o.Flags), storage)
 	if err != nil {
 		t.Fatalf("kube-apiserver: %v", err)
 	}
@@ -84,17 +105,32 @@ func Start(t *testing.T) *ControlPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &ControlPlane{Config: cfg, Client: client}
-	cp.Kubeconfig = writeKubeconfig(t, cfg)
+	cp := &ControlPlane{Config: cfg, Client: client, CertDir: server.TmpDir}
+	cp.Kubeconfig = o.Kubeconfig
+	if cp.Kubeconfig == "" {
+		cp.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	}
+	writeKubeconfig(t, cfg, cp.Kubeconfig)
 
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
-	startControllers(t, ctx, cancel, cfg, client)
+	startControllers(t, ctx, cancel, cfg, client, !o.KubeletRuns)
 	return cp
 }
 
+// apiserverFlags: RBAC authorization unless flags choose the modes (a list flag: given twice,
+// its values add up), then flags.
+func apiserverFlags(flags []string) []string {
+	for _, f := range flags {
+		if strings.HasPrefix(f, "--authorization-mode=") {
+			return flags
+		}
+	}
+	return append([]string{"--authorization-mode=RBAC"}, flags...)
+}
+
 // writeKubeconfig writes cfg (the server's loopback identity: a bearer token, the loopback CA and
-// the server name its certificate carries) as a kubeconfig file.
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+// the server name its certificate carries) as the kubeconfig file path.
+func writeKubeconfig(t testing.TB, cfg *rest.Config, path string) {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["control-plane"] = &clientcmdapi.Cluster{
@@ -105,21 +141,19 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
 	kc.Contexts["admin"] = &clientcmdapi.Context{Cluster: "control-plane", AuthInfo: "admin"}
 	kc.CurrentContext = "admin"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatalf("kubeconfig: %v", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path
 }
 
 // startControllers runs the DaemonSet, garbage-collector and service-account controllers as
 // kube-controller-manager would (its default worker counts; the GC resyncs discovery every 5 s
 // so that it sees resources helm may add), and the scheduler. At the end of the test cancel
 // stops them all, then their informers are shut down.
-func startControllers(t *testing.T, ctx context.Context, cancel context.CancelFunc, cfg *rest.Config, client kubernetes.Interface) {
+func startControllers(t testing.TB, ctx context.Context, cancel context.CancelFunc, cfg *rest.Config, client kubernetes.Interface, finishTermination bool) {
 	t.Helper()
 	var factories []interface{ Shutdown() }
 	t.Cleanup(func() {
@@ -158,7 +192,9 @@ func startControllers(t *testing.T, ctx context.Context, cancel context.CancelFu
 		t.Fatalf("garbage collector: %v", err)
 	}
 
-	finishPodTermination(t, ctx, client, factory)
+	if finishTermination {
+		finishPodTermination(t, ctx, client, factory)
+	}
 	factories = append(factories, factory, metaFactory)
 	factory.Start(ctx.Done())
 	metaFactory.Start(ctx.Done())
@@ -195,7 +231,7 @@ func startControllers(t *testing.T, ctx context.Context, cancel context.CancelFu
 // stopped its containers and deletes it with a zero grace period; with no kubelet, DaemonSet
 // rolling updates and relabels would wait for ever. No container runs here, so the pod is
 // deleted at once, as the kubelet's status manager does (with the pod's UID as precondition).
-func finishPodTermination(t *testing.T, ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) {
+func finishPodTermination(t testing.TB, ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) {
 	t.Helper()
 	finish := func(obj interface{}) {
 		pod, ok := obj.(*v1.Pod)

@@ -81,7 +81,8 @@ func writeJSONKubeconfig(t *testing.T, cp *ControlPlane, user map[string]any) st
 }
 
 // draServiceAccount creates the driver's identity with only the rights the driver needs
-// (ResourceSlices: create, get, list, watch, update, delete; ResourceClaims: get; Nodes: get),
+// (ResourceSlices: create, get, list, watch, update, delete; ResourceClaims: get; Nodes: get;
+// Pods: get),
 // writes a token of it to a file (as a projected token is mounted) and waits until the RBAC
 // authorizer has seen the binding. Returns the token file.
 func draServiceAccount(t *testing.T, cp *ControlPlane) string {
@@ -96,6 +97,7 @@ func draServiceAccount(t *testing.T, cp *ControlPlane) string {
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"create", "get", "list", "watch", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 	}}
 	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("cluster role: %v", err)

@@ -81,12 +81,18 @@ type draProcess struct {
 
 func startDRADriver(t *testing.T, kubeconfig, node, root, cdiRoot string, discovery []string) *draProcess {
 	t.Helper()
+	return startDRAProcess(t, append([]string{"dra", "--mode", "exclusive", "--node-name", node, "--kubeconfig", kubeconfig,
+		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0", "--health-interval", "200ms"}, discovery...))
+}
+
+// startDRAProcess runs the plugin binary with args, its output in a log file; it is stopped at
+// the end of the test (and its log shown when the test failed).
+func startDRAProcess(t *testing.T, args []string) *draProcess {
+	t.Helper()
 	logFile, err := os.CreateTemp(t.TempDir(), "dra-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"dra", "--mode", "exclusive", "--node-name", node, "--kubeconfig", kubeconfig,
-		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0", "--health-interval", "200ms"}, discovery...)
 	cmd := exec.Command(draBinary(t), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -314,7 +320,7 @@ func TestDRAKubeletPrepare(t *testing.T) {
 		return ids
 	}
 	ids := prepare("PrepareResources through the driver")
-	wantID := draDriver + "/hca=" + string(allocated.UID)
+	wantID := draDriver + "/hca=" + string(allocated.UID) + "-hca"
 	if len(ids) != 1 || ids[0] != wantID {
 		t.Fatalf("CDI devices %v, want [%s]", ids, wantID)
 	}

@@ -748,10 +748,12 @@ func TestHelmControlPlaneDRA(t *testing.T) {
 	}{
 		{"resource.k8s.io", "resourceslices", "create", true},
 		{"resource.k8s.io", "resourceslices", "list", true},
+		{"resource.k8s.io", "resourceslices", "watch", true},
 		{"resource.k8s.io", "resourceslices", "update", true},
 		{"resource.k8s.io", "resourceslices", "delete", true},
 		{"resource.k8s.io", "resourceclaims", "get", true},
 		{"", "nodes", "get", true},
+		{"", "pods", "get", true},
 		{"resource.k8s.io", "resourceclaims", "update", false},
 		{"resource.k8s.io", "deviceclasses", "create", false},
 		{"", "nodes", "update", false},

@@ -28,12 +28,6 @@ func draBinary(t *testing.T) string {
 	return bin
 }
 
-// DRADeviceName is the name of an HCA in our ResourceSlices: "hca-" and its PCI address with
-// ':' and '.' as '-' (dra/devices.h).
-func DRADeviceName(h HCA) string {
-	return "hca-" + strings.NewReplacer(":", "-", ".", "-").Replace(h.PCI)
-}
-
 // usableHCAs returns the fixture's HCAs whose ports are all ACTIVE: InfiniBand ones, then RoCE.
 func usableHCAs(n *Node) (ib, roce []HCA) {
 	for _, h := range n.HCAs {
