@@ -201,24 +201,6 @@ absl::Status CheckSizes(const Request& request) {
   return absl::OkStatus();
 }
 
-// Shared IDs as the plugin advertises them: one prefix, then an index in decimal without a
-// leading zero ("shared-0" ... "shared-999"). Among such IDs natural order is index order.
-constexpr std::uint32_t kMaxIndex = 1u << 20;
-
-// The index of `id` after `prefix`; -1 when `id` is not of that form.
-std::int64_t IndexAfter(std::string_view id, std::string_view prefix) {
-  if (id.size() <= prefix.size() || id.size() > prefix.size() + 7) return -1;
-  if (id.compare(0, prefix.size(), prefix) != 0) return -1;
-  const std::string_view digits = id.substr(prefix.size());
-  if (digits.size() > 1 && digits[0] == '0') return -1;
-  std::uint32_t value = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9') return -1;
-    value = value * 10 + static_cast<std::uint32_t>(c - '0');
-  }
-  return value < kMaxIndex ? value : -1;
-}
-
 // Per-thread scratch, so that a shared answer allocates only its result.
 struct IndexScratch {
   std::vector<std::uint32_t> available, must;
@@ -282,10 +264,10 @@ std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& reque
   auto parse = [&](const std::vector<std::string>& ids, std::vector<std::uint32_t>& out) {
     out.clear();
     for (const std::string& id : ids) {
-      const std::int64_t i = IndexAfter(id, prefix);
-      if (i < 0) return false;
-      out.push_back(static_cast<std::uint32_t>(i));
-      top = std::max(top, static_cast<std::uint32_t>(i));
+      const std::optional<std::uint32_t> i = SharedIndex(id, prefix);
+      if (!i) return false;
+      out.push_back(*i);
+      top = std::max(top, *i);
     }
     return true;
   };
@@ -327,6 +309,26 @@ std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& reque
 }
 
 }  // namespace
+
+std::string SharedId(std::uint32_t index) {
+  return std::string(kSharedIdPrefix) + std::to_string(index);
+}
+
+std::optional<std::uint32_t> SharedIndex(std::string_view id, std::string_view prefix) {
+  // By hand, without allocating: a shared GetPreferredAllocation checks 1000 of these. Seven
+  // digits hold every index below kMaxSharedIndex.
+  if (id.size() <= prefix.size() || id.size() > prefix.size() + 7) return std::nullopt;
+  if (id.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const std::string_view digits = id.substr(prefix.size());
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
+  std::uint32_t value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<std::uint32_t>(c - '0');
+  }
+  if (value >= kMaxSharedIndex) return std::nullopt;
+  return value;
+}
 
 absl::Status ValidateRequest(const Request& request) {
   if (absl::Status s = CheckSizes(request); !s.ok()) return s;

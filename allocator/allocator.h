@@ -6,8 +6,11 @@
 // request always give the same answer. Thread-safe: Prefer() is const and may be called from
 // many threads at once.
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -126,10 +129,22 @@ class ExclusiveAllocator {
   std::shared_ptr<const Model> model_;
 };
 
+// Shared-mode device IDs, the one definition (the device plugin advertises them, the allocator
+// answers on their indices): a prefix, then an index in decimal without sign or leading zero
+// ("shared-0", "shared-999"), below kMaxSharedIndex. Among such IDs natural order is index order.
+inline constexpr std::string_view kSharedIdPrefix = "shared-";
+inline constexpr std::uint32_t kMaxSharedIndex = 1u << 20;
+// kSharedIdPrefix + index.
+std::string SharedId(std::uint32_t index);
+// The index of `id` written as `prefix` + index; nullopt for anything else (another prefix, a
+// sign, a leading zero, an index of kMaxSharedIndex or more).
+std::optional<std::uint32_t> SharedIndex(std::string_view id,
+                                         std::string_view prefix = kSharedIdPrefix);
+
 // Shared mode: the IDs are interchangeable; answer must_include plus the lowest other available
-// IDs, in natural order ("shared-2" before "shared-10"). IDs as the plugin advertises them (one
-// prefix, then an index without a leading zero) are answered on integers in O(n + k); any other
-// request by comparing names (internal::PreferSharedByName), with the same answer.
+// IDs, in natural order ("shared-2" before "shared-10"). IDs of SharedIndex's form (one prefix,
+// whichever the first ID has) are answered on integers in O(n + k); any other request by
+// comparing names (internal::PreferSharedByName), with the same answer.
 absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request);
 
 namespace internal {

@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace rdp {
@@ -42,15 +41,6 @@ class Env {
   // Whether anything (a file, a directory, a device node, a socket) is at `path`, links
   // followed.
   virtual bool Exists(const std::string& path) = 0;
-  // Exists() of each path, in order. The node's Env reads each parent directory once and keeps
-  // the listing while the directory is unchanged: the device nodes under /dev/infiniband that
-  // every Allocate checks then cost one stat of the directory (base/env.cc, LookUpIn).
-  virtual std::vector<bool> ExistAll(const std::vector<std::string_view>& paths) {
-    std::vector<bool> out;
-    out.reserve(paths.size());
-    for (std::string_view path : paths) out.push_back(Exists(std::string(path)));
-    return out;
-  }
   // Whether `path` resolves to a directory.
   virtual bool IsDirectory(const std::string& path) = 0;
   // Where `path` is read from on this machine, for messages.
@@ -61,8 +51,6 @@ class Env {
 std::shared_ptr<Env> NewNodeEnv(NodeRoots roots);
 
 // Forwards every call to another Env: the base of wrappers (a test's fault injection).
-// ExistAll is left to Env's loop over Exists, so that a wrapper that overrides Exists sees
-// every path of a batch too.
 class EnvWrapper : public Env {
  public:
   explicit EnvWrapper(std::shared_ptr<Env> base) : base_(std::move(base)) {}

@@ -95,9 +95,9 @@ Rig* GetRig(hca::Mode mode, int hcas) {
   config.discovery.sysfs_root = root;
   config.discovery.dev_root = root;
   config.health_interval = absl::Seconds(5);
-  NodeSources deps;
-  deps.scan = [root] { return topology::ReadSysfsHcas(root, root); };
-  deps.discover = [root]() -> absl::StatusOr<topology::TopologyPtr> {
+  NodeSources sources;
+  sources.scan = [root] { return topology::ReadSysfsHcas(root, root); };
+  sources.discover = [root]() -> absl::StatusOr<topology::TopologyPtr> {
     auto found = topology::ReadSysfsHcas(root, root);
     if (!found.ok()) return found.status();
     return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *found,
@@ -105,7 +105,7 @@ Rig* GetRig(hca::Mode mode, int hcas) {
   };
   rig->kubelet = std::make_unique<KubeletSim>(config.kubelet_dir);
   rig->kubelet->Start().IgnoreError();
-  rig->plugin = std::make_unique<PluginServer>(config, std::move(deps));
+  rig->plugin = std::make_unique<PluginServer>(config, std::move(sources));
   if (!rig->plugin->Start().ok()) std::abort();
   rig->kubelet->WaitForRegistration(0, absl::Seconds(10));
   rig->stub = rig->kubelet->PluginStub();
@@ -131,7 +131,7 @@ v1beta1::AllocateRequest AllocateRequest(const Rig& rig, int devices) {
   return request;
 }
 
-Mode ModeArg(const benchmark::State& state) {
+hca::Mode ModeArg(const benchmark::State& state) {
   return state.range(0) == 0 ? hca::Mode::kExclusive : hca::Mode::kShared;
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "allocator/allocator.h"
 
 namespace rdp::deviceplugin {
 
@@ -23,6 +24,10 @@ std::string Config::KubeletSocketPath() const {
 
 namespace {
 
+// Every advertised ID must be one allocator::SharedIndex reads.
+constexpr int kMaxSharedDevices = 100000;
+static_assert(kMaxSharedDevices <= static_cast<int>(allocator::kMaxSharedIndex));
+
 absl::Status Bad(const std::string& flag, const std::string& value, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(flag, " '", value, "': ", why));
 }
@@ -40,8 +45,9 @@ absl::Status Validate(const Config& c) {
       c.resource_name.find('/', slash + 1) != std::string::npos) {
     return Bad("--resource-name", c.resource_name, "must be <domain>/<name>, e.g. rdma/hca");
   }
-  if (c.shared_devices < 1 || c.shared_devices > 100000) {
-    return Bad("--shared-devices", std::to_string(c.shared_devices), "must be 1..100000");
+  if (c.shared_devices < 1 || c.shared_devices > kMaxSharedDevices) {
+    return Bad("--shared-devices", std::to_string(c.shared_devices),
+               absl::StrCat("must be 1..", kMaxSharedDevices));
   }
   if (c.kubelet_dir.empty()) return Bad("--kubelet-dir", "", "must not be empty");
   if (c.socket_name.empty() || absl::StrContains(c.socket_name, "/") ||

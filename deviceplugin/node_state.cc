@@ -21,43 +21,39 @@ absl::Status Invalid(const std::string& what, const std::string& id) {
   return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
 }
 
-// Allocate checks every device node it names now: the scan that saw them may be a poll old, and
-// a DeviceSpec naming a missing node makes the container runtime refuse the container.
-constexpr char kRdmaCm[] = "/dev/infiniband/rdma_cm";
-
 std::string Describe(const topology::Hca& hca) {
   return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
 }
 
-NodeSources WithEnv(NodeSources deps, const Config& config) {
-  if (!deps.env) deps.env = NewNodeEnv(config.Roots());
-  return deps;
+NodeSources WithEnv(NodeSources sources, const Config& config) {
+  if (!sources.env) sources.env = NewNodeEnv(config.Roots());
+  return sources;
 }
 
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
-  NodeSources deps;
+  NodeSources sources;
   const topology::DiscoveryOptions options = config.discovery;
   std::shared_ptr<Env> env = NewNodeEnv(config.Roots());
-  deps.env = env;
+  sources.env = env;
   auto discoverer = std::make_shared<topology::Discoverer>(options, env);
-  deps.discover = [discoverer] { return discoverer->Discover(); };
+  sources.discover = [discoverer] { return discoverer->Discover(); };
   // With only an XML there is no sysfs to poll: health stays what the XML says.
   if (!options.sysfs_root.empty() || options.topology_xml.empty()) {
-    deps.scan = [env] { return topology::ReadSysfsHcas(*env); };
+    sources.scan = [env] { return topology::ReadSysfsHcas(*env); };
   }
   if (!config.pod_resources_socket.empty()) {
-    deps.pod_resources = NewGrpcPodResources(config.pod_resources_socket);
+    sources.pod_resources = NewGrpcPodResources(config.pod_resources_socket);
   } else {
     Log()->info("no pod-resources socket: mode-switch withholding and GPU context off");
   }
-  return deps;
+  return sources;
 }
 
-NodeState::NodeState(Config config, NodeSources deps)
+NodeState::NodeState(Config config, NodeSources sources)
     : config_(std::move(config)),
-      deps_(WithEnv(std::move(deps), config_)),
+      sources_(WithEnv(std::move(sources), config_)),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 NodeState::~NodeState() { pod_refresh_.WaitIdle(); }
@@ -74,13 +70,13 @@ absl::Status NodeState::Init() {
   }
   absl::StatusOr<topology::TopologyPtr> snapshot = Discover();
   if (!snapshot.ok()) return snapshot.status();
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
   {
     absl::MutexLock lock(&mu_);
     SwapSnapshot(*snapshot);
     gpu_ids_ = std::move(gpu_ids);
     for (const topology::Hca& h : snapshot_->hcas()) {
-      known_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, hca::HcaUsable(h), 0};
+      advertised_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, hca::HcaUsable(h), 0};
     }
     Recompute();
     version_ = std::max<std::uint64_t>(version_, 1);
@@ -91,7 +87,7 @@ absl::Status NodeState::Init() {
 
 absl::StatusOr<topology::TopologyPtr> NodeState::Discover() {
   const absl::Time start = absl::Now();
-  absl::StatusOr<topology::TopologyPtr> found = deps_.discover();
+  absl::StatusOr<topology::TopologyPtr> found = sources_.discover();
   metrics_.discovery.Observe(absl::Now() - start);
   return found;
 }
@@ -105,8 +101,8 @@ bool NodeState::Poll() {
   topology::TopologyPtr current = topology();
   std::vector<topology::Hca> scanned = current->hcas();
   bool scanned_ok = false;
-  if (deps_.scan) {
-    absl::StatusOr<std::vector<topology::Hca>> scan = deps_.scan();
+  if (sources_.scan) {
+    absl::StatusOr<std::vector<topology::Hca>> scan = sources_.scan();
     if (scan.ok()) {
       scanned = std::move(*scan);
       scanned_ok = true;
@@ -133,7 +129,7 @@ bool NodeState::Poll() {
                                                          current->gpus());
     }
   }
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*deps_.env);
+  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
 
   bool changed = false;
   {
@@ -143,13 +139,13 @@ bool NodeState::Poll() {
     std::set<std::string> present;
     for (const topology::Hca& h : scanned) {
       present.insert(h.place.pci);
-      hca::AdvertisedHca& k = known_[h.place.pci];
+      hca::AdvertisedHca& a = advertised_[h.place.pci];
       const hca::Verdict verdict = hca::Assess(h);
-      if (k.pci.empty()) {
+      if (a.pci.empty()) {
         Log()->info("HCA added: {}", Describe(h));
-      } else if (!k.present) {
+      } else if (!a.present) {
         Log()->info("HCA returned: {}", Describe(h));
-      } else if (k.healthy != verdict.usable) {
+      } else if (a.healthy != verdict.usable) {
         Log()->info("HCA {} is now {}", Describe(h),
                     verdict.usable ? "healthy" : "unhealthy: " + verdict.reason);
       }
@@ -157,35 +153,35 @@ bool NodeState::Poll() {
       std::optional<int> numa = idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa;
       // An HCA unplugged while it was being scanned is listed without its numa_node; keep the
       // last known one, or every device would lose its TopologyInfo (all or none).
-      if (!numa) numa = k.numa;
-      k = {h.place.pci, h.name, numa, true, verdict.usable, 0};
+      if (!numa) numa = a.numa;
+      a = {h.place.pci, h.name, numa, true, verdict.usable, 0};
     }
     // HCAs no scan has seen for a while and no container holds are forgotten: a card removed
     // for good must not stay listed Unhealthy forever. An ID someone holds stays listed, so
     // that the kubelet's bookkeeping of that container keeps its device. Without the pod list
     // nobody can tell, and nothing is forgotten.
     std::set<std::string> held;
-    if (deps_.pod_resources && pods_known_) {
+    if (sources_.pod_resources && pods_known_) {
       for (const std::string& id : HeldIds(pods_, config_.resource_name)) {
         if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
       }
     }
-    for (auto it = known_.begin(); it != known_.end();) {
-      hca::AdvertisedHca& k = it->second;
-      if (present.count(k.pci) == 0) {
-        if (k.present) {
-          Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", k.name,
-                      k.pci);
+    for (auto it = advertised_.begin(); it != advertised_.end();) {
+      hca::AdvertisedHca& a = it->second;
+      if (present.count(a.pci) == 0) {
+        if (a.present) {
+          Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", a.name,
+                      a.pci);
         }
-        k.present = false;
-        k.healthy = false;
-        ++k.absent_polls;
-        if (k.absent_polls >= config_.forget_after_polls && deps_.pod_resources &&
-            pods_known_ && held.count(k.pci) == 0) {
+        a.present = false;
+        a.healthy = false;
+        ++a.absent_polls;
+        if (a.absent_polls >= config_.forget_after_polls && sources_.pod_resources &&
+            pods_known_ && held.count(a.pci) == 0) {
           Log()->info("HCA forgotten: {} (PCI={}) was absent for {} polls and no container "
                       "holds it; no longer listed",
-                      k.name, k.pci, k.absent_polls);
-          it = known_.erase(it);
+                      a.name, a.pci, a.absent_polls);
+          it = advertised_.erase(it);
           continue;
         }
       }
@@ -198,7 +194,7 @@ bool NodeState::Poll() {
 }
 
 void NodeState::RefreshPods(std::function<void()> then) {
-  if (!deps_.pod_resources) {
+  if (!sources_.pod_resources) {
     then();
     return;
   }
@@ -206,7 +202,7 @@ void NodeState::RefreshPods(std::function<void()> then) {
 }
 
 bool NodeState::RefreshPodsAndWait() {
-  if (!deps_.pod_resources) return true;
+  if (!sources_.pod_resources) return true;
   struct Outcome {
     absl::Notification done;
     std::atomic<bool> ok{false};
@@ -229,7 +225,7 @@ bool NodeState::pods_known() const {
 }
 
 void NodeState::StartList(std::function<void()> finished) {
-  deps_.pod_resources->List(config_.pod_resources_timeout,
+  sources_.pod_resources->List(config_.pod_resources_timeout,
                             [this, finished](absl::StatusOr<PodList> pods) {
                               OnPods(std::move(pods));
                               finished();
@@ -249,7 +245,7 @@ void NodeState::OnPods(absl::StatusOr<PodList> pods) {
       pods_ = std::move(*pods);
       pods_known_ = true;
       pods_failing_ = false;
-      UpdateFirstSeen(pods_, config_.gpu_resources, deps_.now(), &gpu_first_seen_);
+      UpdateFirstSeen(pods_, config_.gpu_resources, sources_.now(), &gpu_first_seen_);
     } else if (!pods_failing_) {
       pods_failing_ = true;
       if (pods_known_) {
@@ -268,10 +264,10 @@ void NodeState::OnPods(absl::StatusOr<PodList> pods) {
 bool NodeState::Recompute() {
   // Fail closed: while the pod list is not known, nothing says that no container holds the other
   // mode's IDs, so every HCA is withheld.
-  const bool pending = deps_.pod_resources && !pods_known_;
+  const bool pending = sources_.pod_resources && !pods_known_;
   Withholding w;
   if (pending) {
-    for (const auto& [pci, k] : known_) w.pcis.insert(pci);
+    for (const auto& [pci, a] : advertised_) w.pcis.insert(pci);
     w.reasons.push_back(absl::StrCat(
         "the kubelet's pod list is not known yet (pod-resources socket ",
         config_.pod_resources_socket,
@@ -300,7 +296,7 @@ bool NodeState::Recompute() {
   withheld_.clear();
   for (const std::string& pci : w.pcis) withheld_[pci] = why;
   std::vector<hca::AdvertisedHca> hcas;
-  for (const auto& [pci, k] : known_) hcas.push_back(k);
+  for (const auto& [pci, a] : advertised_) hcas.push_back(a);
   std::vector<DeviceState> devices =
       config_.mode == hca::Mode::kExclusive
           ? ExclusiveDevices(hcas, w.pcis)
@@ -310,7 +306,6 @@ bool NodeState::Recompute() {
   if (devices == devices_ && !withholding_changed) return false;
   devices_ = std::move(devices);
   ++version_;
-  changed_.SignalAll();
   return true;
 }
 
@@ -332,23 +327,21 @@ void NodeState::RemoveListener(int id) {
 }
 
 void NodeState::SetRescanRequest(std::function<void()> request) {
+  absl::MutexLock lock(&mu_);
   rescan_request_ = std::move(request);
 }
 
 void NodeState::RequestRescan() const {
-  if (rescan_request_) rescan_request_();
+  std::function<void()> request;
+  {
+    absl::MutexLock lock(&mu_);
+    request = rescan_request_;
+  }
+  if (request) request();
 }
 
 NodeState::DeviceList NodeState::Devices() const {
   absl::MutexLock lock(&mu_);
-  return {version_, devices_};
-}
-
-NodeState::DeviceList NodeState::WaitForChange(std::uint64_t seen, absl::Time deadline) const {
-  absl::MutexLock lock(&mu_);
-  while (version_ == seen && absl::Now() < deadline) {
-    changed_.WaitWithDeadline(&mu_, deadline);
-  }
   return {version_, devices_};
 }
 
@@ -357,7 +350,8 @@ topology::TopologyPtr NodeState::topology() const {
   return snapshot_;
 }
 
-absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<std::string>& ids) const {
+absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
+    const std::vector<std::string>& ids) const {
   if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
   const bool exclusive = config_.mode == hca::Mode::kExclusive;
   // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.
@@ -396,7 +390,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<s
       const int idx = snapshot->HcaIndex(pci);
       if (idx < 0) {
         absl::MutexLock lock(&mu_);
-        if (known_.count(pci)) {
+        if (advertised_.count(pci)) {
           return absl::FailedPreconditionError(
               absl::StrCat("HCA ", pci, " is not present on this node any more"));
         }
@@ -418,41 +412,23 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<s
       asked.push_back(&hca);
     }
   }
-  // Their device nodes as they are now (one batch: a lookup in /dev/infiniband each), and
-  // rdma_cm's.
-  std::vector<std::string_view> paths;
-  paths.reserve(asked.size() * 3 + 1);
+  // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
+  std::vector<topology::Hca> chosen;
+  bool stale = false;  // a node the last scan saw is gone: the health thread should look
   for (const topology::Hca* hca : asked) {
-    for (const auto& [path, present] : hca->char_devices) paths.push_back(path);
-  }
-  paths.push_back(kRdmaCm);
-  const std::vector<bool> present = deps_.env->ExistAll(paths);
-  std::vector<topology::Hca> changed;  // copies of HCAs whose nodes changed since the scan
-  changed.reserve(asked.size());
-  std::vector<const topology::Hca*> chosen;
-  bool stale = false;
-  size_t next = 0;
-  for (const topology::Hca* hca : asked) {
-    const topology::Hca* now = hca;
-    for (size_t i = 0; i < hca->char_devices.size(); ++i) {
-      if (present[next + i] == hca->char_devices[i].second) continue;
-      if (now == hca) now = &changed.emplace_back(*hca);
-      changed.back().char_devices[i].second = present[next + i];
-    }
-    next += hca->char_devices.size();
-    const hca::Verdict verdict = hca::Assess(*now);
-    if (!verdict.usable) {
-      const bool was_usable = hca::HcaUsable(*hca);
-      if (exclusive) {
-        if (was_usable) RequestRescan();
-        return absl::FailedPreconditionError(
-            absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
-      }
-      stale = stale || was_usable;
-      refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
+    topology::Hca now = hca::WithDeviceNodesNow(*hca, *sources_.env);
+    const hca::Verdict verdict = hca::Assess(now);
+    if (verdict.usable) {
+      chosen.push_back(std::move(now));
       continue;
     }
-    chosen.push_back(now);
+    stale = stale || hca::HcaUsable(*hca);
+    if (exclusive) {
+      if (stale) RequestRescan();
+      return absl::FailedPreconditionError(
+          absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
+    }
+    refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
   }
   if (stale) RequestRescan();
   if (!exclusive && chosen.empty()) {
@@ -462,7 +438,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(const std::vector<s
                                        absl::StrJoin(refused, "; ")));
   }
   if (exclusive) CountAlignment(canonical);
-  return hca::BuildAllocation(chosen, present.back());
+  return hca::BuildAllocation(chosen, sources_.env->Exists(hca::kRdmaCmPath));
 }
 
 void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
@@ -470,7 +446,7 @@ void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
   {
     absl::MutexLock lock(&mu_);
     if (pods_known_ && !snapshot_->gpus().empty()) {
-      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, deps_.now(), config_, gpu_ids_,
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
                                        *snapshot_);
       alignment = AllocationAlignment(*snapshot_, pcis, sel.context.container_gpus);
     }
@@ -483,8 +459,8 @@ metrics::NodeMetricsInput NodeState::MetricsInput() const {
   in.mode = config_.mode;
   absl::MutexLock lock(&mu_);
   in.topology = snapshot_;
-  in.hcas.reserve(known_.size());
-  for (const auto& [pci, k] : known_) in.hcas.push_back(k);
+  in.hcas.reserve(advertised_.size());
+  for (const auto& [pci, a] : advertised_) in.hcas.push_back(a);
   for (const auto& [pci, why] : withheld_) in.withheld.insert(pci);
   in.pods_known = pods_known_;
   if (pods_known_) {
@@ -498,7 +474,7 @@ metrics::NodeMetricsInput NodeState::MetricsInput() const {
 
 void NodeState::WriteMetrics(metrics::Exposition& out) const {
   metrics_.Write(out);
-  metrics::WriteNodeMetrics(MetricsInput(), *deps_.env, out);
+  metrics::WriteNodeMetrics(MetricsInput(), *sources_.env, out);
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
@@ -518,7 +494,7 @@ absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::stri
     absl::MutexLock lock(&mu_);
     alloc = allocator_;
     if (pods_known_) {
-      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, deps_.now(), config_, gpu_ids_,
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
                                        *snapshot_);
       Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
                    sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),

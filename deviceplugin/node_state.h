@@ -64,98 +64,102 @@ NodeSources DefaultSources(const Config& config);
 
 class NodeState {
  public:
-  NodeState(Config config, NodeSources deps);
+  NodeState(Config config, NodeSources sources);
   ~NodeState();  // waits for a pod-resources List in flight (each has a deadline)
   NodeState(const NodeState&) = delete;
   NodeState& operator=(const NodeState&) = delete;
 
   // Discovers the node, logs the mode lines, computes the first device list. Errors when
   // discovery fails.
-  absl::Status Init();
+  absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
   // One health poll: scan the HCAs, re-discover when the set changed (hotplug), re-read the GPU
   // IDs, forget HCAs absent for config.forget_after_polls polls that no container holds,
   // recompute the device list. Returns true when the list changed (listeners have run).
-  bool Poll();
+  bool Poll() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
   // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
   // finished, successfully or not (on the thread that finished it, or on this one). At most one
   // List is in flight; callers share it. Without a pod-resources source, `then` runs at once.
-  void RefreshPods(std::function<void()> then);
+  void RefreshPods(std::function<void()> then) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // RefreshPods and wait for it (bounded by the List's deadline). True when that List
   // succeeded (always, without a pod-resources source).
-  bool RefreshPodsAndWait();
-  bool pods_known() const;
-  bool has_pod_resources() const { return deps_.pod_resources != nullptr; }
+  bool RefreshPodsAndWait() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
+  bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
 
   struct DeviceList {
     std::uint64_t version = 0;
     std::vector<DeviceState> devices;
   };
-  DeviceList Devices() const;
-  // Blocks until the version differs from `seen` or `deadline` passes; the current list.
-  DeviceList WaitForChange(std::uint64_t seen, absl::Time deadline) const;
+  DeviceList Devices() const ABSL_LOCKS_EXCLUDED(mu_);
   // `listener` runs after every change of the device list, on the thread that made the change,
-  // outside the plugin's lock; it must not add or remove listeners. RemoveListener returns once
-  // no call of that listener is running.
-  int AddListener(std::function<void()> listener);
-  void RemoveListener(int id);
+  // outside the plugin's state lock (mu_) but inside listeners_mu_: it may call any method
+  // here but AddListener and RemoveListener, and the locks it takes come after listeners_mu_
+  // (the lock order). RemoveListener returns once no call of that listener is running.
+  int AddListener(std::function<void()> listener) ABSL_LOCKS_EXCLUDED(listeners_mu_);
+  void RemoveListener(int id) ABSL_LOCKS_EXCLUDED(listeners_mu_);
   // Called when an RPC finds the node changed since the last scan (a device node gone): the
-  // owner of the health poll runs one soon. Set before serving.
-  void SetRescanRequest(std::function<void()> request);
+  // owner of the health poll runs one soon.
+  void SetRescanRequest(std::function<void()> request) ABSL_LOCKS_EXCLUDED(mu_);
 
   // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
   // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
   // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
   // HCA's device nodes are checked at the call, so that no DeviceSpec names a missing node.
-  absl::StatusOr<hca::ContainerAllocation> Allocate(const std::vector<std::string>& ids) const;
+  absl::StatusOr<hca::ContainerAllocation> Allocate(const std::vector<std::string>& ids) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
   // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
   // of `available`, spelled as given. InvalidArgument for invalid requests.
   absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
                                                   std::vector<std::string> must_include,
-                                                  int size) const;
+                                                  int size) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config& config() const { return config_; }
-  topology::TopologyPtr topology() const;
+  topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The plugin's instruments (thread-safe): the RPC handlers and PluginServer's threads update
   // them, and so does this class (discovery, pod-resources errors, each allocation's alignment).
   PluginMetrics& metrics() const { return metrics_; }
   // One scrape: the instruments, then the node's state as of now (a copy taken under the lock,
   // then the port counters read from sysfs outside it). Thread-safe.
-  void WriteMetrics(metrics::Exposition& out) const;
-  metrics::NodeMetricsInput MetricsInput() const;
+  void WriteMetrics(metrics::Exposition& out) const ABSL_LOCKS_EXCLUDED(mu_);
+  metrics::NodeMetricsInput MetricsInput() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void StartList(std::function<void()> finished);
-  void OnPods(absl::StatusOr<PodList> pods);
+  void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
+  void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Swaps in a new snapshot and its allocator.
   void SwapSnapshot(topology::TopologyPtr snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Recomputes devices_ from known_, the snapshot and the pods; bumps version_ and logs
+  // Recomputes devices_ from advertised_, the snapshot and the pods; bumps version_ and logs
   // withholding decisions when different. True when the list or the withheld set changed.
   bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs the listeners; call without mu_ held.
-  void Notify();
-  void RequestRescan() const;
-  // deps_.discover(), timed into metrics_.discovery.
-  absl::StatusOr<topology::TopologyPtr> Discover();
+  // Runs the listeners.
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
+  void RequestRescan() const ABSL_LOCKS_EXCLUDED(mu_);
+  // sources_.discover(), timed into metrics_.discovery.
+  absl::StatusOr<topology::TopologyPtr> Discover() ABSL_LOCKS_EXCLUDED(mu_);
   // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
   // being admitted, as the last pod list shows it.
-  void CountAlignment(const std::vector<std::string>& pcis) const;
+  void CountAlignment(const std::vector<std::string>& pcis) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
-  NodeSources deps_;
+  NodeSources sources_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
   mutable PluginMetrics metrics_;
 
-  mutable absl::Mutex mu_;
-  mutable absl::CondVar changed_;
+  // Lock order: listeners_mu_ (held while listeners run), then mu_.
+  mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
+
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
   topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, hca::AdvertisedHca> known_ ABSL_GUARDED_BY(mu_);  // by PCI address
+  std::map<std::string, hca::AdvertisedHca> advertised_ ABSL_GUARDED_BY(mu_);  // by PCI address
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
@@ -166,10 +170,7 @@ class NodeState {
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 
-  mutable absl::Mutex listeners_mu_;
-  std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
-  int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
-  std::function<void()> rescan_request_;  // set before serving, then only read
+  std::function<void()> rescan_request_ ABSL_GUARDED_BY(mu_);
 
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
   serving::SingleFlight pod_refresh_;

@@ -34,68 +34,82 @@ absl::Status Errno(const std::string& what) {
 
 }  // namespace
 
-PluginServer::PluginServer(Config config, NodeSources deps)
+PluginServer::PluginServer(Config config, NodeSources sources)
     : config_(std::move(config)),
-      poll_(deps.poll),
-      node_(std::make_unique<NodeState>(config_, std::move(deps))) {}
+      poll_(sources.poll),
+      node_(std::make_unique<NodeState>(config_, std::move(sources))),
+      stop_fd_(serving::NewEventFd()),
+      rescan_fd_(serving::NewEventFd()),
+      kubelet_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)),
+      pods_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {}
 
-PluginServer::~PluginServer() { Stop(); }
+PluginServer::~PluginServer() {
+  Stop();
+  for (int fd : {kubelet_inotify_, pods_inotify_, stop_fd_, rescan_fd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
 
 absl::Status PluginServer::Start() {
-  if (absl::Status s = node_->Init(); !s.ok()) return s;
-  stop_fd_ = serving::NewEventFd();
-  rescan_fd_ = serving::NewEventFd();
-  inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  pods_inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (stop_fd_ < 0 || !fatal_.ok() || rescan_fd_ < 0 || inotify_fd_ < 0 ||
-      pods_inotify_fd_ < 0) {
+  if (stop_fd_ < 0 || !fatal_.ok() || rescan_fd_ < 0 || kubelet_inotify_ < 0 ||
+      pods_inotify_ < 0) {
     return Errno("inotify/eventfd");
   }
+  if (absl::Status s = node_->Init(); !s.ok()) return s;
   node_->SetRescanRequest([fd = rescan_fd_] { serving::SignalEventFd(fd); });
-  std::error_code ec;
-  std::filesystem::create_directories(config_.kubelet_dir, ec);
-  if (!WatchKubeletDir()) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
   if (node_->has_pod_resources()) {
+    serving::ThreadRole::Scope pods(&pods_role_);
     WatchPodsDir();
     // One bounded try before serving, so that the kubelet's first list is not needlessly all
     // withheld; the pods thread retries.
     node_->RefreshPodsAndWait();
   }
-  if (absl::Status s = Serve(); !s.ok()) return s;
+  {
+    serving::ThreadRole::Scope lifecycle(&lifecycle_);
+    std::error_code ec;
+    std::filesystem::create_directories(config_.kubelet_dir, ec);
+    if (!WatchKubeletDir()) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
+    if (absl::Status s = Serve(); !s.ok()) return s;
+  }
   absl::MutexLock lock(&mu_);
   started_ = true;
-  threads_.emplace_back([this] { RunLoop("lifecycle", &PluginServer::LifecycleLoop); });
-  threads_.emplace_back([this] { RunLoop("health", &PluginServer::HealthLoop); });
+  threads_.emplace_back([this] {
+    RunLoop("lifecycle", [this] {
+      serving::ThreadRole::Scope lifecycle(&lifecycle_);
+      LifecycleLoop();
+    });
+  });
+  threads_.emplace_back([this] { RunLoop("health", [this] { HealthLoop(); }); });
   if (node_->has_pod_resources()) {
-    threads_.emplace_back([this] { RunLoop("pod-resources", &PluginServer::PodsLoop); });
+    threads_.emplace_back([this] {
+      RunLoop("pod-resources", [this] {
+        serving::ThreadRole::Scope pods(&pods_role_);
+        PodsLoop();
+      });
+    });
   }
   return absl::OkStatus();
 }
 
 void PluginServer::Stop() {
+  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     if (started_) serving::SignalEventFd(stop_fd_);
+    threads.swap(threads_);
   }
-  for (std::thread& t : threads_) {
-    if (t.joinable()) t.join();
-  }
+  for (std::thread& t : threads) t.join();
+  serving::ThreadRole::Scope lifecycle(&lifecycle_);
   StopServing();
-  if (socket_ino_ != 0 && serving::FileId(config_.SocketPath()) == socket_ino_) {
+  if (socket_id_ != 0 && serving::FileId(config_.SocketPath()) == socket_id_) {
     ::unlink(config_.SocketPath().c_str());
   }
   node_->SetRescanRequest(nullptr);
-  for (int* fd : {&inotify_fd_, &pods_inotify_fd_, &stop_fd_, &rescan_fd_}) {
-    if (*fd >= 0) ::close(*fd);
-    *fd = -1;
-  }
 }
 
-absl::Status PluginServer::Wait(int stop_fd) {
-  return fatal_.Wait(stop_fd);
-}
+absl::Status PluginServer::Wait(int stop_fd) { return fatal_.Wait(stop_fd); }
 
 void PluginServer::Fatal(const absl::Status& status) {
   if (!fatal_.Raise(status)) return;
@@ -103,9 +117,9 @@ void PluginServer::Fatal(const absl::Status& status) {
                std::string(status.message()));
 }
 
-void PluginServer::RunLoop(const char* name, void (PluginServer::*loop)()) {
+void PluginServer::RunLoop(const char* name, const std::function<void()>& loop) {
   try {
-    (this->*loop)();
+    loop();
   } catch (const std::exception& e) {
     Fatal(absl::InternalError(absl::StrCat("the ", name, " thread failed: ", e.what())));
   }
@@ -141,14 +155,15 @@ absl::Status PluginServer::Serve() {
   StopServing();
   const std::string path = config_.SocketPath();
   service_ = std::make_unique<DevicePluginService>(node_.get());
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = serving::StartUnixServer(path, {service_.get()});
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      serving::StartUnixServer(path, {service_.get()});
   if (!server.ok()) {
     service_.reset();
     return server.status();
   }
   server_ = std::move(*server);
-  socket_ino_ = serving::FileId(path);
-  if (socket_ino_ == 0) {
+  socket_id_ = serving::FileId(path);
+  if (socket_id_ == 0) {
     // Removed as soon as it appeared (a kubelet wiping its directory): no socket of ours to watch.
     StopServing();
     return absl::UnavailableError(absl::StrCat(path, " vanished as it was created"));
@@ -184,16 +199,16 @@ bool PluginServer::TryRegister() {
   const std::uint64_t kubelet_ino = serving::FileId(config_.KubeletSocketPath());
   grpc::Status status = stub->Register(&context, request, &response);
   if (!status.ok()) {
-    if (!failing_) {
+    if (!register_failing_) {
       Log()->warn("registering with the kubelet on {} failed, retrying with backoff: {}",
                   config_.KubeletSocketPath(), status.error_message());
     }
-    failing_ = true;
+    register_failing_ = true;
     return false;
   }
-  failing_ = false;
+  register_failing_ = false;
   // kubelet.sock may have appeared during the call: its IN_CREATE is not a restart.
-  kubelet_ino_ = kubelet_ino != 0 ? kubelet_ino : serving::FileId(config_.KubeletSocketPath());
+  kubelet_id_ = kubelet_ino != 0 ? kubelet_ino : serving::FileId(config_.KubeletSocketPath());
   ++registrations_;
   node_->metrics().registrations.Add();
   Log()->info("Registered device plugin with Kubelet");
@@ -202,19 +217,23 @@ bool PluginServer::TryRegister() {
 
 bool PluginServer::DrainInotify() {
   bool restart = false;
-  serving::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
+  bool lost_watch = false;
+  const std::uint64_t kubelet_id = kubelet_id_;
+  const std::uint64_t socket_id = socket_id_;
+  serving::ReadInotifyEvents(kubelet_inotify_, [&](std::uint32_t mask, const std::string& name) {
     Log()->debug("inotify: {} mask={:#x}", name.empty() ? config_.kubelet_dir : name, mask);
-    if (mask & IN_IGNORED) watch_ = -1;  // the directory itself went away
+    if (mask & IN_IGNORED) lost_watch = true;  // the directory itself went away
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst
     if (name == "kubelet.sock" && (mask & (IN_CREATE | IN_MOVED_TO)) &&
-        serving::FileId(config_.KubeletSocketPath()) != kubelet_ino_) {
+        serving::FileId(config_.KubeletSocketPath()) != kubelet_id) {
       restart = true;
     }
     if (name == config_.socket_name && (mask & (IN_DELETE | IN_MOVED_FROM))) {
       const std::uint64_t now = serving::FileId(config_.SocketPath());
-      if (now == 0 || now != socket_ino_) restart = true;
+      if (now == 0 || now != socket_id) restart = true;
     }
   });
+  if (lost_watch) kubelet_watch_ = -1;
   return restart;
 }
 
@@ -229,7 +248,7 @@ void PluginServer::LifecycleLoop() {
     // a queue overflow), and while the directory is gone there is nothing to watch.
     const absl::Time wake =
         !registered ? next_register : absl::Now() + config_.register_backoff_max;
-    absl::StatusOr<std::vector<bool>> ready = WaitFor({inotify_fd_}, wake);
+    absl::StatusOr<std::vector<bool>> ready = WaitFor({kubelet_inotify_}, wake);
     if (absl::IsCancelled(ready.status())) return;
     if (!ready.ok()) return Fatal(ready.status());
 
@@ -237,15 +256,16 @@ void PluginServer::LifecycleLoop() {
     // The watch must be on the directory that is there now: re-watch one that came back or was
     // replaced (that is a restart: whatever happened in it was not seen). A directory removed
     // and made again may get the old one's inode number, so a lost watch alone says it too.
-    if ((watch_ < 0 || serving::DirId(config_.kubelet_dir) != watched_dir_) && WatchKubeletDir()) {
+    if ((kubelet_watch_ < 0 || serving::DirId(config_.kubelet_dir) != watched_dir_) &&
+        WatchKubeletDir()) {
       restart = true;
     }
     // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
     // with. A kubelet.sock that is gone is a kubelet on its way down: registering before the new
     // one has cleared the directory (it removes our socket as it starts) only times out.
-    const bool ours_gone = serving::FileId(config_.SocketPath()) != socket_ino_;
+    const bool ours_gone = serving::FileId(config_.SocketPath()) != socket_id_;
     const std::uint64_t kubelet_now = serving::FileId(config_.KubeletSocketPath());
-    if (registered && (ours_gone || (kubelet_now != 0 && kubelet_now != kubelet_ino_))) {
+    if (registered && (ours_gone || (kubelet_now != 0 && kubelet_now != kubelet_id_))) {
       restart = true;
     }
     if (restart) {
@@ -281,9 +301,9 @@ void PluginServer::LifecycleLoop() {
 bool PluginServer::WatchKubeletDir() {
   const std::uint64_t dir = serving::DirId(config_.kubelet_dir);
   if (dir == 0) return false;
-  if (watch_ >= 0) ::inotify_rm_watch(inotify_fd_, watch_);
-  watch_ = ::inotify_add_watch(inotify_fd_, config_.kubelet_dir.c_str(), kDirEvents);
-  if (watch_ < 0) return false;
+  if (kubelet_watch_ >= 0) ::inotify_rm_watch(kubelet_inotify_, kubelet_watch_);
+  kubelet_watch_ = ::inotify_add_watch(kubelet_inotify_, config_.kubelet_dir.c_str(), kDirEvents);
+  if (kubelet_watch_ < 0) return false;
   // The directory may have been replaced between the stat and the watch: then the next check
   // sees a different id and watches again.
   watched_dir_ = dir;
@@ -312,7 +332,7 @@ void PluginServer::WatchPodsDir() {
   if (pods_watch_ >= 0 || config_.pod_resources_socket.empty()) return;
   const std::string dir =
       std::filesystem::path(config_.pod_resources_socket).parent_path().string();
-  pods_watch_ = ::inotify_add_watch(pods_inotify_fd_, dir.empty() ? "." : dir.c_str(),
+  pods_watch_ = ::inotify_add_watch(pods_inotify_, dir.empty() ? "." : dir.c_str(),
                                     IN_CREATE | IN_MOVED_TO);
 }
 
@@ -320,10 +340,12 @@ bool PluginServer::DrainPodsInotify() {
   const std::string socket =
       std::filesystem::path(config_.pod_resources_socket).filename().string();
   bool appeared = false;
-  serving::ReadInotifyEvents(pods_inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
-    if (mask & IN_IGNORED) pods_watch_ = -1;
+  bool lost_watch = false;
+  serving::ReadInotifyEvents(pods_inotify_, [&](std::uint32_t mask, const std::string& name) {
+    if (mask & IN_IGNORED) lost_watch = true;
     if (name == socket && (mask & (IN_CREATE | IN_MOVED_TO))) appeared = true;
   });
+  if (lost_watch) pods_watch_ = -1;
   return appeared;
 }
 
@@ -332,7 +354,7 @@ void PluginServer::PodsLoop() {
   const bool known = node_->pods_known();
   absl::Time next = absl::Now() + (known ? config_.health_interval : backoff);
   for (;;) {
-    absl::StatusOr<std::vector<bool>> ready = WaitFor({pods_inotify_fd_}, next);
+    absl::StatusOr<std::vector<bool>> ready = WaitFor({pods_inotify_}, next);
     if (absl::IsCancelled(ready.status())) return;
     if (!ready.ok()) return Fatal(ready.status());
     if ((*ready)[0] && DrainPodsInotify()) {

@@ -32,13 +32,14 @@
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/service.h"
 #include "serving/fatal_latch.h"
+#include "serving/thread_role.h"
 
 namespace rdp::deviceplugin {
 
 class PluginServer {
  public:
-  PluginServer(Config config, NodeSources deps);
-  ~PluginServer();  // Stop()
+  PluginServer(Config config, NodeSources sources);
+  ~PluginServer();  // Stop(), then closes the descriptors
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
 
@@ -46,10 +47,10 @@ class PluginServer {
   // starts the background threads (registration follows asynchronously). Errors when discovery
   // fails, the socket cannot be served or the directory cannot be watched; then nothing keeps
   // running.
-  absl::Status Start();
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every ListAndWatch stream, stops serving, removes our socket, joins the threads.
   // Idempotent; safe from any thread but not from a signal handler.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until `stop_fd` is readable (OK) or a background thread failed (its error). Does not
   // Stop().
   absl::Status Wait(int stop_fd);
@@ -60,49 +61,60 @@ class PluginServer {
   int serves() const { return serves_.load(); }                // times the socket was created
 
  private:
-  absl::Status Serve();  // (re)creates the socket and the gRPC server; lifecycle thread or Start
-  void StopServing();
-  bool TryRegister();
-  void LifecycleLoop();
+  // The lifecycle thread's work; it runs in Start (before the thread exists) and Stop (after
+  // it is joined) too, each holding lifecycle_.
+  absl::Status Serve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);  // (re)creates the socket
+  void StopServing() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  bool TryRegister() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  void LifecycleLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // Handles queued inotify events of the kubelet dir; returns true when the kubelet restarted.
+  bool DrainInotify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
+  bool WatchKubeletDir() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+
   void HealthLoop();
-  void PodsLoop();
+
+  // The pods thread's work (and Start's, before that thread exists), holding pods_role_.
+  void PodsLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pods_role_);
+  // Handles queued inotify events of the pod-resources dir; true when the socket appeared.
+  bool DrainPodsInotify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pods_role_);
+  void WatchPodsDir() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pods_role_);
+
   // Waits on the stop descriptor and `fds` until `deadline`: which of `fds` are readable;
   // Cancelled once Stop() was called; Internal when poll(2) fails or a descriptor is invalid.
   absl::StatusOr<std::vector<bool>> WaitFor(const std::vector<int>& fds, absl::Time deadline);
   // Runs `loop`; a failure other than Cancelled is fatal.
-  void RunLoop(const char* name, void (PluginServer::*loop)());
+  void RunLoop(const char* name, const std::function<void()>& loop);
   void Fatal(const absl::Status& status);
-  // Handles queued inotify events of the kubelet dir; returns true when the kubelet restarted.
-  bool DrainInotify();
-  // Handles queued inotify events of the pod-resources dir; true when the socket appeared.
-  bool DrainPodsInotify();
-  void WatchPodsDir();
 
   const Config config_;
   const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // NodeSources::poll
-  std::unique_ptr<NodeState> node_;
+  const std::unique_ptr<NodeState> node_;
   std::atomic<int> registrations_{0};
   std::atomic<int> serves_{0};
 
-  // Owned by whichever thread runs Serve/StopServing: Start, then the lifecycle thread, then
-  // Stop after join.
-  std::unique_ptr<DevicePluginService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
-  bool WatchKubeletDir();
-  std::uint64_t socket_ino_ = 0;   // FileId of the socket we bound
-  std::uint64_t kubelet_ino_ = 0;  // FileId of kubelet.sock at our last registration
-  bool failing_ = false;           // a registration failure was logged in this streak
+  // Descriptors, made with the server and closed with it (-1: could not be made; Start fails).
+  const int stop_fd_;           // eventfd written once by Stop(), never read: wakes every thread
+  const int rescan_fd_;         // eventfd: the health thread polls at once
+  const int kubelet_inotify_;   // the kubelet dir (lifecycle thread)
+  const int pods_inotify_;      // the pod-resources socket's dir (pods thread)
 
-  int stop_fd_ = -1;     // eventfd written once by Stop(), never read: wakes every thread
-  int rescan_fd_ = -1;   // eventfd: the health thread polls at once
-  int inotify_fd_ = -1;  // the kubelet dir
-  int watch_ = -1;
-  std::uint64_t watched_dir_ = 0;  // DirId of the directory watch_ is on
-  int pods_inotify_fd_ = -1;  // the pod-resources socket's dir (pods thread)
-  int pods_watch_ = -1;
-  std::vector<std::thread> threads_;
+  serving::ThreadRole lifecycle_;
+  std::unique_ptr<DevicePluginService> service_ ABSL_GUARDED_BY(lifecycle_);
+  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(lifecycle_);
+  std::uint64_t socket_id_ ABSL_GUARDED_BY(lifecycle_) = 0;   // FileId of the socket we bound
+  // FileId of kubelet.sock at our last registration.
+  std::uint64_t kubelet_id_ ABSL_GUARDED_BY(lifecycle_) = 0;
+  // A registration failure of the current streak was logged.
+  bool register_failing_ ABSL_GUARDED_BY(lifecycle_) = false;
+  int kubelet_watch_ ABSL_GUARDED_BY(lifecycle_) = -1;
+  std::uint64_t watched_dir_ ABSL_GUARDED_BY(lifecycle_) = 0;  // DirId of kubelet_watch_'s dir
+
+  serving::ThreadRole pods_role_;
+  int pods_watch_ ABSL_GUARDED_BY(pods_role_) = -1;
+
   absl::Mutex mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   serving::FatalLatch fatal_;

@@ -1,13 +1,9 @@
 #include "deviceplugin/resource_model.h"
 
-#include <string_view>
-
-#include "absl/strings/str_cat.h"
+#include "allocator/allocator.h"
 
 namespace rdp::deviceplugin {
 namespace {
-
-constexpr char kSharedPrefix[] = "shared-";
 
 bool Usable(const hca::AdvertisedHca& h, const std::set<std::string>& withheld) {
   return h.present && h.healthy && withheld.count(h.pci) == 0;
@@ -38,23 +34,11 @@ std::vector<DeviceState> SharedDevices(int count, const std::vector<hca::Adverti
   return out;
 }
 
-std::string SharedId(int index) { return absl::StrCat(kSharedPrefix, index); }
+std::string SharedId(int index) { return allocator::SharedId(static_cast<std::uint32_t>(index)); }
 
-bool IsSharedId(const std::string& id, int count) {
-  // By hand: a shared GetPreferredAllocation checks 1000 of these.
-  constexpr std::string_view kPrefix = kSharedPrefix;
-  if (id.size() <= kPrefix.size() || id.size() > kPrefix.size() + 10) return false;  // int
-  for (std::size_t i = 0; i < kPrefix.size(); ++i) {
-    if (id[i] != kPrefix[i]) return false;
-  }
-  if (id.size() > kPrefix.size() + 1 && id[kPrefix.size()] == '0') return false;
-  long long n = 0;
-  for (std::size_t i = kPrefix.size(); i < id.size(); ++i) {
-    const char c = id[i];
-    if (c < '0' || c > '9') return false;
-    n = n * 10 + (c - '0');
-  }
-  return n < count;
+bool IsSharedId(std::string_view id, int count) {
+  const std::optional<std::uint32_t> index = allocator::SharedIndex(id);
+  return index && static_cast<std::int64_t>(*index) < count;
 }
 
 }  // namespace rdp::deviceplugin

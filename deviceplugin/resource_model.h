@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hca/hca.h"
@@ -33,8 +34,9 @@ std::vector<DeviceState> ExclusiveDevices(const std::vector<hca::AdvertisedHca>&
 std::vector<DeviceState> SharedDevices(int count, const std::vector<hca::AdvertisedHca>& hcas,
                                        const std::set<std::string>& withheld);
 
+// The shared-mode IDs, as allocator::SharedId and SharedIndex define them.
 std::string SharedId(int index);
-// True for "shared-<n>" with 0 <= n < count, written canonically (no sign, no leading zeros).
-bool IsSharedId(const std::string& id, int count);
+// True for "shared-<n>" with 0 <= n < count, written canonically (allocator::SharedIndex).
+bool IsSharedId(std::string_view id, int count);
 
 }  // namespace rdp::deviceplugin

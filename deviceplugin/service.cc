@@ -37,6 +37,9 @@ std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::strin
 
 absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                        v1beta1::PreferredAllocationResponse* response) {
+  if (request.container_requests().empty()) {
+    return absl::InvalidArgumentError("empty request: no container_requests");
+  }
   response->Clear();
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
@@ -99,12 +102,14 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
     Changed();
   }
 
-  void Changed() {
+  void Changed() ABSL_LOCKS_EXCLUDED(mu_) {
+    // The list is read before the stream's lock is taken, so that no lock of NodeState is ever
+    // taken under it; versions only grow, so a list that is not newer than the one sent is
+    // dropped (a newer one was, or OnWriteDone reads it again).
+    NodeState::DeviceList list = node_->Devices();
     {
       absl::MutexLock lock(&mu_);
-      if (finishing_ || writing_) return;  // OnWriteDone looks again
-      NodeState::DeviceList list = node_->Devices();
-      if (list.version == sent_) return;
+      if (finishing_ || writing_ || list.version <= sent_) return;
       response_.Clear();
       ToProto(list.devices, &response_);
       sent_ = list.version;
@@ -115,7 +120,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   }
 
   // Finishes the stream once, after the write in flight if there is one.
-  void End(const grpc::Status& status) {
+  void End(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
       if (finishing_) return;
@@ -128,7 +133,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
     Finish(status);
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     serving::HappensAfter(this);
     bool finish = false;
     grpc::Status status;
@@ -171,7 +176,9 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
   std::uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
-  v1beta1::ListAndWatchResponse response_;  // owned by the write in flight while writing_
+  // Filled under mu_ while no write is in flight; then read by the write in flight (writing_),
+  // which gRPC runs outside any lock of ours.
+  v1beta1::ListAndWatchResponse response_;
 };
 
 grpc::Status ToGrpc(const absl::Status& status) {
@@ -219,26 +226,16 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
 void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done) {
-  // done() exactly once, whichever path ends the call.
-  auto once = std::make_shared<std::atomic<bool>>(false);
-  auto finish = [once, done = std::move(done)](const grpc::Status& s) {
-    if (!once->exchange(true)) done(s);
+  auto answer = [&node, &request, response, done = std::move(done)] {
+    done(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
   };
-  bool deferred = false;  // the refresh finishes the call
-  const grpc::Status checked = Guard(kPreferRpc, [&]() -> absl::Status {
-    if (request.container_requests().empty()) {
-      return absl::InvalidArgumentError("empty request: no container_requests");
-    }
-    if (node.config().mode == hca::Mode::kShared) return PreferAll(node, request, response);
-    // Exclusive: the GPU context comes from a pod list at least as new as this call. One
-    // refresh serves every container of the request.
-    deferred = true;
-    node.RefreshPods([&node, &request, response, finish] {
-      finish(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
-    });
-    return absl::OkStatus();
-  });
-  if (!deferred || !checked.ok()) finish(checked);
+  if (node.config().mode == hca::Mode::kShared || request.container_requests().empty()) {
+    answer();
+    return;
+  }
+  // Exclusive: the GPU context comes from a pod list at least as new as this call. One refresh
+  // serves every container of the request; `answer` runs once it is over.
+  node.RefreshPods(std::move(answer));
 }
 
 namespace {

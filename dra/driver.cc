@@ -14,8 +14,6 @@
 namespace rdp::dra {
 namespace {
 
-constexpr char kRdmaCm[] = "/dev/infiniband/rdma_cm";
-
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
 
 std::string Describe(const ClaimRef& ref) {
@@ -396,18 +394,11 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim) {
     if (std::find(indices.begin(), indices.end(), idx) == indices.end()) indices.push_back(idx);
   }
   // Their device nodes as they are now, and rdma_cm's (as NodeState::Allocate checks them).
-  std::vector<std::string_view> paths;
-  for (const int idx : indices) {
-    for (const auto& [path, present] : snapshot->hcas()[idx].char_devices) paths.push_back(path);
-  }
-  paths.push_back(kRdmaCm);
-  const std::vector<bool> present = env_->ExistAll(paths);
-  const bool rdma_cm = present.back();
+  const bool rdma_cm = env_->Exists(hca::kRdmaCmPath);
   std::map<int, topology::Hca> now;  // by snapshot index
-  std::size_t next = 0;
   for (const int idx : indices) {
-    topology::Hca& h = now.emplace(idx, snapshot->hcas()[idx]).first->second;
-    for (auto& [path, was] : h.char_devices) was = present[next++];
+    const topology::Hca& h =
+        now.emplace(idx, hca::WithDeviceNodesNow(snapshot->hcas()[idx], *env_)).first->second;
     const hca::Verdict verdict = hca::Assess(h);
     if (!verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
@@ -415,18 +406,22 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim) {
                                                         ") is unusable: ", verdict.reason));
     }
   }
+  // The HCAs of the devices `pick` chooses, each once, as they are now.
   auto hcas_of = [&](auto pick) {
-    std::vector<const topology::Hca*> out;
+    std::vector<int> taken;
+    std::vector<topology::Hca> out;
     for (const AllocatedDevice& d : claim.devices) {
-      const topology::Hca* h = &now.at(FindHca(*snapshot, d.device));
-      if (pick(d) && std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+      const int idx = FindHca(*snapshot, d.device);
+      if (!pick(d) || std::find(taken.begin(), taken.end(), idx) != taken.end()) continue;
+      taken.push_back(idx);
+      out.push_back(now.at(idx));
     }
     return out;
   };
   if (claim.legacy) {
-    return BuildLegacyCdiSpec(config_.driver_name, ref.uid,
-                              hca::BuildAllocation(hcas_of([](const auto&) { return true; }), rdma_cm),
-                              *env_);
+    return BuildLegacyCdiSpec(
+        config_.driver_name, ref.uid,
+        hca::BuildAllocation(hcas_of([](const auto&) { return true; }), rdma_cm), *env_);
   }
   std::vector<CdiRequest> requests;
   for (const std::string& request : Requests(claim.devices)) {
@@ -438,14 +433,14 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim) {
     if (const auto it = claim.common.find(request); it != claim.common.end()) {
       // The devices of the container's other pairs are HCAs of this node too (their claims
       // checked them); only their names and addresses go into the variables.
-      std::vector<const topology::Hca*> all;
+      std::vector<topology::Hca> all;
       for (const std::string& device : it->second) {
         const int idx = FindHca(*snapshot, device);
         if (idx < 0) {
           all.clear();
           break;
         }
-        all.push_back(&snapshot->hcas()[idx]);
+        all.push_back(snapshot->hcas()[idx]);
       }
       if (!all.empty()) r.common = hca::BuildAllocation(all, rdma_cm).envs;
     }

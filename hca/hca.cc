@@ -47,7 +47,13 @@ Verdict Assess(const topology::Hca& hca) {
   return {true, ""};
 }
 
-ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
+topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
+  topology::Hca now = hca;
+  for (auto& [path, present] : now.char_devices) present = env.Exists(path);
+  return now;
+}
+
+ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
                                     bool with_rdma_cm) {
   ContainerAllocation out;
   out.devices.reserve(hcas.size() * 3 + 1);
@@ -56,15 +62,15 @@ ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hca
     out.devices.push_back({path, path, "rw"});
   };
   std::vector<std::string> names, pcis;
-  for (const topology::Hca* hca : hcas) {
-    if (!hca->uverbs.empty() && Existed(*hca, hca->uverbs)) add(hca->uverbs);
-    for (const auto* list : {&hca->umad, &hca->issm}) {
+  for (const topology::Hca& hca : hcas) {
+    if (!hca.uverbs.empty() && Existed(hca, hca.uverbs)) add(hca.uverbs);
+    for (const auto* list : {&hca.umad, &hca.issm}) {
       for (const std::string& node : *list) {
-        if (Existed(*hca, node)) add(node);
+        if (Existed(hca, node)) add(node);
       }
     }
-    names.push_back(hca->name);
-    pcis.push_back(hca->place.pci);
+    names.push_back(hca.name);
+    pcis.push_back(hca.place.pci);
   }
   if (with_rdma_cm) add("rdma_cm");
   out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(names, ","));

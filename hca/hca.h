@@ -1,8 +1,8 @@
 #pragma once
 
-// The node's HCAs as both front doors (the device plugin, dra/) see them, as pure functions: what
-// makes an HCA usable, what a container holding some of them gets, and the node's mode. No I/O,
-// no locks, no protobuf.
+// The node's HCAs as both front doors (the device plugin, dra/) see them: what makes an HCA
+// usable, what a container holding some of them gets, and the node's mode. Pure functions, but
+// for WithDeviceNodesNow, which reads the node through an Env. No locks, no protobuf.
 
 #include <map>
 #include <optional>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/env.h"
 #include "topology/topology.h"
 
 namespace rdp::hca {
@@ -56,11 +57,19 @@ struct ContainerAllocation {
   std::map<std::string, std::string> envs;
 };
 
+// `hca` with each of its device nodes (char_devices) checked now through `env`, one stat each:
+// the scan that saw them may be a poll old, and a DeviceSpec or CDI entry naming a missing node
+// makes the container runtime refuse the container. Both doors call it, then Assess, when they
+// hand HCAs out.
+topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env);
+// Where the node-wide RDMA CM device is (a node path, as Env takes it).
+inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
+
 // DeviceSpecs ("rw", host path = container path) for each of the HCA's device nodes that is
 // present in its char_devices (uverbsN, umadN, issmN, in that order), then
 // /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form),
 // RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI, in the order given.
-ContainerAllocation BuildAllocation(const std::vector<const topology::Hca*>& hcas,
+ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
                                     bool with_rdma_cm);
 
 }  // namespace rdp::hca

@@ -357,6 +357,18 @@ TEST(PreferSharedTest, LowestInNaturalOrderAfterMustInclude) {
   EXPECT_THAT(*got, ElementsAre("shared-0", "shared-1", "shared-2"));
 }
 
+TEST(SharedIndexTest, CanonicalIndicesBelowTheLimit) {
+  EXPECT_EQ(SharedIndex("shared-0"), 0u);
+  EXPECT_EQ(SharedIndex("shared-1048575"), kMaxSharedIndex - 1);
+  EXPECT_EQ(SharedIndex("unit-12", "unit-"), 12u);
+  for (const char* bad : {"shared-1048576", "shared-01", "shared--1", "shared-", "shared-x",
+                          "shared-+1", "shared-1 ", "Shared-1", "xshared-1", "shared-99999999999",
+                          ""}) {
+    EXPECT_FALSE(SharedIndex(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(SharedId(7), "shared-7");
+}
+
 TEST(NaturalLessTest, OrdersTrailingNumbersNumerically) {
   EXPECT_TRUE(NaturalLess("shared-2", "shared-10"));
   EXPECT_FALSE(NaturalLess("shared-10", "shared-2"));

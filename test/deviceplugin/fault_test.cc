@@ -265,7 +265,7 @@ constexpr int kThreadSlack = 2;
 TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
   TestNode node;
   const Config config = node.MakeConfig(hca::Mode::kExclusive);
-  PluginServer plugin(config, node.Deps());
+  PluginServer plugin(config, node.Sources());
   ASSERT_TRUE(plugin.Start().ok());
   // No kubelet: the plugin serves its socket all the same and retries registration.
   ASSERT_FALSE(Exists(config.KubeletSocketPath()));
@@ -442,7 +442,7 @@ void RunVanishing(TestNode& node, OneShotFault& fault, const std::string& victim
   const Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  PluginServer plugin(config, node.Deps(nullptr, fault.env()));
+  PluginServer plugin(config, node.Sources(nullptr, fault.env()));
   ASSERT_TRUE(plugin.Start().ok());
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
   ASSERT_TRUE(kubelet.WaitForDevices(Is(kExpected), kWait).has_value());
@@ -658,10 +658,10 @@ void RunWithSilentPodResources(TestNode& node, const Config& config,
                                const std::function<void()>& end_silence) {
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  NodeSources deps = node.Deps();  // sysfs-only discovery
-  deps.pod_resources = DefaultSources(config).pod_resources;
-  ASSERT_NE(deps.pod_resources, nullptr) << "DefaultSources did not wire pod-resources";
-  PluginServer plugin(config, std::move(deps));
+  NodeSources sources = node.Sources();  // sysfs-only discovery
+  sources.pod_resources = DefaultSources(config).pod_resources;
+  ASSERT_NE(sources.pod_resources, nullptr) << "DefaultSources did not wire pod-resources";
+  PluginServer plugin(config, std::move(sources));
   ASSERT_TRUE(plugin.Start().ok());
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
   DeviceTable withheld = kExpected;

@@ -87,7 +87,7 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
   ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "port_xmit_data", 1000).ok());
   ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "symbol_error", 7).ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
-  NodeState state(config, node_.Deps());
+  NodeState state(config, node_.Sources());
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(node_.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
   state.Poll();
@@ -148,7 +148,7 @@ TEST_F(NodeMetricsTest, GpuDirectRdmaAsTheNodeIsAtTheScrape) {
 
 TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
   Config config = node_.MakeConfig(hca::Mode::kShared);
-  NodeState state(config, node_.Deps());
+  NodeState state(config, node_.Sources());
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_1").ok());
   state.Poll();
@@ -164,7 +164,7 @@ TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
 // the scrape still answers.
 TEST_F(NodeMetricsTest, CountersThatCannotBeReadHaveNoSeries) {
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
-  NodeState state(config, node_.Deps());
+  NodeState state(config, node_.Sources());
   ASSERT_TRUE(state.Init().ok());
   const std::string dir = node_.dir().Sub("node") + "/sys/class/infiniband/mlx5_2/ports/1/counters/";
   ASSERT_EQ(::unlink((dir + "port_rcv_data").c_str()), 0);
@@ -190,7 +190,7 @@ TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
-  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  NodeState state(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(state.RefreshPodsAndWait());
   const std::string text = Scrape(state);
@@ -220,7 +220,7 @@ TEST_F(NodeMetricsTest, PodResourcesErrorsAreCounted) {
   const std::string socket = node_.dir().Sub("absent.sock");  // nobody serves it
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
-  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  NodeState state(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
   EXPECT_FALSE(state.RefreshPodsAndWait());
   EXPECT_FALSE(state.RefreshPodsAndWait());
@@ -236,9 +236,9 @@ TEST_F(NodeMetricsTest, AllocationAlignmentByPathClass) {
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
-  NodeSources deps = node_.Deps(NewGrpcPodResources(socket));
+  NodeSources sources = node_.Sources(NewGrpcPodResources(socket));
   std::shared_ptr<Env> env = node_.NodeEnv();
-  deps.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
+  sources.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
     auto hcas = topology::ReadSysfsHcas(*env);
     if (!hcas.ok()) return hcas.status();
     topology::Gpu gpu;
@@ -246,7 +246,7 @@ TEST_F(NodeMetricsTest, AllocationAlignmentByPathClass) {
     return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
                                                       std::vector<topology::Gpu>{gpu});
   };
-  NodeState state(config, std::move(deps));
+  NodeState state(config, std::move(sources));
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(state.RefreshPodsAndWait());
   ASSERT_TRUE(state.Allocate({"0000:9a:00.0"}).ok());  // no container with GPUs: unknown
@@ -275,7 +275,7 @@ TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
-  NodeState state(config, node_.Deps(NewGrpcPodResources(socket)));
+  NodeState state(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(state.RefreshPodsAndWait());
   std::atomic<bool> stop{false};
@@ -382,7 +382,7 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
                       "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"));
   EXPECT_EQ(rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/healthz").body, "ok\n");
 
-  // promtool (Debian's prometheus package, scripts/install-deps.sh) holds the scrape to the
+  // promtool (Debian's prometheus package, scripts/install-sources.sh) holds the scrape to the
   // format; without it, the checks above stand alone.
   if (::access("/usr/bin/promtool", X_OK) == 0) {
     const std::string file = node.dir().Sub("scrape.txt");

@@ -21,6 +21,7 @@ namespace rdp::deviceplugin {
 namespace {
 
 using testing::TestNode;
+using testing::WaitUntil;
 using Devices = KubeletSim::Devices;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -51,7 +52,7 @@ class PluginServerTest : public ::testing::Test {
     if (tune) tune(config_);
     kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
     ASSERT_TRUE(kubelet_->Start().ok());
-    plugin_ = std::make_unique<PluginServer>(config_, node_.Deps(std::move(pods)));
+    plugin_ = std::make_unique<PluginServer>(config_, node_.Sources(std::move(pods)));
     ASSERT_TRUE(plugin_->Start().ok());
     ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
     stub_ = kubelet_->PluginStub();
@@ -118,7 +119,7 @@ TEST_F(PluginServerTest, RegistersWithTheKubelet) {
 
 TEST_F(PluginServerTest, RegistersWhenTheKubeletComesLater) {
   config_ = node_.MakeConfig(hca::Mode::kShared);
-  plugin_ = std::make_unique<PluginServer>(config_, node_.Deps());
+  plugin_ = std::make_unique<PluginServer>(config_, node_.Sources());
   ASSERT_TRUE(plugin_->Start().ok());
   KubeletSim kubelet(config_.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
@@ -158,7 +159,7 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
   Config config = node.MakeConfig(hca::Mode::kExclusive);
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  PluginServer plugin(config, node.Deps());
+  PluginServer plugin(config, node.Sources());
   ASSERT_TRUE(plugin.Start().ok());
   auto devices = kubelet.WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait);
   ASSERT_TRUE(devices.has_value());
@@ -513,15 +514,14 @@ TEST_F(PluginServerTest, SharedWithholdsExclusivelyHeldHcas) {
             "0000:1a:00.0,0000:9a:00.0,0000:ba:00.0");
   pods.Set({});
   // Once the container is gone (seen on a later poll), the HCA is shared again.
-  bool back = false;
-  const absl::Time deadline = absl::Now() + kWait;
-  while (!back && absl::Now() < deadline) {
-    const std::uint64_t version = plugin_->node().Devices().version;
-    ASSERT_TRUE(Allocate({{"shared-0"}}, &response).ok());
-    back = response.container_responses(0).envs().at("NCCL_IB_HCA") ==
-           "=mlx5_0,mlx5_1,mlx5_2,mlx5_3";
-    if (!back) plugin_->node().WaitForChange(version, deadline);
-  }
+  const bool back = WaitUntil(
+      plugin_->node(),
+      [&] {
+        v1beta1::AllocateResponse r;
+        return Allocate({{"shared-0"}}, &r).ok() &&
+               r.container_responses(0).envs().at("NCCL_IB_HCA") == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3";
+      },
+      absl::Now() + kWait);
   EXPECT_TRUE(back);
 }
 

@@ -1,5 +1,8 @@
 #include "deviceplugin/resource_model.h"
 
+#include <limits>
+
+#include "allocator/allocator.h"
 #include "gtest/gtest.h"
 
 namespace rdp::deviceplugin {
@@ -53,8 +56,22 @@ TEST(SharedIdTest, Canonical) {
                           "shared-2147483648", "shared-99999999999999999999"}) {
     EXPECT_FALSE(IsSharedId(bad, 1000)) << bad;
   }
-  EXPECT_TRUE(IsSharedId("shared-2147483646", 2147483647));
-  EXPECT_FALSE(IsSharedId("shared-2147483647", 2147483647));
+  EXPECT_TRUE(IsSharedId("shared-99999", 100000)) << "the largest --shared-devices";
+  EXPECT_FALSE(IsSharedId("shared-100000", 100000));
+}
+
+// The plugin's IDs and the allocator's indexed path read shared IDs through one definition:
+// every ID the plugin accepts, the allocator answers on its index (issue 24: the two parsers
+// had different limits, 10 and 7 digits).
+TEST(SharedIdTest, OneDefinitionWithTheAllocator) {
+  for (const char* id : {"shared-0", "shared-7", "shared-99999", "shared-1048575", "shared-1048576",
+                         "shared-2147483646", "shared-01", "shared-"}) {
+    EXPECT_EQ(IsSharedId(id, std::numeric_limits<int>::max()),
+              allocator::SharedIndex(id).has_value())
+        << id;
+  }
+  EXPECT_EQ(SharedId(42), "shared-42");
+  EXPECT_EQ(allocator::SharedIndex(SharedId(42)), 42u);
 }
 
 }  // namespace

@@ -5,12 +5,16 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/node_state.h"
@@ -49,6 +53,35 @@ inline std::vector<sim::FixtureHca> FourCards() {
           FixtureCard("mlx5_3", "0000:ba:00.0", 1, "pci0000:b7")};
 }
 
+// Waits until `done()` holds or `deadline` passes, checking it again after every change of the
+// node's device list, which it learns of as the plugin's own ListAndWatch streams do (a
+// NodeState listener). The last value of `done()`.
+inline bool WaitUntil(NodeState& node, const std::function<bool()>& done, absl::Time deadline) {
+  absl::Mutex mu;
+  absl::CondVar changed;
+  std::uint64_t changes = 0;
+  const int listener = node.AddListener([&] {
+    absl::MutexLock lock(&mu);
+    ++changes;
+    changed.SignalAll();
+  });
+  bool ok = false;
+  for (;;) {
+    std::uint64_t seen;
+    {
+      absl::MutexLock lock(&mu);
+      seen = changes;
+    }
+    ok = done();
+    if (ok || absl::Now() >= deadline) break;
+    absl::MutexLock lock(&mu);
+    while (changes == seen && !changed.WaitWithDeadline(&mu, deadline)) {
+    }
+  }
+  node.RemoveListener(listener);
+  return ok;
+}
+
 // A node in a temp dir: fake sysfs + /dev under <dir>/node, kubelet dir <dir>/dp.
 class TestNode {
  public:
@@ -82,20 +115,20 @@ class TestNode {
 
   // Discovery from sysfs alone (no hwloc), read through `env` (default: NodeEnv()): HCAs with
   // their NUMA nodes, no GPUs.
-  NodeSources Deps(std::unique_ptr<PodResourcesSource> pods = nullptr,
+  NodeSources Sources(std::unique_ptr<PodResourcesSource> pods = nullptr,
                   std::shared_ptr<Env> env = nullptr) const {
-    NodeSources deps;
+    NodeSources sources;
     if (!env) env = NodeEnv();
-    deps.env = env;
-    deps.scan = [env] { return topology::ReadSysfsHcas(*env); };
-    deps.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
+    sources.env = env;
+    sources.scan = [env] { return topology::ReadSysfsHcas(*env); };
+    sources.discover = [env]() -> absl::StatusOr<topology::TopologyPtr> {
       auto hcas = topology::ReadSysfsHcas(*env);
       if (!hcas.ok()) return hcas.status();
       return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, *hcas,
                                                         std::vector<topology::Gpu>{});
     };
-    deps.pod_resources = std::move(pods);
-    return deps;
+    sources.pod_resources = std::move(pods);
+    return sources;
   }
 
  private:

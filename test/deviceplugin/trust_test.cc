@@ -33,6 +33,7 @@ namespace rdp::deviceplugin {
 namespace {
 
 using testing::TestNode;
+using testing::WaitUntil;
 using Devices = KubeletSim::Devices;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -92,11 +93,11 @@ class ScriptedPods : public PodResourcesSource {
 class TrustTest : public ::testing::Test {
  protected:
   // Starts the kubelet simulator and the plugin; waits for the registration.
-  void StartAll(Config config, NodeSources deps) {
+  void StartAll(Config config, NodeSources sources) {
     config_ = std::move(config);
     kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
     ASSERT_TRUE(kubelet_->Start().ok());
-    plugin_ = std::make_unique<PluginServer>(config_, std::move(deps));
+    plugin_ = std::make_unique<PluginServer>(config_, std::move(sources));
     ASSERT_TRUE(plugin_->Start().ok());
     ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
     stub_ = kubelet_->PluginStub();
@@ -140,7 +141,7 @@ class TrustTest : public ::testing::Test {
 TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
   Config config = node_.MakeConfig(hca::Mode::kShared);
   config.health_interval = kNever;
-  StartAll(config, node_.Deps());
+  StartAll(config, node_.Sources());
   ASSERT_TRUE(node_.fixture().RemoveUverbs("mlx5_1").ok());
   v1beta1::AllocateResponse response;
   const grpc::Status s = Allocate({"shared-3"}, &response);
@@ -157,7 +158,7 @@ TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
 TEST_F(TrustTest, SharedAllocateRefusedWhenNoHcaIsUsable) {
   Config config = node_.MakeConfig(hca::Mode::kShared);
   config.health_interval = kNever;
-  StartAll(config, node_.Deps());
+  StartAll(config, node_.Sources());
   for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
     ASSERT_TRUE(node_.fixture().RemoveUverbs(name).ok());
   }
@@ -177,7 +178,7 @@ TEST_F(TrustTest, CpuOnlyNodeAdvertisesNothing) {
   Config config = empty.MakeConfig(hca::Mode::kShared);
   kubelet_ = std::make_unique<KubeletSim>(config.kubelet_dir);
   ASSERT_TRUE(kubelet_->Start().ok());
-  PluginServer plugin(config, empty.Deps());
+  PluginServer plugin(config, empty.Sources());
   ASSERT_TRUE(plugin.Start().ok());
   ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
   EXPECT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.empty(); }, kWait));
@@ -194,7 +195,7 @@ TEST_F(TrustTest, CpuOnlyNodeAdvertisesNothing) {
 TEST_F(TrustTest, SlowPodResourcesAtStartOfferNothing) {
   auto pods = std::make_unique<ScriptedPods>();
   ScriptedPods* script = pods.get();
-  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(std::move(pods)));
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources(std::move(pods)));
   // Some lists arrive and retries happen (with backoff) while the List keeps failing.
   ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   const int before = script->calls();
@@ -223,9 +224,9 @@ TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = node_.dir().Sub("pod-resources/kubelet.sock");
   StartAll(config, [&] {
-    NodeSources deps = node_.Deps();
-    deps.pod_resources = DefaultSources(config).pod_resources;
-    return deps;
+    NodeSources sources = node_.Sources();
+    sources.pod_resources = DefaultSources(config).pod_resources;
+    return sources;
   }());
   ASSERT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   EXPECT_EQ(kubelet_->max_healthy(), 0);
@@ -233,11 +234,9 @@ TEST_F(TrustTest, PodResourcesSocketThatAppearsLaterIsUsed) {
   FakePodResources pods(config.pod_resources_socket);
   pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  const absl::Time deadline = absl::Now() + kWait;
-  while (!plugin_->node().pods_known() && absl::Now() < deadline) {
-    plugin_->node().WaitForChange(plugin_->node().Devices().version, deadline);
-  }
-  ASSERT_TRUE(plugin_->node().pods_known()) << "the socket that appeared was never used";
+  ASSERT_TRUE(WaitUntil(plugin_->node(), [&] { return plugin_->node().pods_known(); },
+                        absl::Now() + kWait))
+      << "the socket that appeared was never used";
   EXPECT_EQ(kubelet_->max_healthy(), 0);
   pods.Set({});
   EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
@@ -250,7 +249,7 @@ TEST_F(TrustTest, ExclusiveAllocateRefusesWithheldAndUnhealthyHcas) {
   FakePodResources pods(socket);
   pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
   ASSERT_TRUE(pods.Start().ok());
-  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(NewGrpcPodResources(socket)));
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources(NewGrpcPodResources(socket)));
   v1beta1::AllocateResponse response;
   grpc::Status s = Allocate({kPcis[0]}, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -271,7 +270,7 @@ TEST_F(TrustTest, ExclusiveAllocateRefusesWithheldAndUnhealthyHcas) {
 // One HCA in two spellings is one HCA: given twice, the request is invalid. Before, it got two
 // copies of every device spec and NCCL_IB_HCA==mlx5_0,mlx5_0.
 TEST_F(TrustTest, OneHcaInTwoSpellingsIsADuplicate) {
-  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources());
   v1beta1::AllocateResponse response;
   const grpc::Status s = Allocate({"0000:1a:00.0", "0000:1A:00.0"}, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -308,7 +307,7 @@ TEST_F(TrustTest, VanishedHcasAreForgottenUnlessHeld) {
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.forget_after_polls = 3;
-  StartAll(config, node_.Deps(NewGrpcPodResources(socket)));
+  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
   ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_1").ok());  // held
   ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_2").ok());  // not held
@@ -332,7 +331,7 @@ TEST_F(TrustTest, AThrowingPodListDoesNotFreezeTheRefresh) {
   auto pods = std::make_unique<ScriptedPods>();
   ScriptedPods* script = pods.get();
   script->ThrowNext();
-  NodeState plugin(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps(std::move(pods)));
+  NodeState plugin(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources(std::move(pods)));
   ASSERT_TRUE(plugin.Init().ok());
   EXPECT_FALSE(plugin.RefreshPodsAndWait());
   script->Answer({});
@@ -348,7 +347,7 @@ TEST_F(TrustTest, PodListRefreshesAreCoalesced) {
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.health_interval = kNever;  // no periodic refresh in between
-  StartAll(config, node_.Deps(NewGrpcPodResources(socket)));
+  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
   v1beta1::PreferredAllocationRequest request;
   for (int c = 0; c < 8; ++c) {
     auto* r = request.add_container_requests();
@@ -374,15 +373,15 @@ TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
   auto gate = std::make_shared<absl::Notification>();
   auto entered = std::make_shared<absl::Notification>();
   auto calls = std::make_shared<std::atomic<int>>(0);
-  NodeSources deps = node_.Deps();
-  deps.discover = [inner = deps.discover, gate, entered, calls] {
+  NodeSources sources = node_.Sources();
+  sources.discover = [inner = sources.discover, gate, entered, calls] {
     if (calls->fetch_add(1) > 0) {  // every re-discovery, not the first
       if (!entered->HasBeenNotified()) entered->Notify();
       gate->WaitForNotification();
     }
     return inner();
   };
-  StartAll(node_.MakeConfig(hca::Mode::kExclusive), std::move(deps));
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
   ASSERT_TRUE(node_.fixture().AddHca(testing::FixtureCard("mlx5_4", "0000:db:00.0", 1,
                                                           "pci0000:d7")).ok());
   ASSERT_TRUE(entered->WaitForNotificationWithTimeout(kWait)) << "no re-discovery started";
@@ -397,8 +396,8 @@ TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
 // restarts.
 TEST_F(TrustTest, AFailingPollIsFatal) {
   auto fail = std::make_shared<std::atomic<bool>>(false);
-  NodeSources deps = node_.Deps();
-  deps.poll = [fail](struct pollfd* fds, nfds_t n, int timeout) {
+  NodeSources sources = node_.Sources();
+  sources.poll = [fail](struct pollfd* fds, nfds_t n, int timeout) {
     if (fail->load()) {
       errno = ENOMEM;
       return -1;
@@ -406,7 +405,7 @@ TEST_F(TrustTest, AFailingPollIsFatal) {
     return ::poll(fds, n, timeout);
   };
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
-  StartAll(config, std::move(deps));
+  StartAll(config, std::move(sources));
   fail->store(true);
   // The health thread wakes within 50 ms and fails. Wait is bounded by kWait: past it, a
   // watchdog ends it with OK, which fails the test.
@@ -430,7 +429,7 @@ TEST_F(TrustTest, AFailingPollIsFatal) {
 // thread): past DevicePluginService::kMaxStreams they are refused with RESOURCE_EXHAUSTED, and
 // the kubelet's own stream keeps working.
 TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
-  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources());
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
   struct Stream {
     grpc::ClientContext context;
@@ -466,7 +465,7 @@ TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
 // umask.
 TEST_F(TrustTest, SocketModeIsOwnerOnly) {
   const mode_t old = ::umask(0);
-  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Deps());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources());
   ::umask(old);
   struct stat st;
   ASSERT_EQ(::stat(config_.SocketPath().c_str(), &st), 0);

@@ -19,9 +19,9 @@ nlohmann::json Node(const std::string& path, int major, int minor) {
           {"minor", minor}};
 }
 
-std::vector<const topology::Hca*> Hcas(const topology::Topology& t, std::vector<int> idx) {
-  std::vector<const topology::Hca*> out;
-  for (int i : idx) out.push_back(&t.hcas()[i]);
+std::vector<topology::Hca> Hcas(const topology::Topology& t, std::vector<int> idx) {
+  std::vector<topology::Hca> out;
+  for (int i : idx) out.push_back(t.hcas()[i]);
   return out;
 }
 

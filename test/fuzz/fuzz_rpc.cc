@@ -79,12 +79,12 @@ Rig& TheRig() {
       config.discovery.sysfs_root = root;
       config.discovery.dev_root = root;
       config.proc_root = root;
-      deviceplugin::NodeSources deps = deviceplugin::DefaultSources(config);
+      deviceplugin::NodeSources sources = deviceplugin::DefaultSources(config);
       auto pods = std::make_unique<InputPods>();
       r->pods[m] = pods.get();
-      deps.pod_resources = std::move(pods);
-      deps.now = [r] { return r->now; };
-      r->plugins[m] = std::make_unique<deviceplugin::NodeState>(config, std::move(deps));
+      sources.pod_resources = std::move(pods);
+      sources.now = [r] { return r->now; };
+      r->plugins[m] = std::make_unique<deviceplugin::NodeState>(config, std::move(sources));
       FUZZ_CHECK(r->plugins[m]->Init().ok(), "plugin init");
       FUZZ_CHECK(r->plugins[m]->RefreshPodsAndWait(), "first pod list");
     }

@@ -36,7 +36,7 @@ TEST(BuildAllocationTest, SpecsAndExactMatchEnvs) {
   b.place.pci = "0000:9a:00.0";
   b.uverbs = "uverbs10";
   b.char_devices = {{"/x/dev/infiniband/uverbs10", true}};
-  ContainerAllocation got = BuildAllocation({&a, &b}, true);
+  ContainerAllocation got = BuildAllocation({a, b}, true);
   std::vector<std::string> paths;
   for (const auto& s : got.devices) {
     EXPECT_EQ(s.host_path, s.container_path);

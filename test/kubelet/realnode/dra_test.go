@@ -67,6 +67,7 @@ func TestRealNodeDRA(t *testing.T) {
 	t.Logf("claim-one deleted: its CDI spec is gone (%v left)", c.cdiSpecs())
 
 	t.Run("GPUAndHCA", func(t *testing.T) { draGPUAndHCA(t, c.with(t)) })
+	t.Run("PerContainer", func(t *testing.T) { draPerContainer(t, c.with(t)) })
 	t.Run("Restarts", func(t *testing.T) { draRestarts(t, c.with(t)) })
 }
 
