@@ -129,7 +129,7 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
 
 TEST_F(NodeMetricsTest, GpuDirectRdmaAsTheNodeIsAtTheScrape) {
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
-  NodeState state(config, node_.Deps());
+  NodeState state(config, node_.Sources());
   ASSERT_TRUE(state.Init().ok());
   std::string text = Scrape(state);
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"nvidia-peermem\"} 0"))
