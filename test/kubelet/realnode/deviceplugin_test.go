@@ -204,7 +204,7 @@ func (c *cluster) waitPluginLog(part1, part2 string) {
 			if p.Status.Phase != v1.PodRunning {
 				continue
 			}
-			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{}).Do(c.ctx()).Raw()
+			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: "rdma-device-plugin"}).Do(c.ctx()).Raw()
 			if err != nil {
 				return false, err.Error()
 			}
