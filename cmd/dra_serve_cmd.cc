@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -238,7 +241,9 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
 // What a scrape shows in DRA mode: the node's HCAs (health, placement) and their port counters,
 // from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
 // driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
-std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env) {
+std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env,
+                             bool registered, const dra::SliceSync::Status& sync,
+                             std::map<std::string, std::uint64_t> dropped) {
   metrics::NodeMetricsInput in;
   in.mode = r.mode;
   in.topology = topo;
@@ -253,15 +258,53 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
   }
   metrics::Exposition out;
   metrics::WriteNodeMetrics(in, env, out);
+  using Type = metrics::Exposition::Type;
+  out.Family("rdma_device_plugin_dra_registered",
+             "1 while the kubelet has the DRA driver registered (its last NotifyRegistrationStatus)",
+             Type::kGauge);
+  out.Sample({}, registered ? 1 : 0);
+  out.Family("rdma_device_plugin_dra_slices_in_sync",
+             "1 when the last publish of the node's ResourceSlices (or their withdrawal, when the "
+             "kubelet refused the driver) succeeded",
+             Type::kGauge);
+  out.Sample({}, sync.in_sync ? 1 : 0);
+  out.Family("rdma_device_plugin_dra_publishes_total",
+             "Publishes of the node's ResourceSlices, by result", Type::kCounter);
+  out.Sample({{"result", "success"}}, static_cast<double>(sync.successes));
+  out.Sample({{"result", "failure"}}, static_cast<double>(sync.failures));
+  out.Family("rdma_device_plugin_dra_dropped_fields_total",
+             "Writes of a ResourceSlice whose answer from the API server lacked a field we sent "
+             "(its feature gate is off on the control plane), by field",
+             Type::kCounter);
+  dropped.emplace("taints", 0);  // the fields we send that a gate controls, listed at 0
+  dropped.emplace("allowMultipleAllocations", 0);
+  for (const auto& [field, n] : dropped) {
+    out.Sample({{"field", field}}, static_cast<double>(n));
+  }
   return out.Take();
+}
+
+// /healthz in DRA mode: ok while the kubelet has the driver registered and the node's slices are
+// published as wanted; else why not.
+absl::Status DraHealth(bool registered, const dra::SliceSync::Status& sync) {
+  if (!registered) {
+    return absl::UnavailableError("the kubelet has not registered the DRA driver");
+  }
+  if (!sync.in_sync) {
+    return absl::UnavailableError(absl::StrCat(
+        "the node's ResourceSlices are not published",
+        sync.last_error.empty() ? "" : absl::StrCat(": ", sync.last_error)));
+  }
+  return absl::OkStatus();
 }
 
 // The pool this node publishes now: its HCAs as devices (health as taints), in slices.
 std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Topology& topo,
-                                          Env& env) {
+                                          Env& env, bool taints) {
   dra::DeviceOptions options;
   options.driver_name = r.driver.driver_name;
   options.mode = r.mode;
+  options.taints = taints;
   options.kernel = dra::ReadKernelPci(env, topo);
   options.gpudirect_rdma = topology::ReadGpuDirect(env).Available();
   return dra::BuildResourceSlices(dra::BuildDevices(topo, options),
@@ -281,15 +324,29 @@ int Serve(const DraFlags& f, const Resolved& r) {
   dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
   NodeSnapshot* snapshot = node.snapshot.get();
   Env* env = node.env.get();
+  // Cleared when the API server drops device taints: unusable HCAs are then left out.
+  std::atomic<bool> taints{true};
   dra::SliceSync sync(
-      publisher, [&r, snapshot, env] { return DesiredSlices(r, *snapshot->Current(), *env); },
+      publisher,
+      [&r, snapshot, env, &taints] { return DesiredSlices(r, *snapshot->Current(), *env, taints); },
       {r.resync, absl::Seconds(10), absl::Seconds(1)});
+  publisher.SetOnDropped([&taints, &sync](const std::string& field) {
+    if (field == "taints" && taints.exchange(false)) {
+      Log()->warn("device taints are not kept by this control plane: unusable HCAs are no longer "
+                  "offered at all (not tainted) until the driver restarts");
+      sync.Trigger();
+    }
+  });
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
               r.driver.driver_name, r.driver.node_name, node.snapshot->Current()->hcas().size(),
               f.cdi_root, f.mode);
   dra::DraServer server(r.server, node.driver.get());
-  // A kubelet that (re)registers us has wiped the node's slices at its start: publish again.
-  server.registration().SetOnStatus([&sync] { sync.Trigger(); });
+  // Published only while the kubelet has the driver registered (a kubelet that (re)registers us
+  // has wiped the node's slices at its start: publish again), withdrawn when it refuses it.
+  server.registration().SetOnStatus([&sync](const dra::RegistrationState& state) {
+    sync.SetRole(state.registered ? dra::SliceSync::Role::kPublish
+                                  : dra::SliceSync::Role::kWithdraw);
+  });
   // The health poll: a sysfs scan every --health-interval; a change of the HCAs (an HCA's
   // ports, its device nodes, hotplug) is discovered in full and published at once.
   absl::Notification stop_poll;
@@ -301,15 +358,19 @@ int Serve(const DraFlags& f, const Resolved& r) {
     sync.Start();
     poll = std::thread([&] {
       while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
-        // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
-        absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
-        if (!scan.ok() || topology::HcaFingerprint(*scan) ==
-                              topology::HcaFingerprint(snapshot->Current()->hcas())) {
-          continue;
+        try {
+          // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
+          absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
+          if (!scan.ok() || topology::HcaFingerprint(*scan) ==
+                                topology::HcaFingerprint(snapshot->Current()->hcas())) {
+            continue;
+          }
+          if (!snapshot->Refresh()) continue;
+          Log()->info("the node's HCAs changed: publishing the pool again");
+          sync.Trigger();
+        } catch (const std::exception& e) {  // the next poll tries again; the process goes on
+          Log()->error("the health poll failed: {}", e.what());
         }
-        if (!snapshot->Refresh()) continue;
-        Log()->info("the node's HCAs changed: publishing the pool again");
-        sync.Trigger();
       }
     });
     return server.Start();
@@ -325,9 +386,11 @@ int Serve(const DraFlags& f, const Resolved& r) {
                              r.server.DraSocket());
   run.metrics_address = f.metrics_address;
   run.node = env;
-  run.render_metrics = [&r, snapshot, env] {
-    return RenderDraMetrics(r, snapshot->Current(), *env);
+  run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher] {
+    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered(), sync.status(),
+                            publisher.DroppedCounts());
   };
+  run.health = [&server, &sync] { return DraHealth(server.registered(), sync.status()); };
   return RunServer(run);
 }
 

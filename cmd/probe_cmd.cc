@@ -19,6 +19,7 @@ void AddProbeCommand(CLI::App& app) {
     std::string socket_name = "rdma-hca.sock";
     std::string timeout = "1s";
     bool dra = false;
+    bool ready = false;
     std::string driver_name = dra::kDefaultDriverName;
   };
   auto f = std::make_shared<Flags>();
@@ -33,6 +34,10 @@ void AddProbeCommand(CLI::App& app) {
   sub->add_flag("--dra", f->dra,
                 "Probe the DRA driver (`dra`): GetInfo on its registration socket, then an "
                 "empty NodeUnprepareResources on its DRA socket");
+  sub->add_flag("--ready", f->ready,
+                "With --dra: also require that the kubelet has registered the driver (the "
+                "readiness probe: a driver the kubelet refused or has not registered yet is not "
+                "ready)");
   sub->add_option("--driver-name", f->driver_name, "With --dra: the driver's name")
       ->envname("RDP_DRIVER_NAME")
       ->capture_default_str();
@@ -49,14 +54,19 @@ void AddProbeCommand(CLI::App& app) {
                 << "': not a positive duration such as 1s\n";
       Exit(kExitUsage);
     }
+    if (f->ready && !f->dra) {
+      std::cerr << "rdma-device-plugin probe: --ready needs --dra\n";
+      Exit(kExitUsage);
+    }
     if (f->dra) {
       const std::string root = kubelet_dir->count() > 0 ? f->kubelet_dir : "/var/lib/kubelet";
-      absl::Status status = dra::Probe(root, f->driver_name, timeout);
+      absl::Status status = dra::Probe(root, f->driver_name, timeout, f->ready);
       if (!status.ok()) {
         std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
         Exit(1);
       }
-      std::cout << "ok: " << dra::RegistrationSocket(root, f->driver_name) << " answers\n";
+      std::cout << "ok: " << dra::RegistrationSocket(root, f->driver_name) << " answers"
+                << (f->ready ? ", registered with the kubelet" : "") << "\n";
       return;
     }
     const std::string path = (std::filesystem::path(f->kubelet_dir) / f->socket_name).string();

@@ -32,7 +32,8 @@ int RunServer(const ServerRun& run) {
   // Scrapes run on the HTTP server's threads and read the door through snapshots.
   std::unique_ptr<metrics::MetricsHttpServer> endpoint;
   if (!run.metrics_address.empty()) {
-    auto started = metrics::MetricsHttpServer::Start(run.metrics_address, run.render_metrics);
+    auto started = metrics::MetricsHttpServer::Start(run.metrics_address, run.render_metrics,
+                                                      run.health);
     if (!started.ok()) {
       log->error("cannot start: {}", std::string(started.status().message()));
       run.stop();

@@ -29,6 +29,8 @@ struct ServerRun {
   // The node's trees (not owned; null: none): once started, the GPUDirect RDMA line is logged
   // from them (topology::ReadGpuDirect).
   Env* node = nullptr;
+  // What /healthz says (null: always ok), on the endpoint's threads as render_metrics.
+  std::function<absl::Status()> health;
 };
 
 // Blocks SIGTERM and SIGINT (before any thread starts), starts `run`, serves its metrics, waits,

@@ -30,6 +30,25 @@ NodeSources WithEnv(NodeSources sources, const Config& config) {
   return sources;
 }
 
+// Health per port: each port whose state differs from the snapshot's, one line each (the HCA's
+// own verdict is logged with the rest of its state).
+void LogPortChanges(const topology::Topology& before, const std::vector<topology::Hca>& now) {
+  for (const topology::Hca& h : now) {
+    const int idx = before.HcaIndex(h.place.pci);
+    if (idx < 0) continue;
+    const std::vector<topology::Port>& old_ports = before.hcas()[idx].ports;
+    for (const topology::Port& port : h.ports) {
+      auto was = std::find_if(old_ports.begin(), old_ports.end(),
+                              [&port](const topology::Port& p) { return p.number == port.number; });
+      if (was != old_ports.end() && was->state != port.state) {
+        Log()->info("HCA {} port {} is now {} (was {})", Describe(h), port.number,
+                    port.state.empty() ? "in an unknown state" : port.state,
+                    was->state.empty() ? "unknown" : was->state);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
@@ -116,6 +135,7 @@ bool NodeState::Poll() {
       scanned.clear();
     }
   }
+  if (scanned_ok) LogPortChanges(*current, scanned);
   topology::TopologyPtr fresh;
   if (scanned_ok && topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
     metrics_.rediscoveries.Add();
@@ -480,19 +500,20 @@ void NodeState::WriteMetrics(metrics::Exposition& out) const {
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
                                                            std::vector<std::string> must_include,
                                                            int size) const {
+  // Only a malformed request is refused (a bad size, a duplicate or empty ID, must_include not
+  // within available). An ID this plugin does not offer now is well-formed kubelet input all the
+  // same (an HCA unplugged a poll before the kubelet applied the update, a device reused from an
+  // init container, --shared-devices lowered): refusing it fails the pod
+  // (UnexpectedAdmissionError), and the call is only advice.
   allocator::Request request{std::move(available), std::move(must_include), size, {}};
-  if (config_.mode == hca::Mode::kShared) {
-    for (const auto* list : {&request.available, &request.must_include}) {
-      for (const std::string& id : *list) {
-        if (!IsSharedId(id, config_.shared_devices)) return Invalid("unknown device ID", id);
-      }
-    }
-    return allocator::PreferShared(request);
-  }
+  if (absl::Status s = allocator::ValidateRequest(request); !s.ok()) return s;
+  const bool shared = config_.mode == hca::Mode::kShared;
   std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
-  {
+  topology::TopologyPtr snapshot;
+  if (!shared) {
     absl::MutexLock lock(&mu_);
     alloc = allocator_;
+    snapshot = snapshot_;
     if (pods_known_) {
       GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
                                        *snapshot_);
@@ -502,15 +523,51 @@ absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::stri
       request.gpus = std::move(sel.context);
     }
   }
-  absl::StatusOr<std::vector<std::string>> answer = alloc->Prefer(request);
-  if (!answer.ok()) return answer;
-  // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
-  std::map<std::string, std::string> spelled;
-  for (const std::string& id : request.available) {
-    if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
+  auto offered = [&](const std::string& id) {
+    if (shared) return IsSharedId(id, config_.shared_devices);
+    return snapshot->HcaIndex(id) >= 0;
+  };
+  // Unknown IDs leave `available`; must_include is kept as given (the kubelet has decided those);
+  // the rest is chosen among the known IDs, and only when they are too few, from the unknown
+  // ones in the kubelet's order, so that the answer is always a complete one.
+  allocator::Request known{{}, {}, 0, std::move(request.gpus)};
+  std::vector<std::string> answer, unknown;
+  for (const std::string& id : request.must_include) {
+    (offered(id) ? known.must_include : answer).push_back(id);
   }
-  for (std::string& id : *answer) {
-    if (auto it = spelled.find(id); it != spelled.end()) id = it->second;
+  const std::set<std::string> must(request.must_include.begin(), request.must_include.end());
+  for (const std::string& id : request.available) {
+    if (offered(id)) {
+      known.available.push_back(id);
+    } else if (must.count(id) == 0) {
+      unknown.push_back(id);
+    }
+  }
+  known.size = std::min<int>(size - static_cast<int>(answer.size()),
+                             static_cast<int>(known.available.size()));
+  if (!unknown.empty() || !answer.empty()) {
+    Log()->debug("GetPreferredAllocation: {} ID(s) not offered now ({}), left to the kubelet",
+                 unknown.size() + answer.size(),
+                 absl::StrJoin(answer.empty() ? unknown : answer, ","));
+  }
+  if (known.size > 0) {
+    absl::StatusOr<std::vector<std::string>> chosen =
+        shared ? allocator::PreferShared(known) : alloc->Prefer(known);
+    if (!chosen.ok()) return chosen.status();  // malformed: two spellings of one HCA
+    if (!shared) {
+      // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
+      std::map<std::string, std::string> spelled;
+      for (const std::string& id : known.available) {
+        if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
+      }
+      for (std::string& id : *chosen) {
+        if (auto it = spelled.find(id); it != spelled.end()) id = it->second;
+      }
+    }
+    answer.insert(answer.end(), chosen->begin(), chosen->end());
+  }
+  for (std::size_t i = 0; static_cast<int>(answer.size()) < size && i < unknown.size(); ++i) {
+    answer.push_back(unknown[i]);
   }
   return answer;
 }

@@ -112,7 +112,10 @@ class NodeState {
 
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
   // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
-  // of `available`, spelled as given. InvalidArgument for invalid requests.
+  // of `available`, spelled as given. InvalidArgument only for a malformed request (size out of
+  // range, duplicate or empty IDs, must_include not within available): IDs not offered now are
+  // left out of the choice, must_include is kept as given, and the answer is filled from the
+  // unknown IDs only when the known ones are too few.
   absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
                                                   std::vector<std::string> must_include,
                                                   int size) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -165,7 +165,9 @@ absl::Status CdiStore::Write(const std::string& claim_uid, const nlohmann::json&
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir_, ": ", ec.message()));
-  return WriteFileAtomically(PathOf(claim_uid), spec.dump(2) + "\n", kSpecMode);
+  return WriteFileAtomically(
+      PathOf(claim_uid),
+      spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", kSpecMode);
 }
 
 absl::Status CdiStore::Remove(const std::string& claim_uid) const {

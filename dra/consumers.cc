@@ -35,10 +35,12 @@ std::map<RequestKey, std::optional<std::vector<std::string>>> CommonDevices(
     }
   }
   std::map<RequestKey, std::optional<std::vector<std::string>>> out;
-  for (const auto& [key, sets] : holders) {
+  for (const auto& held_by : holders) {
+    // Not a structured binding: clang 14 (the sanitizer builds) cannot capture one in C++17.
+    const auto& sets = held_by.second;
     const bool agree =
         std::all_of(sets.begin(), sets.end(), [&sets](const auto& s) { return s && *s == *sets[0]; });
-    out[key] = agree ? std::optional(std::vector<std::string>(sets[0]->begin(), sets[0]->end()))
+    out[held_by.first] = agree ? std::optional(std::vector<std::string>(sets[0]->begin(), sets[0]->end()))
                      : std::nullopt;
   }
   return out;

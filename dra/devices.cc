@@ -18,8 +18,21 @@ constexpr char kStandardPrefix[] = "resource.kubernetes.io/";
 constexpr std::size_t kMaxStringValue = 64;  // resource.DeviceAttributeMaxValueLength
 constexpr char kDevicePrefix[] = "hca-";
 
+// Whether `s` can be a JSON string, i.e. is well-formed UTF-8: nlohmann's own check, so that
+// what passes here never makes a later dump() throw.
+bool IsUtf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
 void PutString(nlohmann::json& attrs, const std::string& name, const std::string& value) {
-  if (!value.empty() && value.size() <= kMaxStringValue) attrs[name] = {{"string", value}};
+  if (!value.empty() && value.size() <= kMaxStringValue && IsUtf8(value)) {
+    attrs[name] = {{"string", value}};
+  }
 }
 
 // "400 Gb/sec (4X NDR)" -> 400, "2.5 Gb/sec (1X SDR)" -> 2; nullopt when there is no number.
@@ -73,7 +86,7 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
     if (auto gbps = RateGbps(hca.ports.front().rate)) attrs[own + "rateGbps"] = {{"int", *gbps}};
   }
   PutString(attrs, own + "uverbs", hca.uverbs);
-  attrs[own + "allPortsActive"] = {{"bool", hca.Healthy()}};
+  attrs[own + "allPortsActive"] = {{"bool", hca.AllPortsActive()}};
   attrs[own + "mode"] = {{"string", std::string(hca::ModeName(opts.mode))}};
   if (opts.gpudirect_rdma) attrs[own + "gpuDirectRDMA"] = {{"bool", *opts.gpudirect_rdma}};
   return attrs;
@@ -135,8 +148,10 @@ std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
   std::vector<nlohmann::json> devices;
   devices.reserve(topo.hcas().size());
   for (const topology::Hca& hca : topo.hcas()) {
+    const hca::Verdict verdict = hca::Assess(hca);
+    if (!verdict.usable && !opts.taints) continue;
     nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
-    if (const hca::Verdict verdict = hca::Assess(hca); !verdict.usable) {
+    if (!verdict.usable) {
       device["taints"] = nlohmann::json::array({{
           {"key", UnhealthyTaintKey(opts.driver_name)},
           {"value", TaintValue(verdict.reason)},

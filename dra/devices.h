@@ -42,6 +42,10 @@ struct DeviceOptions {
   // Whether GPUDirect RDMA can work on the node (topology::ReadGpuDirect(env).Available()),
   // read for each publication; nullopt: not known, the attribute is left out.
   std::optional<bool> gpudirect_rdma;
+  // Whether the control plane keeps device taints (DRADeviceTaints). When it does not (the
+  // publisher saw the server drop them), an unusable HCA is left out instead: no device, rather
+  // than an untainted one the scheduler would allocate and Prepare would refuse.
+  bool taints = true;
 };
 
 // The device name of an HCA: "hca-" and its PCI address with ':' and '.' as '-'
@@ -98,7 +102,7 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 // Health: an HCA that hca::Assess finds unusable carries the taint
 //   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
 // with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing (Unusable for
-// a reason this code does not know). NoSchedule: the scheduler allocates it to no new claim that
+// a reason this code does not know); with opts.taints false, no device at all. NoSchedule: the scheduler allocates it to no new claim that
 // does not tolerate the taint; pods already running keep it (NoExecute would evict them, which
 // a flapping link must not do). A healthy HCA has no taint: the output depends only on the input.
 //

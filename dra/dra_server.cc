@@ -49,14 +49,19 @@ std::string DraServerConfig::RegistrationSocket() const {
 
 DraServer::DraServer(DraServerConfig config, Driver* driver)
     : config_(std::move(config)),
-      dra_service_(driver),
-      registration_(
-          std::make_unique<RegistrationService>(config_.driver_name, config_.DraSocket())) {
+      dra_v1_(driver),
+      dra_v1beta1_(driver),
+      registration_(std::make_unique<RegistrationService>(
+          config_.driver_name, config_.DraSocket(),
+          std::vector<std::string>{kDraPluginService, kDraPluginServiceV1beta1})),
+      readiness_([this] { return registered(); }) {
   absl::MutexLock lock(&mu_);
   dra_.path = config_.DraSocket();
-  dra_.service = &dra_service_;
+  dra_.what = "DRAPlugin";
+  dra_.services = {&dra_v1_, &dra_v1beta1_, &readiness_};
   reg_.path = config_.RegistrationSocket();
-  reg_.service = registration_.get();
+  reg_.what = "Registration";
+  reg_.services = {registration_.get()};
 }
 
 DraServer::~DraServer() { Stop(); }
@@ -129,7 +134,7 @@ absl::Status DraServer::Serve(Socket& socket) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      serving::StartUnixServer(socket.path, {socket.service});
+      serving::StartUnixServer(socket.path, socket.services);
   if (!server.ok()) return server.status();
   socket.server = *std::move(server);
   socket.id = serving::FileId(socket.path);
@@ -140,8 +145,7 @@ absl::Status DraServer::Serve(Socket& socket) {
   ++socket.serves;
   socket.seq = ++seq_;
   served_.SignalAll();
-  Log()->info("serving {} on {}", socket.service == &dra_service_ ? "DRAPlugin" : "Registration",
-              socket.path);
+  Log()->info("serving {} on {}", socket.what, socket.path);
   return absl::OkStatus();
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 
-// The DRA driver's serving lifecycle on a node: DRAPlugin on <kubelet-dir>/plugins/<driver>/
-// dra.sock, then pluginregistration.Registration on <kubelet-dir>/plugins_registry/
-// <driver>-reg.sock, whose appearance makes the kubelet's plugin watcher register us (it calls
-// GetInfo, dials the endpoint, and tells us NotifyRegistrationStatus).
+// The DRA driver's serving lifecycle on a node: DRAPlugin (v1 and v1beta1) and the readiness
+// health check on <kubelet-dir>/plugins/<driver>/dra.sock, then pluginregistration.Registration
+// on <kubelet-dir>/plugins_registry/<driver>-reg.sock, whose appearance makes the kubelet's plugin
+// watcher register us (it calls GetInfo, dials the endpoint, and tells us
+// NotifyRegistrationStatus).
 //
 // A socket of ours that is removed or replaced (a kubelet restart wiping its directories, an
 // operator) is served again at once: one background thread waits with poll(2) on an inotify
@@ -69,12 +70,15 @@ class DraServer {
   // Blocks until `n` attempts to serve a socket again have failed so far, or `timeout` passes.
   bool WaitServeFailures(int n, absl::Duration timeout) const;
   RegistrationService& registration() { return *registration_; }
+  // Whether the kubelet has the driver registered now (the last NotifyRegistrationStatus).
+  bool registered() const { return registration_->state().registered; }
   const DraServerConfig& config() const { return config_; }
 
  private:
   struct Socket {
     std::string path;
-    grpc::Service* service = nullptr;
+    std::string what;  // for the log: "DRAPlugin", "Registration"
+    std::vector<grpc::Service*> services;
     std::unique_ptr<grpc::Server> server;
     std::uint64_t id = 0;  // serving::FileId of what we bound
     int serves = 0;
@@ -90,8 +94,10 @@ class DraServer {
   void Fatal(const absl::Status& status);
 
   const DraServerConfig config_;
-  DraService dra_service_;
+  DraService<DraServiceV1> dra_v1_;
+  DraService<DraServiceV1beta1> dra_v1beta1_;
   std::unique_ptr<RegistrationService> registration_;
+  ReadinessService readiness_;
 
   mutable absl::Mutex mu_;
   mutable absl::CondVar served_;

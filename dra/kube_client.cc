@@ -141,7 +141,9 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
   HttpRequest request;
   request.method = method;
   request.url = config_.server + path;
-  if (!body.is_null()) request.body = body.dump();
+  // replace: a string that is not UTF-8 (read from sysfs) must not make dump() throw on the
+  // publishing thread; the server gets U+FFFD in its place.
+  if (!body.is_null()) request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   absl::Status last;
   for (int attempt = 1;; ++attempt) {
     const absl::Time now = clock.Now();

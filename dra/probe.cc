@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/dra.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
 
@@ -26,7 +27,7 @@ std::string RegistrationSocket(const std::string& kubelet_dir, const std::string
 }
 
 absl::Status Probe(const std::string& kubelet_dir, const std::string& driver,
-                   absl::Duration timeout) {
+                   absl::Duration timeout, bool registered) {
   const std::string registration = RegistrationSocket(kubelet_dir, driver);
   pluginregistration::PluginInfo info;
   {
@@ -41,13 +42,30 @@ absl::Status Probe(const std::string& kubelet_dir, const std::string& driver,
         absl::StrCat(registration, " registers a ", info.type(), " named '", info.name(),
                      "', not the DRAPlugin '", driver, "'"));
   }
-  auto stub = drapb::DRAPlugin::NewStub(serving::UnixChannel(info.endpoint()));
+  std::shared_ptr<grpc::Channel> channel = serving::UnixChannel(info.endpoint());
+  {
+    auto stub = drapb::DRAPlugin::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    drapb::NodeUnprepareResourcesResponse response;
+    grpc::Status status =
+        stub->NodeUnprepareResources(&context, drapb::NodeUnprepareResourcesRequest(), &response);
+    if (!status.ok()) return FromGrpc(status, absl::StrCat("no answer on ", info.endpoint()));
+  }
+  if (!registered) return absl::OkStatus();
+  auto health = ::grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  drapb::NodeUnprepareResourcesResponse response;
-  grpc::Status status =
-      stub->NodeUnprepareResources(&context, drapb::NodeUnprepareResourcesRequest(), &response);
-  if (!status.ok()) return FromGrpc(status, absl::StrCat("no answer on ", info.endpoint()));
+  ::grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health->Check(&context, ::grpc::health::v1::HealthCheckRequest(), &response);
+  if (!status.ok()) {
+    return FromGrpc(status, absl::StrCat("no readiness answer on ", info.endpoint()));
+  }
+  if (response.status() != ::grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "driver ", driver, " answers on ", info.endpoint(),
+        ", but the kubelet has not registered it (or refused it: see the driver's log)"));
+  }
   return absl::OkStatus();
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 
-// `rdma-device-plugin probe --dra`: is the DRA driver answering the kubelet? The chart's
-// liveness/readiness probe in DRA mode.
+// `rdma-device-plugin probe --dra [--ready]`: is the DRA driver answering the kubelet (the
+// chart's startup and liveness probes in DRA mode), and has the kubelet registered it (with
+// --ready: the readiness probe)?
 
 #include <string>
 
@@ -15,8 +16,10 @@ std::string RegistrationSocket(const std::string& kubelet_dir, const std::string
 
 // GetInfo on RegistrationSocket(kubelet_dir, driver), which must name a DRAPlugin called
 // `driver`, then an empty NodeUnprepareResources on the endpoint it gives: both served, each
-// within `timeout`. OK when both answer; otherwise an error naming the socket and what failed.
+// within `timeout`. With `registered`, also grpc.health.v1.Health/Check on the endpoint, which
+// must say SERVING: the kubelet has the driver registered (FailedPrecondition saying so
+// otherwise). OK when all answer; otherwise an error naming the socket and what failed.
 absl::Status Probe(const std::string& kubelet_dir, const std::string& driver,
-                   absl::Duration timeout);
+                   absl::Duration timeout, bool registered = false);
 
 }  // namespace rdp::dra

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -138,7 +139,54 @@ std::vector<Wanted> Stamped(const std::vector<nlohmann::json>& desired, std::int
   return out;
 }
 
+bool Empty(const nlohmann::json& v) {
+  return v.is_null() || ((v.is_array() || v.is_object()) && v.empty());
+}
+
 }  // namespace
+
+std::vector<std::string> DroppedFields(const nlohmann::json& sent, const nlohmann::json& answer) {
+  std::vector<std::string> out;
+  const nlohmann::json& sent_spec = Field(sent, {"spec"});
+  const nlohmann::json& answer_spec = Field(answer, {"spec"});
+  if (!sent_spec.is_object()) return out;
+  for (auto it = sent_spec.begin(); it != sent_spec.end(); ++it) {
+    if (!Empty(it.value()) && !answer_spec.contains(it.key())) out.push_back(it.key());
+  }
+  const nlohmann::json& sent_devices = Field(sent_spec, {"devices"});
+  const nlohmann::json& answer_devices = Field(answer_spec, {"devices"});
+  if (!sent_devices.is_array() || !answer_devices.is_array()) return out;
+  std::map<std::string, const nlohmann::json*> held;
+  for (const auto& d : answer_devices) {
+    if (d.is_object()) held[d.value("name", "")] = &d;
+  }
+  std::set<std::string> keys;
+  for (const auto& d : sent_devices) {
+    if (!d.is_object()) continue;
+    const auto it = held.find(d.value("name", ""));
+    if (it == held.end()) continue;
+    for (auto k = d.begin(); k != d.end(); ++k) {
+      if (!Empty(k.value()) && !it->second->contains(k.key())) keys.insert(k.key());
+    }
+  }
+  for (const std::string& k : keys) out.push_back("devices[]." + k);
+  return out;
+}
+
+std::string FeatureGateOf(const std::string& field) {
+  static const std::map<std::string, std::string> kGates = {
+      {"devices[].taints", "DRADeviceTaints"},
+      {"devices[].allowMultipleAllocations", "DRAConsumableCapacity"},
+      {"devices[].capacity", "DRAConsumableCapacity"},
+      {"devices[].bindsToNode", "DRADeviceBindingConditions"},
+      {"devices[].bindingConditions", "DRADeviceBindingConditions"},
+      {"devices[].consumesCounters", "DRAPartitionableDevices"},
+      {"sharedCounters", "DRAPartitionableDevices"},
+      {"perDeviceNodeSelection", "DRAPartitionableDevices"},
+  };
+  const auto it = kGates.find(field);
+  return it != kGates.end() ? it->second : "";
+}
 
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
@@ -247,11 +295,13 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
     if (absl::IsNotFound(s)) continue;
     if (note(s)) return s;
   }
-  // What the server answered a write with is what it holds at that resourceVersion.
+  // What the server answered a write with is what it holds at that resourceVersion; it is
+  // compared with what was sent.
   auto remember = [&](const nlohmann::json& written, const absl::StatusOr<KubeResponse>& r) {
     const std::string name = Name(written);
     const auto& version = Field(r->body, {"metadata", "resourceVersion"});
     if (version.is_string()) applied_[name] = {plan.asked.at(name), version};
+    CheckAnswer(written, r->body);
   };
   for (const auto& slice : plan.update) {
     auto r = client_->Put(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), slice, deadline);
@@ -264,6 +314,39 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
     if (note(r.status())) return r.status();
   }
   return first_conflict;
+}
+
+void ApiSlicePublisher::CheckAnswer(const nlohmann::json& sent, const nlohmann::json& answer) {
+  for (const std::string& field : DroppedFields(sent, answer)) {
+    const std::string key = field.rfind("devices[].", 0) == 0 ? field.substr(10) : field;
+    bool first;
+    {
+      absl::MutexLock lock(&mu_);
+      first = dropped_[key]++ == 0;
+    }
+    const std::string gate = FeatureGateOf(field);
+    const std::string why =
+        gate.empty() ? "a feature gate of the control plane is off, or the server is older than "
+                       "the field"
+                     : absl::StrCat("the feature gate ", gate,
+                                    " is off on the control plane (API server and scheduler)");
+    if (first) {
+      Logger("dra")->warn(
+          "the API server dropped {} from ResourceSlice {} (node={} driver={}): {}; counted in "
+          "rdma_device_plugin_dra_dropped_fields_total{{field=\"{}\"}} (docs/dra.md, minimum "
+          "versions)",
+          field, Name(sent), node_, driver_, why, key);
+    } else {
+      Logger("dra")->debug("the API server dropped {} from ResourceSlice {} again", field,
+                           Name(sent));
+    }
+    if (on_dropped_) on_dropped_(key);
+  }
+}
+
+std::map<std::string, std::uint64_t> ApiSlicePublisher::DroppedCounts() const {
+  absl::MutexLock lock(&mu_);
+  return dropped_;
 }
 
 absl::Status ApiSlicePublisher::Publish(const std::vector<nlohmann::json>& slices,

@@ -4,11 +4,14 @@
 // ResourceSlices kept equal to what the driver offers.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "dra/kube_client.h"
 #include "dra/model.h"
 
@@ -43,6 +46,16 @@ using AppliedSlices = std::map<std::string, AppliedSlice>;  // by slice name
 // Equal: the same spec, owner, labels and annotations once what the server leaves out or adds is
 // set aside (null, empty lists and objects; the timeAdded it gives a taint, which is kept across
 // updates), or the slice is at the version `applied` records for the same object.
+// The fields of `sent` (a ResourceSlice we wrote) that the server's `answer` to the write lacks:
+// "devices[].<key>" for each key of a device (matched by name) that is not in the answer's device,
+// and "<key>" for a key of the spec. The API server drops, without an error, a field whose feature
+// gate is off (taints: DRADeviceTaints; allowMultipleAllocations: DRAConsumableCapacity). Empty
+// lists and objects, which the server leaves out as well, are not counted. Pure.
+std::vector<std::string> DroppedFields(const nlohmann::json& sent, const nlohmann::json& answer);
+// The feature gate that controls a field DroppedFields names ("DRADeviceTaints"), or "" when not
+// known.
+std::string FeatureGateOf(const std::string& field);
+
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
                    const std::string& node_name, const std::string& node_uid,
@@ -58,21 +71,42 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
 // server holds writes nothing. The slices must be this driver's and node's (else
 // InvalidArgument); an empty vector deletes the node's slices. Not thread-safe: one Publish at a
 // time (the driver's publishing loop).
+//
+// Every write's answer is compared with what was sent (DroppedFields): a field the server dropped
+// is logged (a warning naming the feature gate, once per field), counted (DroppedCounts: the
+// metric rdma_device_plugin_dra_dropped_fields_total{field}) and reported to `on_dropped`, so
+// that the driver stops sending what the control plane cannot hold (an untainted unusable HCA
+// would be allocated, and Prepare would refuse it).
 class ApiSlicePublisher : public SlicePublisher {
  public:
   ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::string driver, std::string node_name);
 
   absl::Status Publish(const std::vector<nlohmann::json>& slices, absl::Time deadline) override;
 
+  // Called (on the publishing thread, during Publish) with each field a write's answer lacked.
+  // Set before the first Publish.
+  void SetOnDropped(std::function<void(const std::string& field)> on_dropped) {
+    on_dropped_ = std::move(on_dropped);
+  }
+  // Writes whose answer lacked each field, by DroppedFields' name without "devices[]." (taints,
+  // allowMultipleAllocations), so far. Thread-safe.
+  std::map<std::string, std::uint64_t> DroppedCounts() const;
+
  private:
   absl::StatusOr<std::vector<nlohmann::json>> List(absl::Time deadline);
   // The plan's writes; Aborted when another writer got in between (a next round re-lists).
   absl::Status Apply(const SlicePlan& plan, absl::Time deadline);
 
+  // Compares a write's answer with what was sent; see the class comment.
+  void CheckAnswer(const nlohmann::json& sent, const nlohmann::json& answer);
+
   std::shared_ptr<KubeClient> client_;
   const std::string driver_;
   const std::string node_;
   AppliedSlices applied_;
+  std::function<void(const std::string&)> on_dropped_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::uint64_t> dropped_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rdp::dra

@@ -1,8 +1,10 @@
 #include "dra/slice_sync.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "base/log.h"
 
 namespace rdp::dra {
@@ -38,39 +40,77 @@ void SliceSync::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void SliceSync::SetRole(Role role) {
+  absl::MutexLock lock(&mu_);
+  if (status_.role != role) status_.in_sync = false;
+  status_.role = role;
+  pending_ = true;
+  wake_.Signal();
+}
+
+SliceSync::Status SliceSync::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
 std::uint64_t SliceSync::successes() const {
   absl::MutexLock lock(&mu_);
-  return successes_;
+  return status_.successes;
 }
 
 std::uint64_t SliceSync::failures() const {
   absl::MutexLock lock(&mu_);
-  return failures_;
+  return status_.failures;
 }
 
 void SliceSync::Run() {
   absl::Duration backoff = options_.first_backoff;
   absl::Time next = absl::InfinitePast();  // when to publish without a trigger
   bool failing = false;
+  bool said_waiting = false;
   while (true) {
+    Role role;
     {
       absl::MutexLock lock(&mu_);
       // A CondVar and a loop, not Mutex::Await: the condition is then evaluated by this thread
       // under the lock, which ThreadSanitizer sees (Debian's abseil is not instrumented).
-      while (!stopping_ && !pending_ && absl::Now() < next) wake_.WaitWithDeadline(&mu_, next);
+      while (!stopping_ &&
+             (status_.role == Role::kWaiting || (!pending_ && absl::Now() < next))) {
+        if (status_.role == Role::kWaiting && !said_waiting) {
+          said_waiting = true;
+          Log()->info("not registered with the kubelet yet: no ResourceSlices are published "
+                      "until it registers the driver");
+        }
+        wake_.WaitWithDeadline(&mu_, status_.role == Role::kWaiting ? absl::InfiniteFuture() : next);
+      }
       if (stopping_) return;
       pending_ = false;
+      role = status_.role;
     }
-    absl::Status status = publisher_.Publish(desired_(), absl::Now() + options_.publish_timeout);
+    absl::Status status;
+    try {
+      status = publisher_.Publish(role == Role::kPublish ? desired_() : std::vector<nlohmann::json>{},
+                                  absl::Now() + options_.publish_timeout);
+    } catch (const std::exception& e) {  // never ends the thread, and with it the process
+      status = absl::InternalError(absl::StrCat("publishing threw: ", e.what()));
+    }
     absl::MutexLock lock(&mu_);
+    if (status_.role != role) continue;  // changed meanwhile: publish for the new one
     if (status.ok()) {
-      ++successes_;
-      if (failing) Log()->info("ResourceSlices published again after {} failures", failures_);
+      ++status_.successes;
+      status_.in_sync = true;
+      status_.last_error.clear();
+      if (failing) {
+        Log()->info("ResourceSlices published again after {} failures", status_.failures);
+      }
+      if (role == Role::kWithdraw) Log()->info("ResourceSlices withdrawn");
       failing = false;
       backoff = options_.first_backoff;
-      next = absl::Now() + options_.resync;
+      next = role == Role::kPublish ? absl::Now() + options_.resync : absl::InfiniteFuture();
     } else {
-      ++failures_;
+      ++status_.failures;
+      status_.in_sync = false;
+      status_.last_error = status.ToString();
       // Logged once per failing stretch, then at debug: an API server down for an hour is one
       // error, not 3600.
       if (!failing) {

@@ -1,17 +1,22 @@
 #pragma once
 
 // SliceSync: keeps this node's pool in the API server current, on its own thread, so that no
-// kubelet RPC ever waits on the API server. It publishes the slices `desired` returns:
-//   - at Start;
+// kubelet RPC ever waits on the API server. Nothing is written until the kubelet has said
+// whether it registered the driver (SetRole): the scheduler must not allocate HCAs on a node
+// whose kubelet cannot prepare them. While registered, it publishes the slices `desired` returns:
+//   - at once;
 //   - after Trigger() (the device list changed: hotplug, an HCA's health, which becomes a device
 //     taint; or the kubelet registered the driver again: a kubelet wipes the node's slices when
 //     it starts);
 //   - every `resync` (someone deleted or edited our slices);
 //   - after a failure, again after a back-off (1 s, doubling, capped at `resync`).
-// Each Publish gets `publish_timeout`. Thread-safe.
+// When the kubelet refused the driver, it withdraws them (publishes none) instead. Each Publish
+// gets `publish_timeout`; an exception from `desired` or the publisher is that publish's failure.
+// Thread-safe.
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,6 +42,25 @@ class SliceSync {
   SliceSync(const SliceSync&) = delete;
   SliceSync& operator=(const SliceSync&) = delete;
 
+  // What the sync does with the node's pool.
+  enum class Role {
+    kWaiting,   // no verdict from the kubelet yet: write nothing (the initial role)
+    kPublish,   // registered: keep the pool current
+    kWithdraw,  // refused: delete the node's slices of the driver
+  };
+  // Sets the role and publishes accordingly at once (a change of role counts as a trigger).
+  void SetRole(Role role);
+
+  // What the sync has achieved, for /metrics and /healthz.
+  struct Status {
+    Role role = Role::kWaiting;
+    bool in_sync = false;  // the last publish of the current role succeeded
+    std::uint64_t successes = 0;
+    std::uint64_t failures = 0;
+    std::string last_error;  // of the last failure; "" once a publish succeeded again
+  };
+  Status status() const;
+
   void Start();
   // Asks for a publish as soon as the thread is free; calls made while one runs coalesce into one
   // more. Never blocks on the API server.
@@ -60,8 +84,7 @@ class SliceSync {
   absl::CondVar wake_;  // Trigger, Stop
   bool pending_ ABSL_GUARDED_BY(mu_) = true;  // the first publish
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::uint64_t successes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rdp::dra

@@ -1,5 +1,7 @@
 #include "hca/hca.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -33,18 +35,35 @@ absl::StatusOr<Mode> ParseMode(std::string_view text) {
 const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
 
 Verdict Assess(const topology::Hca& hca) {
-  if (hca.ports.empty()) return {false, "no port state is known"};
+  Verdict out;
+  if (hca.ports.empty()) {
+    out.reason = "no port state is known";
+    return out;
+  }
+  std::vector<std::string> inactive;
   for (const topology::Port& port : hca.ports) {
-    if (!port.Active()) {
-      return {false, absl::StrCat("port ", port.number, " is ",
-                                  port.state.empty() ? "in an unknown state" : port.state)};
+    if (port.Active()) {
+      out.active_ports.push_back(port.number);
+    } else {
+      inactive.push_back(absl::StrCat("port ", port.number, " is ",
+                                      port.state.empty() ? "in an unknown state" : port.state));
     }
   }
-  if (hca.uverbs.empty()) return {false, "it has no uverbs device"};
-  for (const auto& [path, present] : hca.char_devices) {
-    if (!present) return {false, absl::StrCat("device node ", path, " is missing")};
+  std::sort(out.active_ports.begin(), out.active_ports.end());
+  if (out.active_ports.empty()) {
+    out.reason = absl::StrJoin(inactive, ", ");
+  } else if (hca.uverbs.empty()) {
+    out.reason = "it has no uverbs device";
+  } else {
+    for (const auto& [path, present] : hca.char_devices) {
+      if (!present) {
+        out.reason = absl::StrCat("device node ", path, " is missing");
+        break;
+      }
+    }
   }
-  return {true, ""};
+  out.usable = out.reason.empty();
+  return out;
 }
 
 topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
@@ -61,7 +80,7 @@ ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
     const std::string path = absl::StrCat(kDevDir, node);
     out.devices.push_back({path, path, "rw"});
   };
-  std::vector<std::string> names, pcis;
+  std::vector<std::string> names, pcis, nccl;
   for (const topology::Hca& hca : hcas) {
     if (!hca.uverbs.empty() && Existed(hca, hca.uverbs)) add(hca.uverbs);
     for (const auto* list : {&hca.umad, &hca.issm}) {
@@ -71,9 +90,17 @@ ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
     }
     names.push_back(hca.name);
     pcis.push_back(hca.place.pci);
+    // NCCL uses every port of an HCA it is given by name alone; one with a port that is not
+    // ACTIVE is named port by port (NCCL's "name:port"), its ACTIVE ports only.
+    const std::vector<int> active = Assess(hca).active_ports;
+    if (active.empty() || active.size() == hca.ports.size()) {
+      nccl.push_back(hca.name);
+    } else {
+      for (int port : active) nccl.push_back(absl::StrCat(hca.name, ":", port));
+    }
   }
   if (with_rdma_cm) add("rdma_cm");
-  out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(names, ","));
+  out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(nccl, ","));
   out.envs["RDMA_HCA_NAMES"] = absl::StrJoin(names, ",");
   out.envs["RDMA_HCA_PCI"] = absl::StrJoin(pcis, ",");
   return out;

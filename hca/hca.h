@@ -35,12 +35,17 @@ struct AdvertisedHca {
   int absent_polls = 0;  // consecutive scans without it
 };
 
-// Whether an HCA can be handed to a container, and if not, why. The one definition of a healthy
-// HCA: at least one port and every port ACTIVE, a uverbs device, and every device node it has
-// (uverbsN, and umadN/issmN where the node has them) present, as the scan saw them.
+// Whether an HCA can be handed to a container, and if not, why. The one definition of a usable
+// HCA: at least one ACTIVE port (a dual-port card with one port uncabled is usable, through the
+// other), a uverbs device, and every device node it has (uverbsN, and umadN/issmN where the node
+// has them) present, as the scan saw them.
 struct Verdict {
   bool usable = false;
-  std::string reason;  // "" when usable; else e.g. "port 1 is DOWN"
+  // "" when usable; else why: "port 1 is DOWN" (every port named when none is ACTIVE: "port 1
+  // is DOWN, port 2 is INIT"), "no port state is known", "it has no uverbs device", "device
+  // node /dev/infiniband/uverbs0 is missing".
+  std::string reason;
+  std::vector<int> active_ports;  // the ACTIVE ports' numbers, ascending: what a container uses
 };
 Verdict Assess(const topology::Hca& hca);
 inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }
@@ -67,8 +72,9 @@ inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 
 // DeviceSpecs ("rw", host path = container path) for each of the HCA's device nodes that is
 // present in its char_devices (uverbsN, umadN, issmN, in that order), then
-// /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form),
-// RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI, in the order given.
+// /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form;
+// an HCA with a port that is not ACTIVE is named with its ACTIVE ports, "=a:1,b", so that NCCL
+// uses only those), RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI, in the order given.
 ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
                                     bool with_rdma_cm);
 

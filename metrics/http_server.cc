@@ -90,7 +90,7 @@ absl::StatusOr<std::string> ParseListenAddress(std::string_view address) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    std::string_view address, Render render) {
+    std::string_view address, Render render, Health health) {
   absl::StatusOr<std::string> ports = ParseListenAddress(address);
   if (!ports.ok()) return ports.status();
   InitLibrary();
@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (const std::size_t colon = ports->rfind(':'); colon != std::string::npos) {
     host = ports->substr(0, colon);
   }
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render), host));
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render), std::move(health), host));
   const char* options[] = {"listening_ports",    ports->c_str(),
                            "num_threads",        kThreads,
                            "request_timeout_ms", kRequestTimeoutMs,
@@ -153,8 +153,16 @@ int MetricsHttpServer::HandleMetrics(struct mg_connection* conn, void* self) {
   return Reply(conn, 200, kExpositionContentType, body);
 }
 
-int MetricsHttpServer::HandleHealthz(struct mg_connection* conn, void*) {
+int MetricsHttpServer::HandleHealthz(struct mg_connection* conn, void* self) {
   if (!IsGet(conn)) return Reply(conn, 405, "text/plain", "GET /healthz\n");
+  const Health& health = static_cast<MetricsHttpServer*>(self)->health_;
+  absl::Status status;
+  try {
+    if (health) status = health();
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("checking health failed: ", e.what()));
+  }
+  if (!status.ok()) return Reply(conn, 503, "text/plain", std::string(status.message()) + "\n");
   return Reply(conn, 200, "text/plain", "ok\n");
 }
 

@@ -133,8 +133,8 @@ void WriteAllocations(const NodeMetricsInput& node, Exposition& out) {
 
 void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, Exposition& out) {
   out.Family(Name("hca_healthy"),
-             "1 when the HCA is present, every port is ACTIVE and its device nodes exist; 0 "
-             "otherwise (a vanished HCA stays listed until forgotten).",
+             "1 when the HCA is present, at least one port is ACTIVE and its device nodes "
+             "exist; 0 otherwise (a vanished HCA stays listed until forgotten).",
              Exposition::Type::kGauge);
   for (const hca::AdvertisedHca& h : node.hcas) {
     out.Sample({{"hca", h.name}, {"pci", h.pci}}, h.present && h.healthy ? 1 : 0);
@@ -161,6 +161,18 @@ void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, Exposition& out) {
                   {"link_layer", h.ports.empty() ? "" : h.ports.front().link_layer},
                   {"mode", hca::ModeName(node.mode)}},
                  1);
+    }
+  }
+  out.Family(Name("port_active"),
+             "1 when the port is ACTIVE, per port of each present HCA; an HCA is usable while at "
+             "least one of its ports is, and containers are pointed at those ports.",
+             Exposition::Type::kGauge);
+  if (node.topology) {
+    for (const topology::Hca& h : node.topology->hcas()) {
+      for (const topology::Port& port : h.ports) {
+        out.Sample({{"hca", h.name}, {"pci", h.place.pci}, {"port", std::to_string(port.number)}},
+                   port.Active() ? 1 : 0);
+      }
     }
   }
   out.Family(Name("pod_resources_known"),

@@ -48,7 +48,7 @@ nlohmann::ordered_json ToJson(const Topology& t) {
                        {"link_layer", OrNull(p.link_layer)}});
     }
     j["ports"] = std::move(ports);
-    j["healthy"] = h.Healthy();
+    j["healthy"] = h.AllPortsActive();
     hcas.push_back(std::move(j));
   }
   out["hcas"] = std::move(hcas);
@@ -77,7 +77,7 @@ std::string RenderMatrix(const Topology& t) {
       out += fmt::format("{:<6}", PathClassName(t.Path(i, g)));
     }
     out += fmt::format("{:<6}{:<12}{}{}\n", NumaText(h.place.numa), OrNA(h.place.pcie_root),
-                       h.place.pci, h.Healthy() ? "" : "  (not every port ACTIVE)");
+                       h.place.pci, h.AllPortsActive() ? "" : "  (not every port ACTIVE)");
   }
   if (t.hcas().empty()) out += "(no RDMA devices)\n";
   out += "\n";

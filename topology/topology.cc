@@ -14,7 +14,7 @@ std::string PciPlacement::Switch() const {
   return "";
 }
 
-bool Hca::Healthy() const {
+bool Hca::AllPortsActive() const {
   return !ports.empty() &&
          std::all_of(ports.begin(), ports.end(), [](const Port& p) { return p.Active(); });
 }

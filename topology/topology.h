@@ -60,7 +60,9 @@ struct Hca {
   // always /dev/infiniband/<file name>. rdma_cm is node-wide and not listed here.
   std::vector<std::pair<std::string, bool>> char_devices;
 
-  bool Healthy() const;       // every port ACTIVE (and at least one port)
+  // Every port ACTIVE (and at least one port): a fact of the scan, not whether the HCA can be
+  // handed out (hca::Assess says that: one ACTIVE port is enough).
+  bool AllPortsActive() const;
   bool CharDevicesPresent() const;  // uverbs known and every listed char device existed
 };
 

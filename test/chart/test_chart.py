@@ -792,8 +792,10 @@ def check_dra(r, helm):
         expected = ["rdma-device-plugin", "probe", "--dra", f"--kubelet-dir={root}",
                     f"--driver-name={DRA_DRIVER}"]
         for kind, command in probe_commands(ds).items():
-            r.check(name + f"{kind} probes the driver's sockets", command == expected,
-                    f"{command} != {expected}")
+            want = expected + (["--ready"] if kind == "readinessProbe" else [])
+            r.check(name + f"{kind} probes the driver's sockets"
+                    + (" and its registration" if kind == "readinessProbe" else ""), command == want,
+                    f"{command} != {want}")
         sc = c.get("securityContext", {})
         r.check(name + "not privileged, no escalation, drops ALL",
                 sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False

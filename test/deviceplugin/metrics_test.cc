@@ -146,6 +146,30 @@ TEST_F(NodeMetricsTest, GpuDirectRdmaAsTheNodeIsAtTheScrape) {
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"dma-buf\"} 1"));
 }
 
+// Health per port: a dual-port HCA with one port down is healthy (issue 25: it was not), and
+// port_active says which port is down.
+TEST(NodeMetricsPortsTest, HealthPerPort) {
+  auto cards = testing::FourCards();
+  cards[0].ports.resize(2);
+  cards[0].ports[1].number = 2;
+  testing::TestNode node(cards);
+  NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_0", 2, "DOWN").ok());
+  state.Poll();
+  metrics::Exposition out;
+  state.WriteMetrics(out);
+  const std::string text = out.Take();
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_port_active{hca=\"mlx5_0\",pci=\"0000:1a:00.0\",port=\"1\"} 1"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_port_active{hca=\"mlx5_0\",pci=\"0000:1a:00.0\",port=\"2\"} 0"));
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_port_active{hca=\"mlx5_1\",pci=\"0000:3a:00.0\",port=\"1\"} 1"));
+}
+
 TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {
   Config config = node_.MakeConfig(hca::Mode::kShared);
   NodeState state(config, node_.Sources());

@@ -3,15 +3,22 @@
 
 #include "deviceplugin/plugin_server.h"
 
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
 #include "deviceplugin/probe.h"
@@ -166,6 +173,41 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
   for (const auto& d : *devices) EXPECT_FALSE(d.has_topology()) << d.id();
 }
 
+// A dual-port HCA with one port uncabled (DOWN) is offered, and used through its ACTIVE port:
+// NCCL_IB_HCA names that port. With no ACTIVE port left it is Unhealthy. Before (issue 25) every
+// port had to be ACTIVE, so such a card, a common way to cable ConnectX cards, was never offered.
+TEST(PluginServerPortsTest, DualPortHcaWithOneUncabledPortIsOffered) {
+  auto cards = testing::FourCards();
+  cards[0].ports.resize(2);
+  cards[0].ports[1].number = 2;
+  cards[0].ports[1].state = "DOWN";
+  cards[0].ports[1].phys_state = "Polling";
+  TestNode node(cards);
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  PluginServer plugin(config, node.Sources());
+  ASSERT_TRUE(plugin.Start().ok());
+  ASSERT_TRUE(kubelet.WaitForDevices(HealthIs("0000:1a:00.0", "Healthy"), kWait))
+      << "a card with one ACTIVE port of two is not offered";
+  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  auto stub = kubelet.PluginStub();
+  v1beta1::AllocateRequest request;
+  request.add_container_requests()->add_devices_ids("0000:1a:00.0");
+  request.add_container_requests()->add_devices_ids("0000:3a:00.0");
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("NCCL_IB_HCA"), "=mlx5_0:1");
+  EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_NAMES"), "mlx5_0");
+  EXPECT_EQ(response.container_responses(1).envs().at("NCCL_IB_HCA"), "=mlx5_1")
+      << "an HCA whose every port is ACTIVE is named alone";
+
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_0", 1, "DOWN").ok());
+  EXPECT_TRUE(kubelet.WaitForDevices(HealthIs("0000:1a:00.0", "Unhealthy"), kWait));
+}
+
 TEST_F(PluginServerTest, SeveralStreamsAllSeeChanges) {
   StartAll(hca::Mode::kExclusive);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
@@ -294,6 +336,121 @@ TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
   EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
 }
 
+// The lifecycle thread's polls, counted: how many times it has entered poll(2) on the kubelet
+// directory's inotify descriptor, and whether it is inside one now. Lets a test wait until that
+// thread has handled an event and gone back to waiting, without guessing at time.
+class LifecyclePolls {
+ public:
+  // The poll(2) the plugin's threads call (NodeSources::poll); it keeps `polls` alive as long
+  // as the plugin's threads may call it.
+  static std::function<int(struct pollfd*, nfds_t, int)> Poll(
+      std::shared_ptr<LifecyclePolls> polls) {
+    return [polls](struct pollfd* fds, nfds_t n, int timeout) {
+      const bool ours = polls->Watches(fds, n);
+      if (ours) polls->Update(+1, true);
+      const int r = ::poll(fds, n, timeout);
+      if (ours) polls->Update(0, false);
+      return r;
+    };
+  }
+  void Track(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fd_ = fd;
+  }
+  // Waits until the thread has entered poll more than `entries` times and is inside one with
+  // no event left unread (each entry and return notifies; an unread event ends the poll).
+  bool WaitForWaitingAfter(int entries, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
+      int unread = 0;
+      return entries_ > entries && inside_ && ::ioctl(fd_, FIONREAD, &unread) == 0 && unread == 0;
+    });
+  }
+  int entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_;
+  }
+
+ private:
+  bool Watches(const struct pollfd* fds, nfds_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (nfds_t i = 0; i < n; ++i) {
+      if (fd_ >= 0 && fds[i].fd == fd_) return true;
+    }
+    return false;
+  }
+  void Update(int add, bool inside) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_ += add;
+    inside_ = inside;
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int fd_ = -1;
+  int entries_ = 0;
+  bool inside_ = false;
+};
+
+// This process's inotify descriptor with a watch on `dir`, and that watch's descriptor, from
+// /proc/self/fdinfo ("inotify wd:1 ino:<hex> sdev:..."). {-1, -1} when there is none.
+std::pair<int, int> InotifyWatching(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return {-1, -1};
+  const std::string ino = absl::StrCat(" ino:", absl::Hex(st.st_ino), " ");
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fdinfo")) {
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("inotify wd:", 0) != 0 || line.find(ino) == std::string::npos) continue;
+      return {std::stoi(e.path().filename().string()), std::stoi(line.substr(11))};
+    }
+  }
+  return {-1, -1};
+}
+
+// A lost watch on the kubelet directory whose sockets are still the ones served and registered
+// with is no restart: the plugin watches again and keeps serving. Before, any lost watch re-served
+// and re-registered, so the lost watch of a directory already replaced, read after the plugin had
+// served and registered in the new one, tore its socket down under the kubelet's calls (the CI
+// flake of KubeletDirRemovedAndMadeAgain). Here the watch is removed from outside
+// (inotify_rm_watch queues the same IN_IGNORED a removed directory does).
+TEST_F(PluginServerTest, ALostWatchWithTheSameSocketsIsNoRestart) {
+  auto polls = std::make_shared<LifecyclePolls>();
+  config_ = node_.MakeConfig(hca::Mode::kExclusive);
+  config_.register_backoff_max = absl::Hours(1);  // no periodic wake: only events move the thread
+  kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
+  ASSERT_TRUE(kubelet_->Start().ok());
+  NodeSources sources = node_.Sources();
+  sources.poll = LifecyclePolls::Poll(polls);
+  plugin_ = std::make_unique<PluginServer>(config_, std::move(sources));
+  ASSERT_TRUE(plugin_->Start().ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+  const auto [fd, wd] = InotifyWatching(config_.kubelet_dir);
+  ASSERT_GE(fd, 0) << "no inotify watch on " << config_.kubelet_dir;
+  polls->Track(fd);
+  // A file of no meaning to the plugin: the thread wakes, ignores it and waits again, now counted.
+  { std::ofstream(config_.kubelet_dir + "/unrelated") << "x"; }
+  ASSERT_TRUE(polls->WaitForWaitingAfter(0, kWait));
+
+  const int serves = plugin_->serves();
+  const int registrations = plugin_->registrations();
+  const std::uint64_t restarts = plugin_->node().metrics().kubelet_restarts.value();
+  const int entries = polls->entries();
+  ASSERT_EQ(::inotify_rm_watch(fd, wd), 0) << std::strerror(errno);
+  ASSERT_TRUE(polls->WaitForWaitingAfter(entries, kWait));
+
+  EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts);
+  EXPECT_EQ(plugin_->serves(), serves);
+  EXPECT_EQ(plugin_->registrations(), registrations);
+  // Watching again: a real restart is still seen at once.
+  EXPECT_GE(InotifyWatching(config_.kubelet_dir).first, 0);
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  EXPECT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
+  EXPECT_GT(plugin_->node().metrics().kubelet_restarts.value(), restarts);
+}
+
 TEST_F(PluginServerTest, OurSocketRemovedServesAgain) {
   StartAll(hca::Mode::kShared);
   const int serves = plugin_->serves();
@@ -368,6 +525,44 @@ TEST_F(PluginServerTest, PreferredAllocationShared) {
   EXPECT_NE(std::find(got.begin(), got.end(), "shared-10"), got.end());
 }
 
+// GetPreferredAllocation answers every well-formed request (issue 25): an ID the plugin does
+// not offer now (an HCA unplugged a poll before the kubelet applied the update, a device reused
+// from an init container, --shared-devices lowered) was INVALID_ARGUMENT, which fails the pod.
+// Unknown IDs leave `available`, must_include is kept as given, the rest is filled.
+TEST_F(PluginServerTest, PreferredAllocationAnswersIdsNotOfferedNow) {
+  StartAll(hca::Mode::kExclusive);
+  const std::string gone = "0000:ff:00.0";
+  std::vector<std::string> with_gone = kPcis;
+  with_gone.insert(with_gone.begin(), gone);
+  std::vector<std::string> got;
+  grpc::Status s = Prefer(with_gone, {}, 2, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_EQ(std::count(got.begin(), got.end(), gone), 0) << "an unknown ID is not preferred";
+  s = Prefer(with_gone, {gone}, 2, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(std::count(got.begin(), got.end(), gone), 1) << "must_include is kept as given";
+  s = Prefer({gone, "0000:fe:00.0"}, {}, 1, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, std::vector<std::string>{gone}) << "too few known IDs: filled from the rest";
+  s = Prefer(with_gone, {}, 5, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.size(), 5u);
+}
+
+TEST_F(PluginServerTest, PreferredAllocationSharedAnswersIdsBeyondTheCount) {
+  StartAll(hca::Mode::kShared);
+  std::vector<std::string> got;
+  // shared-5000 is beyond --shared-devices (1000), as after the flag was lowered.
+  grpc::Status s = Prefer({"shared-5000", "shared-2", "shared-3"}, {"shared-5000"}, 2, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got, (std::vector<std::string>{"shared-5000", "shared-2"}));
+  s = Prefer({"shared-5000", "nonsense"}, {}, 1, &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(got.size(), 1u);
+}
+
 TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
   StartAll(hca::Mode::kExclusive);
   v1beta1::AllocateResponse response;
@@ -385,7 +580,7 @@ TEST_F(PluginServerTest, BadRequestsAreInvalidArgument) {
   EXPECT_EQ(Prefer(kPcis, {}, 5, nullptr).error_code(), kInvalid);                // size > avail
   EXPECT_EQ(Prefer(kPcis, {"0000:ff:00.0"}, 2, nullptr).error_code(), kInvalid);  // must ∉ avail
   EXPECT_EQ(Prefer(kPcis, {kPcis[0], kPcis[1]}, 1, nullptr).error_code(), kInvalid);
-  EXPECT_EQ(Prefer({"0000:ff:00.0"}, {}, 1, nullptr).error_code(), kInvalid);     // unknown
+  EXPECT_EQ(Prefer({"0000:1a:00.0", "1A:00.0"}, {}, 1, nullptr).error_code(), kInvalid);  // dup
   EXPECT_EQ(Prefer(kPcis, {}, 0, nullptr).error_code(), kInvalid);
   grpc::ClientContext context;
   v1beta1::PreferredAllocationResponse empty;

@@ -162,11 +162,12 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   };
   std::vector<Case> cases;
   topology::Hca down = HealthyHca();
-  down.ports[1].state = "DOWN";
-  cases.push_back({"port 2 down", down, "PortNotActive"});
+  for (topology::Port& port : down.ports) port.state = "DOWN";
+  cases.push_back({"every port down", down, "PortNotActive"});
   topology::Hca init = HealthyHca();
+  for (topology::Port& port : init.ports) port.state = "DOWN";
   init.ports[0].state = "INIT";
-  cases.push_back({"port 1 init", init, "PortNotActive"});
+  cases.push_back({"port 1 init, the others down", init, "PortNotActive"});
   topology::Hca no_ports = HealthyHca();
   no_ports.ports.clear();
   cases.push_back({"no port", no_ports, "NoPortState"});
@@ -188,6 +189,38 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   }
   // Healthy again: no taint at all.
   EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
+  // One ACTIVE port is enough (issue 25): a dual-port card with one port uncabled is usable.
+  topology::Hca one_down = HealthyHca();
+  one_down.ports[1].state = "DOWN";
+  const json d = One(one_down, opts);
+  EXPECT_FALSE(d.contains("taints")) << d.dump();
+  EXPECT_EQ(d["attributes"]["rdma.example.com/allPortsActive"]["bool"], false);
+}
+
+// A control plane that drops taints (DRADeviceTaints off): no device rather than an untainted one
+// that the scheduler would allocate and Prepare would refuse.
+TEST(DRADevicesTest, WithoutTaintsAnUnusableHcaIsLeftOut) {
+  DeviceOptions opts;
+  opts.taints = false;
+  topology::Hca down = HealthyHca();
+  down.place.pci = "0000:1b:00.0";
+  down.name = "mlx5_1";
+  down.uverbs.clear();
+  const topology::Topology topo({0}, {HealthyHca(), down}, {});
+  const std::vector<json> devices = BuildDevices(topo, opts);
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_EQ(devices[0]["name"], "hca-0000-1a-00-0");
+  EXPECT_FALSE(devices[0].contains("taints"));
+}
+
+// A name read from sysfs that is not UTF-8 cannot be a JSON string: left out, as an over-long
+// one is, so that nothing downstream (the API client's dump()) meets it.
+TEST(DRADevicesTest, StringsThatAreNotUtf8AreLeftOut) {
+  topology::Hca h = HealthyHca();
+  h.name = "mlx5_\xff";
+  const json d = One(h);
+  EXPECT_FALSE(d["attributes"].contains(Own("hcaName")));
+  EXPECT_NO_THROW(d.dump());
 }
 
 TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
@@ -196,7 +229,7 @@ TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   topology::Hca down = HealthyHca();
   down.place.pci = "0000:1b:00.0";
   down.name = "mlx5_1";
-  down.ports[0].state = "DOWN";
+  for (topology::Port& port : down.ports) port.state = "DOWN";
   const topology::Topology topo({0}, {HealthyHca(), down}, {});
   const std::vector<json> devices = BuildDevices(topo, opts);
   ASSERT_EQ(devices.size(), 2u);

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "dra/probe.h"
 #include "proto/dra.grpc.pb.h"
+#include "proto/dra_v1beta1.grpc.pb.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
@@ -71,8 +74,10 @@ TEST_F(DRAServerTest, GetInfoNamesTheDraSocketAndV1Service) {
   EXPECT_EQ(info.type(), "DRAPlugin");
   EXPECT_EQ(info.name(), kDriver);
   EXPECT_EQ(info.endpoint(), config_.DraSocket());
-  ASSERT_EQ(info.supported_versions_size(), 1);
+  // v1 first (kubelets 1.34+ take it), v1beta1 for 1.32 and 1.33.
+  ASSERT_EQ(info.supported_versions_size(), 2);
   EXPECT_EQ(info.supported_versions(0), "v1.DRAPlugin");
+  EXPECT_EQ(info.supported_versions(1), "v1beta1.DRAPlugin");
   EXPECT_EQ(server_->registration().registrations(), 1);
 }
 
@@ -183,6 +188,78 @@ TEST_F(DRAServerTest, StopRemovesBothSockets) {
   EXPECT_FALSE(std::filesystem::exists(config_.RegistrationSocket()));
   EXPECT_FALSE(std::filesystem::exists(config_.DraSocket()));
   server_->Stop();  // idempotent
+}
+
+
+// A kubelet that speaks v1beta1 only (1.32, 1.33) prepares and unprepares through it: the same
+// answer as v1, without share_id.
+TEST_F(DRAServerTest, V1beta1ServesTheSameAnswers) {
+  ASSERT_TRUE(server_->Start().ok());
+  node_.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  auto stub = drapb_v1beta1::DRAPlugin::NewStub(serving::UnixChannel(config_.DraSocket()));
+  drapb_v1beta1::NodePrepareResourcesRequest req;
+  drapb_v1beta1::Claim* c = req.add_claims();
+  c->set_namespace_("ns");
+  c->set_uid(kUid1);
+  c->set_name("claim");
+  drapb_v1beta1::NodePrepareResourcesResponse resp;
+  grpc::ClientContext c1;
+  Deadline(c1);
+  ASSERT_TRUE(stub->NodePrepareResources(&c1, req, &resp).ok());
+  const auto& entry = resp.claims().at(kUid1);
+  EXPECT_EQ(entry.error(), "");
+  ASSERT_EQ(entry.devices_size(), 1);
+  EXPECT_EQ(entry.devices(0).device_name(), kHca0);
+  EXPECT_EQ(entry.devices(0).cdi_device_ids(0), CdiDeviceId(kDriver, kUid1, "hca"));
+  drapb_v1beta1::NodeUnprepareResourcesRequest ureq;
+  *ureq.mutable_claims() = req.claims();
+  drapb_v1beta1::NodeUnprepareResourcesResponse uresp;
+  grpc::ClientContext c2;
+  Deadline(c2);
+  ASSERT_TRUE(stub->NodeUnprepareResources(&c2, ureq, &uresp).ok());
+  EXPECT_EQ(uresp.claims().at(kUid1).error(), "");
+  EXPECT_TRUE(node_.CdiFiles().empty());
+}
+
+// Ready (grpc.health.v1 SERVING, probe --dra --ready) only while the kubelet has the driver
+// registered: not before, not after a refusal; the plain probe (liveness) passes throughout.
+TEST_F(DRAServerTest, ReadyOnlyWhileRegistered) {
+  ASSERT_TRUE(server_->Start().ok());
+  auto check = [this] {
+    auto health = ::grpc::health::v1::Health::NewStub(serving::UnixChannel(config_.DraSocket()));
+    ::grpc::health::v1::HealthCheckResponse r;
+    grpc::ClientContext c;
+    Deadline(c);
+    EXPECT_TRUE(health->Check(&c, {}, &r).ok());
+    return r.status();
+  };
+  using HC = ::grpc::health::v1::HealthCheckResponse;
+  std::vector<RegistrationState> seen;
+  server_->registration().SetOnStatus([&seen](const RegistrationState& s) { seen.push_back(s); });
+  EXPECT_EQ(check(), HC::NOT_SERVING);
+  const absl::Status unregistered = Probe(config_.kubelet_dir, kDriver, kWait, true);
+  EXPECT_EQ(unregistered.code(), absl::StatusCode::kFailedPrecondition) << unregistered;
+  EXPECT_TRUE(Probe(config_.kubelet_dir, kDriver, kWait, false).ok());
+  Register();
+  EXPECT_EQ(check(), HC::SERVING);
+  EXPECT_TRUE(Probe(config_.kubelet_dir, kDriver, kWait, true).ok());
+
+  auto stub = RegStub();
+  pluginregistration::RegistrationStatus refused;
+  refused.set_plugin_registered(false);
+  refused.set_error("none of services supported by the plugin are supported by the kubelet");
+  pluginregistration::RegistrationStatusResponse r;
+  grpc::ClientContext c;
+  Deadline(c);
+  ASSERT_TRUE(stub->NotifyRegistrationStatus(&c, refused, &r).ok());
+  EXPECT_EQ(check(), HC::NOT_SERVING);
+  EXPECT_FALSE(Probe(config_.kubelet_dir, kDriver, kWait, true).ok());
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen[0].registered);
+  EXPECT_FALSE(seen[1].registered);
+  EXPECT_EQ(seen[1].error, refused.error());
+  EXPECT_EQ(seen[1].registrations, 1);
+  EXPECT_EQ(seen[1].refusals, 1);
 }
 
 }  // namespace

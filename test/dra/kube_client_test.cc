@@ -58,6 +58,18 @@ TEST(DRAKubeClientTest, SendsTheRequestAndParsesTheAnswer) {
   EXPECT_EQ(sent.timeout, absl::Seconds(5));
 }
 
+// A string that is not UTF-8 (a name read from sysfs) in a body is sent, with U+FFFD in its
+// place, rather than make dump() throw on the publishing thread (which ended the process).
+TEST(DRAKubeClientTest, ABodyThatIsNotUtf8IsSentNotThrown) {
+  Harness h([](const HttpRequest&) { return Json(201, {{"kind", "ResourceSlice"}}); });
+  absl::StatusOr<KubeResponse> r = absl::UnknownError("not sent");
+  EXPECT_NO_THROW(r = h.client->Post("/apis/x", {{"name", std::string("mlx5_\xff")}},
+                                     h.Deadline(absl::Seconds(5))));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(h.requests->size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(h.requests->front().body)["name"], "mlx5_\xef\xbf\xbd");
+}
+
 TEST(DRAKubeClientTest, MapsStatusCodes) {
   struct Case {
     std::string method;

@@ -247,5 +247,51 @@ TEST_F(DRASlicePublisherTest, MissingNodeIsNotFound) {
   EXPECT_EQ(empty.counters().writes(), 0);
 }
 
+
+TEST(DRADroppedFieldsTest, NamesWhatTheAnswerLacks) {
+  const nlohmann::json sent = {
+      {"spec",
+       {{"driver", "d"},
+        {"devices",
+         {{{"name", "a"}, {"taints", {{{"key", "k"}}}}, {"allowMultipleAllocations", true}},
+          {{"name", "b"}, {"attributes", {{"x", {{"int", 1}}}}}, {"taints", nlohmann::json::array()}}}}}}};
+  nlohmann::json answer = sent;
+  EXPECT_TRUE(DroppedFields(sent, answer).empty());
+  answer["spec"]["devices"][0].erase("taints");
+  answer["spec"]["devices"][0].erase("allowMultipleAllocations");
+  answer["spec"]["devices"][1].erase("taints");  // sent empty: the server always leaves it out
+  EXPECT_THAT(DroppedFields(sent, answer),
+              ElementsAre("devices[].allowMultipleAllocations", "devices[].taints"));
+  EXPECT_EQ(FeatureGateOf("devices[].taints"), "DRADeviceTaints");
+  EXPECT_EQ(FeatureGateOf("devices[].allowMultipleAllocations"), "DRAConsumableCapacity");
+  EXPECT_EQ(FeatureGateOf("devices[].something"), "");
+}
+
+// A server with DRADeviceTaints and DRAConsumableCapacity off (1.34, 1.35 by default) stores the
+// slices without those fields and answers with what it stored: each write's answer is compared
+// with what was sent, each field counted and reported; the memo of what was written keeps the
+// next publish from writing the same slice again and again.
+TEST_F(DRASlicePublisherTest, FieldsTheServerDropsAreCountedAndReported) {
+  server_.SetNormalizer([](nlohmann::json& slice) {
+    for (auto& d : slice["spec"]["devices"]) {
+      d.erase("taints");
+      d.erase("allowMultipleAllocations");
+    }
+  });
+  std::vector<std::string> reported;
+  publisher_->SetOnDropped([&reported](const std::string& field) { reported.push_back(field); });
+  std::vector<nlohmann::json> devices = Devices(2);
+  devices[0]["taints"] = {{{"key", "rdma.example.com/unhealthy"}, {"value", "PortNotActive"},
+                           {"effect", "NoSchedule"}}};
+  devices[1]["allowMultipleAllocations"] = true;
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_THAT(reported, ElementsAre("allowMultipleAllocations", "taints"));
+  EXPECT_THAT(publisher_->DroppedCounts(),
+              ElementsAre(Pair("allowMultipleAllocations", 1), Pair("taints", 1)));
+  const int writes = server_.counters().writes();
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(server_.counters().writes(), writes);
+}
+
 }  // namespace
 }  // namespace rdp::dra

@@ -1,5 +1,6 @@
 #include "dra/slice_sync.h"
 
+#include <atomic>
 #include <deque>
 
 #include "absl/synchronization/mutex.h"
@@ -54,6 +55,7 @@ TEST(DRASliceSyncTest, PublishesAtStartAndAfterEachTrigger) {
     return std::vector<nlohmann::json>{{{"version", version}}};
   }, {absl::Hours(1), absl::Seconds(5), absl::Seconds(1)});
   sync.Start();
+  sync.SetRole(SliceSync::Role::kPublish);
   auto calls = publisher.WaitCalls(1);
   ASSERT_GE(calls.size(), 1u);
   EXPECT_EQ(calls[0][0]["version"], 0);
@@ -77,6 +79,7 @@ TEST(DRASliceSyncTest, RetriesAfterAFailureWithoutATrigger) {
   SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; },
                  {absl::Hours(1), absl::Seconds(5), absl::Milliseconds(1)});
   sync.Start();
+  sync.SetRole(SliceSync::Role::kPublish);
   publisher.WaitCalls(3);
   sync.Stop();
   EXPECT_EQ(sync.failures(), 2u);
@@ -87,6 +90,7 @@ TEST(DRASliceSyncTest, ResyncsPeriodically) {
   FakePublisher publisher;
   SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; },
                  {absl::Milliseconds(1), absl::Seconds(5), absl::Seconds(1)});
+  sync.SetRole(SliceSync::Role::kPublish);
   sync.Start();
   EXPECT_GE(publisher.WaitCalls(3).size(), 3u);
   sync.Stop();
@@ -98,6 +102,53 @@ TEST(DRASliceSyncTest, StopWithoutStartAndTwice) {
   sync.Stop();
   sync.Stop();
   EXPECT_EQ(sync.successes(), 0u);
+}
+
+
+// Nothing is written before the kubelet's verdict; registered: the pool; refused: none (the
+// node's slices deleted); registered again: the pool again. The role is what /healthz reads.
+TEST(DRASliceSyncTest, PublishesOnlyWhileRegisteredAndWithdrawsWhenRefused) {
+  FakePublisher publisher;
+  SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{{{"name", "s"}}}; },
+                 {absl::Hours(1), absl::Seconds(5), absl::Seconds(1)});
+  sync.Start();
+  sync.Trigger();  // a hotplug before any verdict: still nothing
+  EXPECT_EQ(sync.status().role, SliceSync::Role::kWaiting);
+  EXPECT_FALSE(sync.status().in_sync);
+  sync.SetRole(SliceSync::Role::kPublish);
+  auto calls = publisher.WaitCalls(1);
+  ASSERT_EQ(calls.size(), 1u);  // the first call is the publish: nothing before it
+  EXPECT_EQ(calls[0].size(), 1u);
+  sync.SetRole(SliceSync::Role::kWithdraw);
+  calls = publisher.WaitCalls(2);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_TRUE(calls[1].empty());
+  sync.SetRole(SliceSync::Role::kPublish);
+  calls = publisher.WaitCalls(3);
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[2].size(), 1u);
+  sync.Stop();
+}
+
+// A publisher (or `desired`) that throws fails that publish; the thread, and the process, go on.
+TEST(DRASliceSyncTest, AThrowIsAFailureNotTheEndOfTheProcess) {
+  FakePublisher publisher;
+  std::atomic<int> calls{0};
+  SliceSync sync(publisher, [&calls]() -> std::vector<nlohmann::json> {
+    if (calls.fetch_add(1) == 0) {
+      // What a name read from sysfs that is not UTF-8 makes nlohmann's dump() do.
+      nlohmann::json bad = std::string("mlx5_\xff");
+      (void)bad.dump();
+    }
+    return {};
+  }, {absl::Hours(1), absl::Seconds(5), absl::Milliseconds(1)});
+  sync.Start();
+  sync.SetRole(SliceSync::Role::kPublish);
+  publisher.WaitCalls(1);  // the second try, after the first threw
+  sync.Stop();
+  EXPECT_EQ(sync.failures(), 1u);
+  EXPECT_EQ(sync.successes(), 1u);
+  EXPECT_TRUE(sync.status().in_sync);
 }
 
 }  // namespace

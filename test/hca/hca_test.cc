@@ -21,6 +21,54 @@ TEST(ModeTest, ParsesItsOwnNames) {
   EXPECT_EQ(ParseMode("both").status().message(), "'both' is not a mode: shared or exclusive");
 }
 
+topology::Hca Card(const std::string& name, std::vector<std::string> states) {
+  topology::Hca h;
+  h.name = name;
+  h.place.pci = "0000:1a:00.0";
+  h.uverbs = "uverbs0";
+  h.char_devices = {{"/dev/infiniband/uverbs0", true}};
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    topology::Port port;
+    port.number = static_cast<int>(i) + 1;
+    port.state = states[i];
+    h.ports.push_back(port);
+  }
+  return h;
+}
+
+// Usable: at least one ACTIVE port (issue 25: every port had to be, so a dual-port card with one
+// port uncabled was never offered); the verdict names the ports a container uses, or every port
+// that is not ACTIVE.
+TEST(AssessTest, AtLeastOneActivePort) {
+  Verdict one_down = Assess(Card("mlx5_0", {"ACTIVE", "DOWN"}));
+  EXPECT_TRUE(one_down.usable) << one_down.reason;
+  EXPECT_EQ(one_down.active_ports, std::vector<int>{1});
+  Verdict other_down = Assess(Card("mlx5_0", {"DOWN", "ACTIVE"}));
+  EXPECT_TRUE(other_down.usable);
+  EXPECT_EQ(other_down.active_ports, std::vector<int>{2});
+  Verdict both = Assess(Card("mlx5_0", {"ACTIVE", "ACTIVE"}));
+  EXPECT_EQ(both.active_ports, (std::vector<int>{1, 2}));
+  Verdict none = Assess(Card("mlx5_0", {"DOWN", "INIT"}));
+  EXPECT_FALSE(none.usable);
+  EXPECT_EQ(none.reason, "port 1 is DOWN, port 2 is INIT");
+  EXPECT_EQ(Assess(Card("mlx5_0", {"DOWN"})).reason, "port 1 is DOWN");
+  EXPECT_EQ(Assess(Card("mlx5_0", {})).reason, "no port state is known");
+  topology::Hca missing = Card("mlx5_0", {"ACTIVE", "DOWN"});
+  missing.char_devices[0].second = false;
+  EXPECT_EQ(Assess(missing).reason, "device node /dev/infiniband/uverbs0 is missing");
+}
+
+// NCCL uses every port of an HCA named alone: one with a port that is not ACTIVE is named by its
+// ACTIVE ports ("mlx5_0:1"), in NCCL's exact-match form.
+TEST(BuildAllocationTest, NcclNamesTheActivePortsOfAPartlyDownHca) {
+  ContainerAllocation got =
+      BuildAllocation({Card("mlx5_0", {"ACTIVE", "DOWN"}), Card("mlx5_1", {"ACTIVE", "ACTIVE"}),
+                       Card("mlx5_2", {"ACTIVE"})},
+                      true);
+  EXPECT_EQ(got.envs["NCCL_IB_HCA"], "=mlx5_0:1,mlx5_1,mlx5_2");
+  EXPECT_EQ(got.envs["RDMA_HCA_NAMES"], "mlx5_0,mlx5_1,mlx5_2");
+}
+
 TEST(BuildAllocationTest, SpecsAndExactMatchEnvs) {
   topology::Hca a;
   a.name = "mlx5_1";

@@ -10,13 +10,17 @@ import (
 	nriapi "github.com/containerd/nri/pkg/api"
 	"github.com/containerd/ttrpc"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registrationapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
@@ -47,6 +51,21 @@ var protoUpstreams = []protoUpstream{
 		registrationapi.File_staging_src_k8s_io_kubelet_pkg_apis_pluginregistration_v1_api_proto},
 	{"proto/dra.proto", kubeletModule, "pkg/apis/dra/v1/api.proto",
 		drapb.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1_api_proto},
+	{"proto/dra_v1beta1.proto", kubeletModule, "pkg/apis/dra/v1beta1/api.proto",
+		drapbv1beta1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1beta1_api_proto},
+	{"proto/dra_health.proto", kubeletModule, "pkg/apis/dra-health/v1/api.proto",
+		drahealthv1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1_api_proto},
+	{"proto/dra_health_v1alpha1.proto", kubeletModule, "pkg/apis/dra-health/v1alpha1/api.proto",
+		drahealthv1alpha1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1alpha1_api_proto},
+}
+
+// ownProtos are our .proto files that follow no kubelet API: grpc.health.v1 (the DRA driver's
+// readiness check), compared with grpc-go's compiled copy instead.
+var ownProtos = []struct {
+	ours     string
+	upstream protoreflect.FileDescriptor
+}{
+	{"proto/health.proto", healthpb.File_grpc_health_v1_health_proto},
 }
 
 // nriProtoUpstreams: the container runtime's NRI API and ttrpc's envelopes (TestProtoMatchesNRI).
@@ -74,8 +93,12 @@ var protoServiceRoles = map[protoreflect.FullName]serviceRole{
 	"v1beta1.Registration":  calls,
 	"v1.PodResourcesLister": calls,
 
-	"pluginregistration.Registration":          serves,
-	"k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": serves,
+	"pluginregistration.Registration":               serves,
+	"k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin":      serves,
+	"k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": serves,
+	"v1.DRAResourceHealth":                          serves,
+	"v1alpha1.DRAResourceHealth":                    serves,
+	"grpc.health.v1.Health":                         serves,
 
 	// `rdma-device-plugin nri`: the runtime calls the Plugin service; we call RegisterPlugin.
 	"nri.pkg.api.v1alpha1.Plugin":  serves,
@@ -130,6 +153,9 @@ func TestProtoMatchesKubelet(t *testing.T) {
 	for _, p := range append(append([]protoUpstream{}, protoUpstreams...), nriProtoUpstreams...) {
 		paired[p.ours] = true
 	}
+	for _, p := range ownProtos {
+		paired[p.ours] = true
+	}
 	ours.RangeFiles(func(f protoreflect.FileDescriptor) bool {
 		if strings.HasPrefix(f.Path(), "proto/") && !paired[f.Path()] {
 			t.Errorf("%s is in %s but not in protoUpstreams or nriProtoUpstreams: name the upstream file it follows", f.Path(), path)
@@ -137,6 +163,17 @@ func TestProtoMatchesKubelet(t *testing.T) {
 		return true
 	})
 	compareProtos(t, ours, path, protoUpstreams, func(c *protoComparison) {})
+	for _, p := range ownProtos {
+		t.Run(filepath.Base(p.ours), func(t *testing.T) {
+			f, err := ours.FindFileByPath(p.ours)
+			if err != nil {
+				t.Fatalf("%s: not in %s: %v", p.ours, path, err)
+			}
+			checkHeader(t, p.ours, p.upstream.Path())
+			c := &protoComparison{t: t, where: "google.golang.org/grpc " + p.upstream.Path()}
+			c.file(f, p.upstream)
+		})
+	}
 }
 
 // TestProtoMatchesNRI compares proto/nri.proto, proto/ttrpc.proto and proto/rpc_status.proto

@@ -47,7 +47,7 @@ TEST(DiscoveryXmlTest, DgxH100Like) {
   EXPECT_EQ(h0.uverbs, "");
   ASSERT_EQ(h0.ports.size(), 1u);
   EXPECT_EQ(h0.ports[0].state, "ACTIVE");
-  EXPECT_TRUE(h0.Healthy());
+  EXPECT_TRUE(h0.AllPortsActive());
   EXPECT_THAT(h0.netdevs, ElementsAre("ibp26s0"));
 
   const Hca& bond = t->hcas()[8];
@@ -94,7 +94,7 @@ TEST(DiscoveryXmlTest, SupermicroGpusOnRootPortsAndBmcVga) {
   ASSERT_EQ(t->hcas().size(), 1u);
   EXPECT_EQ(t->hcas()[0].name, "mlx5_0");
   EXPECT_EQ(t->hcas()[0].place.numa, 1);
-  EXPECT_TRUE(t->hcas()[0].Healthy());
+  EXPECT_TRUE(t->hcas()[0].AllPortsActive());
   // 3 Teslas and a Radeon (AMD, class 0300); the Matrox BMC VGA (102b:0532) is not a GPU.
   ASSERT_EQ(t->gpus().size(), 4u);
   EXPECT_EQ(t->GpuIndex("0000:05:03.0"), -1);
@@ -269,7 +269,7 @@ TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   EXPECT_EQ(h0.place.Switch(), "0000:16:00.0");
   EXPECT_TRUE(h0.place.bridges_known);
   EXPECT_TRUE(h0.CharDevicesPresent());
-  EXPECT_FALSE(t->hcas()[t->HcaIndex("0000:3d:00.0")].Healthy()) << "mlx5_3 port DOWN";
+  EXPECT_FALSE(t->hcas()[t->HcaIndex("0000:3d:00.0")].AllPortsActive()) << "mlx5_3 port DOWN";
   const Hca& bond = t->hcas()[t->HcaIndex("0000:c9:00.0")];
   EXPECT_EQ(bond.name, "mlx5_bond_0");
   EXPECT_EQ(bond.ports[0].link_layer, "Ethernet");

@@ -65,7 +65,7 @@ TEST_F(SysfsTest, InfiniBandHcaWithUmadAndIssm) {
   EXPECT_EQ(got.ports[0].phys_state, "LinkUp");
   EXPECT_EQ(got.ports[0].link_layer, "InfiniBand");
   EXPECT_EQ(got.ports[1].rate, "200 Gb/sec (4X HDR)");
-  EXPECT_TRUE(got.Healthy());
+  EXPECT_TRUE(got.AllPortsActive());
   EXPECT_TRUE(got.CharDevicesPresent());
   EXPECT_EQ(got.char_devices.size(), 5u);  // uverbs0, umad0, umad1, issm0, issm1
 }
@@ -101,8 +101,8 @@ TEST_F(SysfsTest, PortDownNumaUnknownAndMissingUverbs) {
   ASSERT_TRUE(h0 && h1);
   EXPECT_EQ(h0->place.numa, std::nullopt);
   EXPECT_EQ(h0->ports[0].state, "DOWN");
-  EXPECT_FALSE(h0->Healthy());
-  EXPECT_TRUE(h1->Healthy());
+  EXPECT_FALSE(h0->AllPortsActive());
+  EXPECT_TRUE(h1->AllPortsActive());
   EXPECT_FALSE(h1->CharDevicesPresent());
 }
 
@@ -125,7 +125,7 @@ TEST_F(SysfsTest, BrokenDevicesAreSkippedOthersKept) {
   EXPECT_EQ((*hcas)[0].name, "mlx5_0");
   EXPECT_EQ((*hcas)[1].name, "mlx5_2");
   EXPECT_EQ((*hcas)[1].ports[0].state, "");
-  EXPECT_FALSE((*hcas)[1].Healthy());
+  EXPECT_FALSE((*hcas)[1].AllPortsActive());
 }
 
 TEST_F(SysfsTest, HugeAttributeIsBounded) {

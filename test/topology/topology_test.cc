@@ -161,11 +161,11 @@ TEST(TopologyTest, SortsIndexesAndPrecomputesPaths) {
 
 TEST(HcaTest, Health) {
   Hca h;
-  EXPECT_FALSE(h.Healthy()) << "no ports known";
+  EXPECT_FALSE(h.AllPortsActive()) << "no ports known";
   h.ports = {{1, "ACTIVE"}, {2, "DOWN"}};
-  EXPECT_FALSE(h.Healthy());
+  EXPECT_FALSE(h.AllPortsActive());
   h.ports[1].state = "ACTIVE";
-  EXPECT_TRUE(h.Healthy());
+  EXPECT_TRUE(h.AllPortsActive());
   EXPECT_FALSE(h.CharDevicesPresent()) << "uverbs unknown";
   h.uverbs = "uverbs0";
   h.char_devices = {{"/dev/infiniband/uverbs0", true}, {"/dev/infiniband/umad0", false}};

@@ -102,8 +102,8 @@ the label. The two select complementary sets of nodes, so each node runs exactly
 
 {{/*
 The probe command. Device-plugin mode: GetDevicePluginOptions on our own socket. DRA mode: GetInfo
-on the driver's registration socket, then an empty NodeUnprepareResources on its DRA socket. 1 s
-deadline each.
+on the driver's registration socket, then an empty NodeUnprepareResources on its DRA socket; the
+readiness probe (.ready) also wants the kubelet to have registered the driver. 1 s deadline each.
 */}}
 {{- define "rdp.probeCommand" -}}
 - rdma-device-plugin
@@ -112,6 +112,9 @@ deadline each.
 - --dra
 - --kubelet-dir={{ .root.Values.hostPaths.kubeletRoot }}
 - --driver-name={{ .root.Values.dra.driverName }}
+{{- if .ready }}
+- --ready
+{{- end }}
 {{- else }}
 - --kubelet-dir={{ .root.Values.hostPaths.kubeletDevicePlugins }}
 - --socket-name={{ include "rdp.socketName" . }}

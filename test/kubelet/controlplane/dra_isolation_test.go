@@ -18,6 +18,18 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
+// shortDir: a temporary directory with a short path (a unix socket's path has at most 107
+// bytes, and t.TempDir() has the test's name in it), removed at the end of the test.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // draNodeEnv is one DRA node of the harness: the control plane with the chart's DeviceClass, the
 // kubelet's DRA and plugin managers, and the driver binary publishing the fixture's HCAs as the
 // least-privilege service account.
@@ -41,12 +53,7 @@ func startDRANodeEnv(t *testing.T, xml string) *draNodeEnv {
 	discovery := draFixtureNode(t, xml)
 	e := &draNodeEnv{t: t, cp: cp, node: node, cdiRoot: filepath.Join(t.TempDir(), "cdi"),
 		hcaName: map[string]string{}, uverbs: map[string]string{}}
-	// Short: a unix socket's path has at most 107 bytes, and t.TempDir() has the test's name.
-	root, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	root := shortDir(t)
 	e.kubelet = startDRAKubelet(t, cp, node, root, t.TempDir(), func() []*v1.Pod { return e.pods })
 	t.Cleanup(func() { e.kubelet.stop() })
 	kubeconfig := writeJSONKubeconfig(t, cp, map[string]any{"tokenFile": draServiceAccount(t, cp)})

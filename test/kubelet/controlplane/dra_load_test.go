@@ -411,11 +411,7 @@ func (d *loadDriver) syncedAfter(since time.Time) (time.Time, bool) {
 
 func startLoadDriver(t *testing.T, node, kubeconfig string, discovery []string) *loadDriver {
 	t.Helper()
-	root, err := os.MkdirTemp("", "dral")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	root := shortDir(t)
 	// The kubelet side: a plugin manager with the DRA handler (no API client: it wipes nothing).
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
 	handler := draplugin.NewDRAPluginManager(ctx, nil, nil, nil, 30*time.Second)
