@@ -31,7 +31,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
  && /out/rdma-device-plugin --version
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
-ARG RDP_VERSION=0.7.0
+ARG RDP_VERSION=0.8.0
 # Exactly the runtime packages of the libraries the binary links (libc6, libgcc-s1 and
 # libstdc++6 are already in the base image); apt brings their own dependencies.
 RUN apt-get update \

@@ -31,16 +31,9 @@ struct SlicesSettings {
   std::string node_name;
 };
 
-// The kubelet's default node name: the host name, lower-cased.
-std::string HostName() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) return "";
-  return absl::AsciiStrToLower(host);
-}
-
 absl::StatusOr<SlicesSettings> Settings(const SlicesFlags& f) {
   SlicesSettings s;
-  s.node_name = f.node_name.empty() ? HostName() : f.node_name;
+  s.node_name = f.node_name.empty() ? HostNodeName() : f.node_name;
   if (absl::Status st = dra::ValidateNodeName(s.node_name); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--node-name", f.node_name.empty() ? " (default: the host name)" : "", ": ", st.message()));
@@ -84,6 +77,12 @@ void PrintSlices(const SlicesFlags& f) {
 }
 
 }  // namespace
+
+std::string HostNodeName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "";
+  return absl::AsciiStrToLower(host);
+}
 
 CLI::App* AddDraCommand(CLI::App& app) {
   CLI::App* dra = app.add_subcommand(

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 #include "CLI/CLI.hpp"
 
 namespace rdp::cmd {
@@ -12,5 +14,10 @@ namespace rdp::cmd {
 // Returns the `dra` App, which has no callback of its own and requires a subcommand: the DRA
 // driver's serving mode adds its flags and callback there (and relaxes that requirement).
 CLI::App* AddDraCommand(CLI::App& app);
+
+// The node name the kubelet takes by default: the host name, lower-cased (a Node's name is a
+// DNS subdomain); "" when the host name cannot be read. `dra`, `dra slices` and `dra
+// prepare-local` use it when neither --node-name nor NODE_NAME is given.
+std::string HostNodeName();
 
 }  // namespace rdp::cmd

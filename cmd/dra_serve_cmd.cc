@@ -22,6 +22,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/dra_cmd.h"
 #include "cmd/run_server.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
@@ -32,6 +33,7 @@
 #include "dra/kernel_pci.h"
 #include "dra/kube_client.h"
 #include "dra/model.h"
+#include "dra/plugin_lock.h"
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
 #include "topology/gpudirect.h"
@@ -115,10 +117,8 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
           absl::StrCat(flag, " '", *text, "': not a positive duration such as 5s"));
     }
   }
-  if (f.node_name.empty()) {
-    char host[256] = {};
-    if (::gethostname(host, sizeof(host) - 1) == 0) f.node_name = host;
-  }
+  // As `dra slices` and the kubelet name the node: a host name "Node-A" is the Node "node-a".
+  if (f.node_name.empty()) f.node_name = HostNodeName();
   if (f.node_name.empty()) {
     return absl::InvalidArgumentError("--node-name (or NODE_NAME) is required");
   }
@@ -195,6 +195,9 @@ class NodeSnapshot {
 
 // The pieces every DRA run needs: the node, the CDI directory, the checkpoint, the driver.
 struct Node {
+  // Held for the process's life: one instance per plugin directory (declared first: released
+  // last).
+  std::optional<dra::PluginDirLock> lock;
   std::shared_ptr<Env> env;
   std::unique_ptr<NodeSnapshot> snapshot;
   std::unique_ptr<dra::CdiStore> cdi;
@@ -204,6 +207,15 @@ struct Node {
 
 Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader) {
   Node n;
+  // Before the checkpoint is read: a second instance waits for the first to exit (SIGTERM ends
+  // the wait: the stop signals are not blocked yet).
+  absl::StatusOr<dra::PluginDirLock> lock =
+      dra::PluginDirLock::Acquire(r.server.PluginDir(), nullptr);
+  if (!lock.ok()) {
+    Log()->error("cannot start: {}", lock.status().ToString());
+    Exit(1);
+  }
+  n.lock.emplace(*std::move(lock));
   n.env = NewNodeEnv(r.roots);
   n.snapshot = std::make_unique<NodeSnapshot>(r.discovery, n.env);
   if (absl::Status s = n.snapshot->Init(); !s.ok()) {
@@ -233,6 +245,10 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
         absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
                                           : "--kubeconfig: ",
                      config.status().message()));
+  }
+  if (absl::Status s = dra::CheckCredentialsSafe(*config); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.kubeconfig.empty() ? "in-cluster: " : "--kubeconfig: ", s.message()));
   }
   auto transport = dra::NewCurlTransport(*config);
   return std::make_shared<dra::KubeClient>(*std::move(config), std::move(transport));
@@ -329,7 +345,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   dra::SliceSync sync(
       publisher,
       [&r, snapshot, env, &taints] { return DesiredSlices(r, *snapshot->Current(), *env, taints); },
-      {r.resync, absl::Seconds(10), absl::Seconds(1)});
+      {r.resync, absl::Seconds(10), absl::Seconds(1), absl::Seconds(30)});
   publisher.SetOnDropped([&taints, &sync](const std::string& field) {
     if (field == "taints" && taints.exchange(false)) {
       Log()->warn("device taints are not kept by this control plane: unusable HCAs are no longer "
@@ -459,8 +475,8 @@ void AddDraServeFlags(CLI::App* dra) {
       ->envname("RDP_PROC_ROOT")
       ->capture_default_str();
   dra->add_option("--slice-resync", f->resync,
-                  "How often the published ResourceSlices are checked against the node's even "
-                  "when nothing changed")
+                  "How often the published ResourceSlices are checked against the node's while "
+                  "no watch of them is up (the watch says when someone else changed them)")
       ->envname("RDP_SLICE_RESYNC")
       ->capture_default_str();
   dra->callback([f, dra] {

@@ -38,7 +38,15 @@ struct Config {
   absl::Duration register_backoff_min = absl::Milliseconds(100);
   absl::Duration register_backoff_max = absl::Seconds(5);
   absl::Duration register_timeout = absl::Seconds(1);
-  absl::Duration pod_resources_timeout = absl::Milliseconds(100);
+  // The deadline of one pod-resources List. Seconds, not milliseconds: a kubelet with hundreds of
+  // pods, or a throttled one, answers in hundreds of milliseconds, and a List cut short leaves
+  // the pod list unknown (every HCA withheld) for ever (issue 25).
+  absl::Duration pod_resources_timeout = absl::Seconds(5);
+  // How long the admission path (an exclusive GetPreferredAllocation) waits for a List newer than
+  // the call before it answers with the last list; the List goes on, for the next call.
+  absl::Duration admission_wait = absl::Seconds(1);
+  // How long Start waits for the first List before serving (the pods thread goes on trying).
+  absl::Duration pod_resources_first_wait = absl::Milliseconds(100);
   // Retries of the pod-resources List while it fails: from the minimum, doubling, up to
   // health_interval; and at once when the socket appears.
   absl::Duration pod_resources_backoff_min = absl::Milliseconds(100);

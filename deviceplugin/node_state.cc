@@ -49,6 +49,39 @@ void LogPortChanges(const topology::Topology& before, const std::vector<topology
   }
 }
 
+// The set of the HCAs' PCI functions: what only a full discovery can place (a hotplug). A scan
+// that differs from the snapshot in anything else (a port going DOWN or ACTIVE, a device node, a
+// name after a driver rebind) is patched into it (WithScannedState).
+std::string PciFunctions(const std::vector<topology::Hca>& hcas) {
+  std::vector<std::string> pcis;
+  pcis.reserve(hcas.size());
+  for (const topology::Hca& h : hcas) pcis.push_back(h.place.pci);
+  std::sort(pcis.begin(), pcis.end());
+  return absl::StrJoin(pcis, ";");
+}
+
+// `snapshot` with each HCA's scanned state (name, uverbs, umad, issm, netdevs, ports, device
+// nodes) in place of its own; the placement (NUMA node, PCIe tree) kept. HCAs matched by PCI
+// address.
+topology::TopologyPtr WithScannedState(const topology::Topology& snapshot,
+                                       const std::vector<topology::Hca>& scanned) {
+  std::vector<topology::Hca> hcas = snapshot.hcas();
+  for (const topology::Hca& s : scanned) {
+    const int idx = snapshot.HcaIndex(s.place.pci);
+    if (idx < 0) continue;
+    topology::Hca& h = hcas[idx];
+    h.name = s.name;
+    h.uverbs = s.uverbs;
+    h.umad = s.umad;
+    h.issm = s.issm;
+    h.netdevs = s.netdevs;
+    h.ports = s.ports;
+    h.char_devices = s.char_devices;
+  }
+  return std::make_shared<const topology::Topology>(snapshot.numa_nodes(), std::move(hcas),
+                                                    snapshot.gpus());
+}
+
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
@@ -75,7 +108,14 @@ NodeState::NodeState(Config config, NodeSources sources)
       sources_(WithEnv(std::move(sources), config_)),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
-NodeState::~NodeState() { pod_refresh_.WaitIdle(); }
+NodeState::~NodeState() {
+  StopPodLists();
+  pod_refresh_.WaitIdle();
+}
+
+void NodeState::StopPodLists() {
+  if (sources_.pod_resources) sources_.pod_resources->Cancel();
+}
 
 absl::Status NodeState::Init() {
   if (!config_.exclusive_label.empty()) {
@@ -128,16 +168,37 @@ bool NodeState::Poll() {
       scan_failing_ = false;
     } else {
       if (!scan_failing_) {
-        Log()->warn("health scan failed, every HCA counts as absent: {}",
+        Log()->warn("health scan failed, every HCA is listed Unhealthy (none forgotten) until a "
+                    "scan succeeds: {}",
                     scan.status().ToString());
       }
       scan_failing_ = true;
-      scanned.clear();
     }
+  }
+  if (sources_.scan && !scanned_ok) {
+    // A failed scan says nothing about the HCAs (a broken /host/sys mount): the last good state
+    // is kept, every HCA Unhealthy, none counted absent or forgotten (issue 25: before, every
+    // HCA counted as absent and the unheld ones were forgotten after forget_after_polls polls).
+    bool changed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [pci, a] : advertised_) a.healthy = false;
+      changed = Recompute();
+    }
+    if (changed) Notify();
+    return changed;
   }
   if (scanned_ok) LogPortChanges(*current, scanned);
   topology::TopologyPtr fresh;
-  if (scanned_ok && topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
+  if (scanned_ok &&
+      PciFunctions(scanned) == PciFunctions(current->hcas()) &&
+      topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
+    // The same PCI functions in another state (a flapping link, a device node): patched into
+    // the snapshot, no discovery (issue 25: each flap ran a full hwloc discovery).
+    metrics_.hca_state_changes.Add();
+    fresh = WithScannedState(*current, scanned);
+  } else if (scanned_ok &&
+             topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
     metrics_.rediscoveries.Add();
     absl::StatusOr<topology::TopologyPtr> found = Discover();
     if (found.ok()) {
@@ -221,7 +282,7 @@ void NodeState::RefreshPods(std::function<void()> then) {
   pod_refresh_.Request(std::move(then));
 }
 
-bool NodeState::RefreshPodsAndWait() {
+bool NodeState::RefreshPodsAndWait(absl::Duration at_most) {
   if (!sources_.pod_resources) return true;
   struct Outcome {
     absl::Notification done;
@@ -234,8 +295,8 @@ bool NodeState::RefreshPodsAndWait() {
     outcome->done.Notify();
   });
   // The List has a deadline; the bound here only guards against a source that breaks its word.
-  return outcome->done.WaitForNotificationWithTimeout(config_.pod_resources_timeout * 2 +
-                                                      absl::Seconds(5)) &&
+  return outcome->done.WaitForNotificationWithTimeout(
+             std::min(at_most, config_.pod_resources_timeout * 2 + absl::Seconds(5))) &&
          outcome->ok;
 }
 
@@ -246,10 +307,10 @@ bool NodeState::pods_known() const {
 
 void NodeState::StartList(std::function<void()> finished) {
   sources_.pod_resources->List(config_.pod_resources_timeout,
-                            [this, finished](absl::StatusOr<PodList> pods) {
-                              OnPods(std::move(pods));
-                              finished();
-                            });
+                               [this, finished](absl::StatusOr<PodList> pods) {
+                                 OnPods(std::move(pods));
+                                 finished();
+                               });
 }
 
 void NodeState::OnPods(absl::StatusOr<PodList> pods) {
@@ -266,10 +327,19 @@ void NodeState::OnPods(absl::StatusOr<PodList> pods) {
       pods_known_ = true;
       pods_failing_ = false;
       UpdateFirstSeen(pods_, config_.gpu_resources, sources_.now(), &gpu_first_seen_);
-    } else if (!pods_failing_) {
+    } else if (const absl::Time now = sources_.now();
+               !pods_failing_ || now - failure_logged_ >= absl::Minutes(1)) {
+      // Once when the failures start, then every minute while they go on, as a warning: a
+      // kubelet that never answers keeps every HCA withheld.
+      const bool repeat = pods_failing_;
       pods_failing_ = true;
+      failure_logged_ = now;
       if (pods_known_) {
         Log()->warn("pod-resources refresh failed, using the last list: {}",
+                    std::string(pods.status().message()));
+      } else if (repeat) {
+        Log()->warn("{}; the kubelet's pod list is still not known, so every HCA stays "
+                    "withheld; retrying",
                     std::string(pods.status().message()));
       } else {
         Log()->info("{}; retrying with backoff",

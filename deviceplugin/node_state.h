@@ -82,9 +82,15 @@ class NodeState {
   // finished, successfully or not (on the thread that finished it, or on this one). At most one
   // List is in flight; callers share it. Without a pod-resources source, `then` runs at once.
   void RefreshPods(std::function<void()> then) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // RefreshPods and wait for it (bounded by the List's deadline). True when that List
-  // succeeded (always, without a pod-resources source).
-  bool RefreshPodsAndWait() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
+  // RefreshPods and wait for it, at most `at_most` (and never much past the List's deadline):
+  // the List goes on after a wait that gave up. True when that List finished and succeeded
+  // (always, without a pod-resources source).
+  bool RefreshPodsAndWait(absl::Duration at_most = absl::InfiniteDuration())
+      ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
+  // Shutdown: the List in flight fails at once, and so does every later one.
+  void StopPodLists();
+  // The latest List failed, or none has finished yet (false without a pod-resources source).
+  bool pod_list_failing() const { return sources_.pod_resources && !last_list_ok_; }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
 
@@ -166,6 +172,7 @@ class NodeState {
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
+  absl::Time failure_logged_ ABSL_GUARDED_BY(mu_);  // when; logged again a minute on
   std::map<std::string, absl::Time> gpu_first_seen_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> gpu_ids_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> withheld_ ABSL_GUARDED_BY(mu_);  // PCI -> why

@@ -87,9 +87,13 @@ void PluginMetrics::Write(metrics::Exposition& out) const {
   WriteCounter(out, "pod_resources_errors_total",
                "Calls to the kubelet's pod-resources List that failed.", pod_resources_errors);
   WriteCounter(out, "rediscoveries_total",
-               "Full discoveries of the node after the first one: the health scan found the HCAs, "
-               "their device nodes or their port states changed (hotplug, a link going down).",
+               "Full discoveries of the node after the first one: the health scan found the set "
+               "of HCAs (PCI functions) changed (hotplug).",
                rediscoveries);
+  WriteCounter(out, "hca_state_changes_total",
+               "Health scans that found the same HCAs in another state (a port going DOWN or "
+               "ACTIVE, a device node, a name), patched into the snapshot without a discovery.",
+               hca_state_changes);
   out.Family(Name("discovery_duration_seconds"),
              "Duration of each full discovery of the node (sysfs and the PCI tree).",
              metrics::Exposition::Type::kHistogram);

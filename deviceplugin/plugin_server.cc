@@ -60,9 +60,9 @@ absl::Status PluginServer::Start() {
   if (node_->has_pod_resources()) {
     serving::ThreadRole::Scope pods(&pods_role_);
     WatchPodsDir();
-    // One bounded try before serving, so that the kubelet's first list is not needlessly all
-    // withheld; the pods thread retries.
-    node_->RefreshPodsAndWait();
+    // One short try before serving, so that the kubelet's first list is not needlessly all
+    // withheld; the List goes on, and the pods thread retries.
+    node_->RefreshPodsAndWait(config_.pod_resources_first_wait);
   }
   {
     serving::ThreadRole::Scope lifecycle(&lifecycle_);
@@ -100,6 +100,7 @@ void PluginServer::Stop() {
     if (started_) serving::SignalEventFd(stop_fd_);
     threads.swap(threads_);
   }
+  node_->StopPodLists();  // the pods thread may wait for a List: it ends at once
   for (std::thread& t : threads) t.join();
   serving::ThreadRole::Scope lifecycle(&lifecycle_);
   StopServing();

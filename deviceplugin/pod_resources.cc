@@ -1,5 +1,6 @@
 #include "deviceplugin/pod_resources.h"
 
+#include <map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -26,38 +27,56 @@ class GrpcPodResources : public PodResourcesSource {
     if (stub_) KeepForever(std::move(stub_));
   }
 
+  // One call: what the callback needs, alive until it runs (and while Cancel holds it).
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+    Done done;
+  };
+
   void List(absl::Duration timeout, Done done) override {
-    // One call: what the callback needs, alive until it runs. The call carries bytes, parsed
-    // in the callback: the response message is then created and filled by the thread that reads
-    // it, never by gRPC's (a typed call would parse into a message this thread constructed, an
-    // order ThreadSanitizer cannot see through libgrpc's queues).
-    struct Call {
-      grpc::ClientContext context;
-      grpc::ByteBuffer request;
-      grpc::ByteBuffer response;
-      Done done;
-    };
-    auto* call = new Call;
+    // The call carries bytes, parsed in the callback: the response message is then created and
+    // filled by the thread that reads it, never by gRPC's (a typed call would parse into a
+    // message this thread constructed, an order ThreadSanitizer cannot see through libgrpc's
+    // queues).
+    auto owned_here = std::make_shared<Call>();
+    Call* call = owned_here.get();
     call->done = std::move(done);
     bool own_buffer = false;
     if (grpc::Status s = grpc::SerializationTraits<v1::ListPodResourcesRequest>::Serialize(
             v1::ListPodResourcesRequest(), &call->request, &own_buffer);
         !s.ok()) {
-      std::unique_ptr<Call> owned(call);
-      owned->done(absl::InternalError(absl::StrCat("pod-resources List request: ",
-                                                   s.error_message())));
+      call->done(absl::InternalError(absl::StrCat("pod-resources List request: ",
+                                                  s.error_message())));
       return;
     }
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     // Waits for a connection within the deadline: a socket that appeared a moment ago is
     // reached by this call rather than failed by the channel's last connect attempt.
     call->context.set_wait_for_ready(true);
+    {
+      absl::MutexLock lock(&mu_);
+      if (!cancelled_) calls_.emplace(call, std::move(owned_here));
+    }
+    if (owned_here) {  // cancelled: not started
+      call->done(absl::CancelledError(
+          absl::StrCat("pod-resources List on ", path_, ": the plugin is stopping")));
+      return;
+    }
+    // The map holds the call until its callback takes it; Cancel holds it while cancelling.
     serving::HappensBefore(call);
     Stub()->UnaryCall(
         &call->context, ListMethod(), grpc::StubOptions(), &call->request, &call->response,
         [this, call](grpc::Status status) {
           serving::HappensAfter(call);
-          std::unique_ptr<Call> owned(call);
+          std::shared_ptr<Call> owned;
+          {
+            absl::MutexLock lock(&mu_);
+            auto it = calls_.find(call);
+            owned = std::move(it->second);
+            calls_.erase(it);
+          }
           if (!status.ok()) {
             owned->done(absl::UnavailableError(
                 absl::StrCat("pod-resources List on ", path_, ": ", status.error_message())));
@@ -74,6 +93,17 @@ class GrpcPodResources : public PodResourcesSource {
           }
           owned->done(ToPodList(response));
         });
+  }
+
+  void Cancel() override {
+    std::vector<std::shared_ptr<Call>> running;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      for (const auto& [raw, call] : calls_) running.push_back(call);
+    }
+    // Outside the lock: gRPC may run the call's callback on this thread.
+    for (const auto& call : running) call->context.TryCancel();
   }
 
  private:
@@ -96,6 +126,8 @@ class GrpcPodResources : public PodResourcesSource {
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+      // gRPC's default is 4 MiB; a node with hundreds of pods answers more (issue 25).
+      args.SetMaxReceiveMessageSize(kMaxListBytes);
       stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
           "unix://" + path_, grpc::InsecureChannelCredentials(), args));
     }
@@ -113,6 +145,8 @@ class GrpcPodResources : public PodResourcesSource {
   const std::string path_;
   absl::Mutex mu_;
   std::unique_ptr<grpc::GenericStub> stub_ ABSL_GUARDED_BY(mu_);
+  std::map<Call*, std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);  // in flight
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

@@ -34,6 +34,8 @@ class PodResourcesSource {
   // this one, before List returns, when the answer is at hand), within about `timeout`.
   // Thread-safe.
   virtual void List(absl::Duration timeout, Done done) = 0;
+  // Shutdown: the Lists in flight finish at once (failed), and so does every later one.
+  virtual void Cancel() {}
 };
 
 // The containers of a List answer, keyed "<namespace>/<pod>/<container>"; a resource named in
@@ -43,6 +45,8 @@ PodList ToPodList(const v1::ListPodResourcesResponse& response);
 // A gRPC client of v1.PodResourcesLister on the unix socket `socket_path`. It dials lazily, at
 // the first List, and keeps retrying the connection every second at most, so that a socket that
 // appears (or is created anew by a restarted kubelet) after the plugin started is picked up.
+// It accepts answers up to kMaxListBytes, as the kubelet's own pod-resources clients do.
+inline constexpr int kMaxListBytes = 16 * 1024 * 1024;
 std::unique_ptr<PodResourcesSource> NewGrpcPodResources(const std::string& socket_path);
 
 // The IDs of `resource` that any container holds.

@@ -1,12 +1,15 @@
 #include "deviceplugin/service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/arena.h"
+#include "grpcpp/alarm.h"
 #include "serving/happens_before.h"
 #include "base/log.h"
 
@@ -234,8 +237,26 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
     return;
   }
   // Exclusive: the GPU context comes from a pod list at least as new as this call. One refresh
-  // serves every container of the request; `answer` runs once it is over.
-  node.RefreshPods(std::move(answer));
+  // serves every container of the request; `answer` runs once it is over, or after
+  // config().admission_wait with the last list (the call is advice; a slow kubelet must not
+  // hold admission for the List's whole deadline), whichever comes first.
+  struct Pending {
+    std::atomic<bool> answered{false};
+    std::function<void()> answer;
+    grpc::Alarm alarm;  // destroyed (cancelled) with the last holder
+    void Answer() {
+      if (!answered.exchange(true)) answer();
+    }
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->answer = std::move(answer);
+  std::weak_ptr<Pending> weak = pending;
+  pending->alarm.Set(absl::ToChronoTime(absl::Now() + node.config().admission_wait),
+                     [weak](bool fired) {
+                       if (!fired) return;
+                       if (std::shared_ptr<Pending> p = weak.lock()) p->Answer();
+                     });
+  node.RefreshPods([pending] { pending->Answer(); });
 }
 
 namespace {
@@ -351,7 +372,19 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                                                         const v1beta1::AllocateRequest* request,
                                                         v1beta1::AllocateResponse* response) {
   auto* reactor = new UnaryReactor;
-  reactor->Done(HandleAllocate(*node_, *request, response), node_->metrics(), Rpc::kAllocate);
+  // Withholding is checked against a pod list at least as new as the call (issue 25): the
+  // kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
+  // relabel overlap the last periodic list may not show a container the other mode has just
+  // admitted. Bounded by the List's deadline. While Lists fail (or before the first one) the
+  // state as it is decides at once (fail closed until the list is known; the last list after).
+  auto answer = [reactor, node = node_, request, response] {
+    reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
+  };
+  if (node_->pod_list_failing()) {
+    answer();
+  } else {
+    node_->RefreshPods(std::move(answer));
+  }
   return reactor;
 }
 

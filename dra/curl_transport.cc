@@ -3,8 +3,13 @@
 
 #include <curl/curl.h>
 
+#include <functional>
 #include <memory>
-#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -19,14 +24,33 @@ namespace {
 // A LIST of a node's slices is kilobytes; anything near this is not an API server's answer.
 constexpr std::size_t kMaxBody = 64 << 20;
 
+// Idle handles kept for their connections: more than the driver's threads ever use at once.
+constexpr std::size_t kMaxIdleHandles = 4;
+
 struct Exchange {
+  CURL* handle = nullptr;
   HttpResponse response;
   bool too_large = false;
+  // A stream's: the status, once the headers are in (0 before), and the callbacks.
+  int status = 0;
+  const std::function<void(int)>* on_open = nullptr;
+  const std::function<bool(std::string_view)>* on_data = nullptr;
+  const std::function<bool()>* cancelled = nullptr;
+  bool stopped = false;  // on_data or cancelled ended it
 };
+
+bool Success(int status) { return status >= 200 && status < 300; }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
   auto* exchange = static_cast<Exchange*>(user);
   const size_t n = size * count;
+  if (exchange->on_data != nullptr && Success(exchange->status)) {
+    if (!(*exchange->on_data)(std::string_view(data, n))) {
+      exchange->stopped = true;
+      return 0;  // curl stops with CURLE_WRITE_ERROR
+    }
+    return n;
+  }
   if (exchange->response.body.size() + n > kMaxBody) {
     exchange->too_large = true;
     return 0;  // curl stops with CURLE_WRITE_ERROR
@@ -39,6 +63,16 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   auto* exchange = static_cast<Exchange*>(user);
   const size_t n = size * count;
   const absl::string_view line(data, n);
+  if (line == "\r\n" || line == "\n") {  // the end of a header block
+    long status = 0;
+    curl_easy_getinfo(exchange->handle, CURLINFO_RESPONSE_CODE, &status);
+    // 1xx blocks (100 Continue) come before the answer's own.
+    if (status >= 200 && exchange->status == 0) {
+      exchange->status = static_cast<int>(status);
+      if (exchange->on_open != nullptr) (*exchange->on_open)(exchange->status);
+    }
+    return n;
+  }
   constexpr absl::string_view kRetryAfter = "retry-after:";
   if (absl::StartsWithIgnoreCase(line, kRetryAfter)) {
     int seconds = 0;
@@ -51,9 +85,19 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* exchange = static_cast<Exchange*>(user);
+  if (exchange->cancelled != nullptr && *exchange->cancelled && (*exchange->cancelled)()) {
+    exchange->stopped = true;
+    return 1;  // CURLE_ABORTED_BY_CALLBACK
+  }
+  return 0;
+}
+
 absl::Status MapCurlError(CURLcode code, const char* detail, const Exchange& exchange) {
   const std::string message =
       absl::StrCat(curl_easy_strerror(code), *detail != '\0' ? ": " : "", detail);
+  if (exchange.stopped) return absl::CancelledError(message);
   switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
       return absl::DeadlineExceededError(message);
@@ -89,13 +133,52 @@ class CurlTransport : public Transport {
   CurlTransport(KubeConfig config, std::string init_error)
       : config_(std::move(config)), init_error_(std::move(init_error)) {}
 
+  ~CurlTransport() override {
+    for (CURL* h : idle_) curl_easy_cleanup(h);
+  }
+
   absl::StatusOr<HttpResponse> RoundTrip(const HttpRequest& request) override {
+    Exchange exchange;
+    return Perform(request, exchange);
+  }
+
+  absl::StatusOr<HttpResponse> Stream(
+      const HttpRequest& request, const std::function<void(int)>& on_open,
+      const std::function<bool(std::string_view)>& on_data) override {
+    Exchange exchange;
+    exchange.on_open = &on_open;
+    exchange.on_data = &on_data;
+    exchange.cancelled = &request.cancelled;
+    return Perform(request, exchange);
+  }
+
+ private:
+  // An idle handle (its connection kept), or a new one.
+  CurlPtr<CURL> Take() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!idle_.empty()) {
+        CURL* h = idle_.back();
+        idle_.pop_back();
+        // Options back to their defaults; the connection cache stays.
+        curl_easy_reset(h);
+        return CurlPtr<CURL>(h);
+      }
+    }
+    return CurlPtr<CURL>(curl_easy_init());
+  }
+  void Give(CurlPtr<CURL> h) {
+    absl::MutexLock lock(&mu_);
+    if (idle_.size() < kMaxIdleHandles) idle_.push_back(h.release());
+  }
+
+  absl::StatusOr<HttpResponse> Perform(const HttpRequest& request, Exchange& exchange) {
     if (!init_error_.empty()) return absl::InternalError(init_error_);
-    CurlPtr<CURL> h(curl_easy_init());
+    CurlPtr<CURL> h = Take();
     if (!h) return absl::ResourceExhaustedError("curl_easy_init failed");
     CURL* c = h.get();
+    exchange.handle = c;
     char detail[CURL_ERROR_SIZE] = "";
-    Exchange exchange;
     CurlPtr<curl_slist> headers;
     for (const auto& header : request.headers) {
       curl_slist* next = curl_slist_append(headers.get(), header.c_str());
@@ -141,16 +224,36 @@ class CurlTransport : public Transport {
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &exchange);
     SetTls(c);
+    if (exchange.on_data != nullptr) {
+      // A watch is quiet for minutes: keep-alives find a peer that went away (a reset API
+      // server, a dropped NAT entry) within about a minute.
+      curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+      curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 30L);
+      curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 10L);
+    }
+    if (exchange.cancelled != nullptr && *exchange.cancelled) {
+      curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+      curl_easy_setopt(c, CURLOPT_XFERINFODATA, &exchange);
+    }
 
     const CURLcode code = curl_easy_perform(c);
-    if (code != CURLE_OK) return MapCurlError(code, detail, exchange);
+    // The handle goes back to the pool with its connection either way; curl closes a
+    // connection that cannot be reused (an error, "Connection: close").
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
+    if (code != CURLE_OK) {
+      absl::Status s = MapCurlError(code, detail, exchange);
+      Give(std::move(h));
+      return s;
+    }
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     exchange.response.status = static_cast<int>(status);
+    Give(std::move(h));
     return std::move(exchange.response);
   }
 
- private:
+
   void SetTls(CURL* c) {
     if (config_.insecure_skip_tls_verify) {
       curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
@@ -158,11 +261,16 @@ class CurlTransport : public Transport {
     }
     // Files are named rather than read here so that curl reads them at each exchange: a
     // rotated CA or client certificate is used from the next request on.
+    // A configured CA is the only one trusted: curl's built-in bundle and directory (the system's
+    // CAs, which any public certificate chains to) are cleared, as kubectl trusts only it.
     if (!config_.ca_data.empty()) {
+      curl_easy_setopt(c, CURLOPT_CAINFO, nullptr);
+      curl_easy_setopt(c, CURLOPT_CAPATH, nullptr);
       curl_blob blob{const_cast<char*>(config_.ca_data.data()), config_.ca_data.size(),
                      CURL_BLOB_COPY};
       curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
     } else if (!config_.ca_file.empty()) {
+      curl_easy_setopt(c, CURLOPT_CAPATH, nullptr);
       curl_easy_setopt(c, CURLOPT_CAINFO, config_.ca_file.c_str());
     }
     if (!config_.client_cert_data.empty()) {
@@ -212,6 +320,8 @@ class CurlTransport : public Transport {
 
   const KubeConfig config_;
   const std::string init_error_;
+  absl::Mutex mu_;
+  std::vector<CURL*> idle_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

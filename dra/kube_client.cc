@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "dra/internal/files.h"
@@ -134,6 +135,88 @@ absl::Duration KubeClient::Backoff(int attempt) {
   return bound * half_to_one(rng_);
 }
 
+absl::Status CheckCredentialsSafe(const KubeConfig& config) {
+  if (absl::StartsWithIgnoreCase(config.server, "http://") &&
+      (!config.token.empty() || !config.token_file.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", config.server, " (", config.source.empty() ? "the configuration" : config.source,
+        ") is plain http: the bearer token would be sent in clear; use https"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> KubeClient::Headers(bool with_body) {
+  if (absl::Status s = CheckCredentialsSafe(config_); !s.ok()) return s;
+  auto token = Token();
+  if (!token.ok()) return token.status();
+  std::vector<std::string> headers = {"Accept: application/json",
+                                      "User-Agent: rdma-device-plugin-dra"};
+  if (with_body) headers.push_back("Content-Type: application/json");
+  if (!token->empty()) headers.push_back("Authorization: Bearer " + *token);
+  return headers;
+}
+
+absl::Status KubeClient::Watch(const std::string& path, absl::Duration timeout,
+                               const std::function<bool()>& cancelled,
+                               const std::function<void()>& on_open,
+                               const std::function<bool(const nlohmann::json&)>& on_event) {
+  const std::string what = absl::StrCat("WATCH ", path);
+  HttpRequest request;
+  request.method = "GET";
+  request.url = config_.server + path;
+  auto headers = Headers(false);
+  if (!headers.ok()) return headers.status();
+  request.headers = *std::move(headers);
+  request.timeout = timeout;
+  request.cancelled = cancelled;
+  std::string pending;  // a line not complete yet
+  absl::Status ended;   // set by an ERROR event or a line that is not JSON
+  auto on_data = [&](std::string_view data) {
+    pending.append(data);
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      const std::string_view line(pending.data() + start, nl - start);
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      const auto event = nlohmann::json::parse(line, nullptr, false);
+      if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) {
+        ended = absl::InternalError(absl::StrCat(what, ": an event that is not JSON"));
+        return false;
+      }
+      if (event["type"] == "ERROR") {
+        const nlohmann::json& object = event.contains("object") ? event["object"] : event;
+        const int code = object.is_object() && object.contains("code") &&
+                                 object["code"].is_number_integer()
+                             ? object["code"].get<int>()
+                             : 500;
+        ended = MapStatus(what, "GET", code, object.dump(-1, ' ', false,
+                                                         nlohmann::json::error_handler_t::replace));
+        return false;
+      }
+      if (!on_event(event)) {
+        ended = absl::CancelledError(absl::StrCat(what, ": ended by its reader"));
+        return false;
+      }
+    }
+    pending.erase(0, start);
+    return true;
+  };
+  auto response = transport_->Stream(
+      request,
+      [&](int status) {
+        if (status >= 200 && status < 300 && on_open) on_open();
+      },
+      on_data);
+  if (!ended.ok()) return ended;
+  if (!response.ok()) {
+    return absl::Status(response.status().code(),
+                        absl::StrCat(what, ": ", response.status().message()));
+  }
+  if (response->status < 200 || response->status >= 300) {
+    return MapStatus(what, "GET", response->status, response->body);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std::string& path,
                                             const nlohmann::json& body, absl::Time deadline) {
   const std::string what = absl::StrCat(method, " ", path);
@@ -153,11 +236,9 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
                        : absl::StrCat(what, ": deadline reached after ", attempt - 1,
                                       " attempts; last: ", last.message()));
     }
-    auto token = Token();
-    if (!token.ok()) return token.status();
-    request.headers = {"Accept: application/json", "User-Agent: rdma-device-plugin-dra"};
-    if (!request.body.empty()) request.headers.push_back("Content-Type: application/json");
-    if (!token->empty()) request.headers.push_back("Authorization: Bearer " + *token);
+    auto headers = Headers(!request.body.empty());
+    if (!headers.ok()) return headers.status();
+    request.headers = *std::move(headers);
     request.timeout = deadline - now;
 
     std::optional<absl::Duration> retry_after;

@@ -24,6 +24,7 @@
 //   an answer over 64 MiB             -> ResourceExhausted
 //   the token file unreadable before  -> Unauthenticated (nothing sent)
 //     any token was read
+//   a token for an http:// server     -> FailedPrecondition (nothing sent: CheckCredentialsSafe)
 
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -65,6 +67,10 @@ struct KubeConfig {
   std::string source;
 };
 
+// FailedPrecondition when `config` would send a credential in clear: a bearer token (token or
+// token_file) to an http:// server. A client certificate cannot go over plain HTTP at all.
+absl::Status CheckCredentialsSafe(const KubeConfig& config);
+
 // Looks an environment variable up; nullopt when unset.
 using GetEnvFunc = std::function<std::optional<std::string>(const std::string&)>;
 
@@ -92,6 +98,8 @@ struct HttpRequest {
   std::string body;
   // The whole exchange, connecting included, ends within this time.
   absl::Duration timeout = absl::Seconds(10);
+  // Stream: polled about once a second while the exchange runs; true ends it (Cancelled).
+  std::function<bool()> cancelled;
 };
 
 struct HttpResponse {
@@ -109,10 +117,25 @@ class Transport {
   //   DeadlineExceeded: request.timeout passed.
   // Thread-safe: several exchanges may run at once.
   virtual absl::StatusOr<HttpResponse> RoundTrip(const HttpRequest& request) = 0;
+
+  // A long answer read as it comes (a watch): `on_open` is called once with the status code when
+  // the headers are in; a 2xx body goes to `on_data` piece by piece (false from it ends the
+  // exchange: Cancelled), any other status's body is returned in the response (then without a
+  // body of `on_data`'s). The errors of RoundTrip, and Cancelled when request.cancelled said so.
+  // Unimplemented when the transport cannot stream (the caller polls instead).
+  virtual absl::StatusOr<HttpResponse> Stream(
+      const HttpRequest& request, const std::function<void(int status)>& on_open,
+      const std::function<bool(std::string_view data)>& on_data) {
+    (void)request, (void)on_open, (void)on_data;
+    return absl::UnimplementedError("this transport does not stream");
+  }
 };
 
-// libcurl, one easy handle per exchange, TLS as `config` says (CA, client certificate, server
-// name). Reads the CA and client-certificate files at each exchange. Thread-safe.
+// libcurl, TLS as `config` says (CA, client certificate, server name). Connections are kept alive
+// and reused (a pool of easy handles, each keeping its connection), so that a steady driver does
+// not pay a TCP and TLS handshake per request; a stream's connection sends TCP keep-alives so that
+// a dead peer ends it. Reads the CA and client-certificate files for each new connection.
+// Thread-safe.
 std::unique_ptr<Transport> NewCurlTransport(const KubeConfig& config);
 
 // Time and waiting, so that unit tests of the back-off do not sleep.
@@ -179,6 +202,16 @@ class KubeClient {
     return Do("DELETE", path, body, deadline);
   }
 
+  // A watch: GET `path` (which carries watch=true and the resourceVersion to start from) and
+  // `on_event` with each event ({"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": ...}) until
+  // the server ends the watch (OK: its timeoutSeconds passed), `on_event` returns false or
+  // `cancelled` returns true (Cancelled), or `timeout` passes (DeadlineExceeded). `on_open` is
+  // called once the server accepted the watch. An ERROR event is the status of its Status object
+  // as the table maps its code (410 Gone, the version too old: Aborted); not retried.
+  absl::Status Watch(const std::string& path, absl::Duration timeout,
+                     const std::function<bool()>& cancelled, const std::function<void()>& on_open,
+                     const std::function<bool(const nlohmann::json& event)>& on_event);
+
   const KubeConfig& config() const { return config_; }
 
  private:
@@ -186,6 +219,8 @@ class KubeClient {
   // read when the file cannot be read now (a rotation in progress).
   absl::StatusOr<std::string> Token();
   absl::Duration Backoff(int attempt);
+  // Accept, User-Agent, Content-Type (with a body) and Authorization (with a token).
+  absl::StatusOr<std::vector<std::string>> Headers(bool with_body);
 
   const KubeConfig config_;
   const std::unique_ptr<Transport> transport_;

@@ -5,6 +5,7 @@
 // reader) exchange. Plain data and two interfaces; no I/O here.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,22 @@ class SlicePublisher {
   // changed, sets the Node as owner. Within `deadline`; retries with back-off inside it.
   virtual absl::Status Publish(const std::vector<nlohmann::json>& slices,
                                absl::Time deadline) = 0;
+
+  // Follows the server's changes to the node's pool from where the last successful Publish saw
+  // it, and calls `changed` when the pool is no longer what Publish made it (someone edited or
+  // deleted a slice, or the Node was re-created): publish again. `on_open` is called once the
+  // server accepted the watch. Blocks until the server ends the watch (OK: start another),
+  // `cancelled` returns true (Cancelled; polled about once a second), the watch cannot go on from
+  // that point (Aborted: publish, which lists afresh, then watch again), or it fails (the
+  // API client's statuses: Unavailable, PermissionDenied, ...). FailedPrecondition before any
+  // Publish succeeded. Unimplemented: this publisher cannot watch (the caller resyncs by timer).
+  // Runs on a thread of its own, concurrently with Publish.
+  virtual absl::Status Watch(const std::function<bool()>& cancelled,
+                             const std::function<void()>& on_open,
+                             const std::function<void()>& changed) {
+    (void)cancelled, (void)on_open, (void)changed;
+    return absl::UnimplementedError("this publisher does not watch");
+  }
 };
 
 }  // namespace rdp::dra

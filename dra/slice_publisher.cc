@@ -248,11 +248,15 @@ ApiSlicePublisher::ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::st
                                      std::string node_name)
     : client_(std::move(client)), driver_(std::move(driver)), node_(std::move(node_name)) {}
 
-absl::StatusOr<std::vector<nlohmann::json>> ApiSlicePublisher::List(absl::Time deadline) {
-  const std::string base = absl::StrCat(
-      kSlices, "?fieldSelector=",
-      PercentEncode(absl::StrCat("spec.nodeName=", node_, ",spec.driver=", driver_)), "&limit=500");
+std::string ApiSlicePublisher::Selector() const {
+  return PercentEncode(absl::StrCat("spec.nodeName=", node_, ",spec.driver=", driver_));
+}
+
+absl::StatusOr<std::pair<std::vector<nlohmann::json>, std::string>> ApiSlicePublisher::List(
+    absl::Time deadline) {
+  const std::string base = absl::StrCat(kSlices, "?fieldSelector=", Selector(), "&limit=500");
   std::vector<nlohmann::json> out;
+  std::string version;  // the first page's: the snapshot the pages are of
   std::string next;
   do {
     auto page = client_->Get(next.empty() ? base : base + "&continue=" + PercentEncode(next),
@@ -263,10 +267,12 @@ absl::StatusOr<std::vector<nlohmann::json>> ApiSlicePublisher::List(absl::Time d
       return absl::InternalError(absl::StrCat("GET ", kSlices, ": items is not a list"));
     }
     if (items.is_array()) out.insert(out.end(), items.begin(), items.end());
+    const auto& listed = Field(page->body, {"metadata", "resourceVersion"});
+    if (version.empty() && listed.is_string()) version = listed.get<std::string>();
     const auto& cont = Field(page->body, {"metadata", "continue"});
     next = cont.is_string() ? cont.get<std::string>() : "";
   } while (!next.empty());
-  return out;
+  return std::pair{std::move(out), std::move(version)};
 }
 
 absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline) {
@@ -292,6 +298,10 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
                              deadline)
                  .status();
     if (s.ok() || absl::IsNotFound(s)) applied_.erase(Name(slice));  // gone, as wanted
+    if (s.ok()) {
+      absl::MutexLock lock(&mu_);
+      deleted_.insert(Name(slice));
+    }
     if (absl::IsNotFound(s)) continue;
     if (note(s)) return s;
   }
@@ -300,7 +310,11 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
   auto remember = [&](const nlohmann::json& written, const absl::StatusOr<KubeResponse>& r) {
     const std::string name = Name(written);
     const auto& version = Field(r->body, {"metadata", "resourceVersion"});
-    if (version.is_string()) applied_[name] = {plan.asked.at(name), version};
+    if (version.is_string()) {
+      applied_[name] = {plan.asked.at(name), version};
+      absl::MutexLock lock(&mu_);
+      written_.insert(version.get<std::string>());
+    }
     CheckAnswer(written, r->body);
   };
   for (const auto& slice : plan.update) {
@@ -360,21 +374,49 @@ absl::Status ApiSlicePublisher::Publish(const std::vector<nlohmann::json>& slice
           " (metadata.name, spec.driver, spec.nodeName, spec.pool.name)"));
     }
   }
+  absl::StatusOr<std::string> uid = NodeUid(deadline);
+  if (!uid.ok()) return uid.status();
+  absl::Status s = Rounds(slices, *uid, deadline);
+  if (!s.ok() && !absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) {
+    absl::MutexLock lock(&mu_);
+    node_uid_.clear();  // read again: the Node may have been re-created
+  }
+  return s;
+}
+
+absl::StatusOr<std::string> ApiSlicePublisher::NodeUid(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!node_uid_.empty()) return node_uid_;
+  }
   auto node = client_->Get(absl::StrCat("/api/v1/nodes/", PercentEncode(node_)), deadline);
   if (!node.ok()) return node.status();
   const auto& uid = Field(node->body, {"metadata", "uid"});
-  if (!uid.is_string()) {
+  if (!uid.is_string() || uid.get<std::string>().empty()) {
     return absl::InternalError(absl::StrCat("node ", node_, " has no metadata.uid"));
   }
+  absl::MutexLock lock(&mu_);
+  node_uid_ = uid.get<std::string>();
+  return node_uid_;
+}
+
+absl::Status ApiSlicePublisher::Rounds(const std::vector<nlohmann::json>& slices,
+                                       const std::string& uid, absl::Time deadline) {
   const std::string pool =
       slices.empty() ? node_ : Field(slices[0], {"spec", "pool", "name"}).get<std::string>();
   absl::Status last;
   for (int round = 1; round <= kMaxRounds; ++round) {
-    auto existing = List(deadline);
-    if (!existing.ok()) return existing.status();
-    const SlicePlan plan =
-        PlanPool(slices, *existing, pool, node_, uid.get<std::string>(), applied_);
+    auto listed = List(deadline);
+    if (!listed.ok()) return listed.status();
+    const SlicePlan plan = PlanPool(slices, listed->first, pool, node_, uid, applied_);
     if (plan.empty()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (!listed->second.empty()) watch_version_ = listed->second;
+        // Events older than this list are of no interest to a watch started from it.
+        if (written_.size() > 1024) written_.clear();
+        if (deleted_.size() > 1024) deleted_.clear();
+      }
       if (round > 1) {
         Logger("dra")->info("slices published node={} driver={} slices={} generation={} rounds={}",
                             node_, driver_, slices.size(), plan.generation, round - 1);
@@ -391,6 +433,54 @@ absl::Status ApiSlicePublisher::Publish(const std::vector<nlohmann::json>& slice
                                          " still differ after ", kMaxRounds,
                                          " rounds (another writer?); last conflict: ",
                                          last.message()));
+}
+
+absl::Status ApiSlicePublisher::Watch(const std::function<bool()>& cancelled,
+                                      const std::function<void()>& on_open,
+                                      const std::function<void()>& changed) {
+  std::string version;
+  absl::Duration timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    version = watch_version_;
+    timeout = absl::Seconds(std::uniform_int_distribution<int>(600, 1199)(rng_));
+  }
+  if (version.empty()) {
+    return absl::FailedPreconditionError("no publish has listed the node's slices yet");
+  }
+  const std::string path = absl::StrCat(
+      kSlices, "?fieldSelector=", Selector(), "&watch=true&allowWatchBookmarks=true",
+      "&resourceVersion=", PercentEncode(version),
+      "&timeoutSeconds=", absl::ToInt64Seconds(timeout));
+  return client_->Watch(
+      path, timeout + absl::Seconds(30), cancelled, on_open, [&](const nlohmann::json& event) {
+        const std::string type = event.value("type", "");
+        const nlohmann::json& object = Field(event, {"object"});
+        const auto& at = Field(object, {"metadata", "resourceVersion"});
+        bool ours = false;
+        {
+          absl::MutexLock lock(&mu_);
+          if (at.is_string()) watch_version_ = at.get<std::string>();
+          if (type == "BOOKMARK") return true;
+          if (type == "DELETED") {
+            const auto it = deleted_.find(Name(object));
+            ours = it != deleted_.end();
+            if (ours) {
+              deleted_.erase(it);
+            } else {
+              node_uid_.clear();  // the garbage collector's, when the Node was re-created
+            }
+          } else {
+            ours = at.is_string() && written_.count(at.get<std::string>()) > 0;
+          }
+        }
+        if (!ours) {
+          Logger("dra")->info("ResourceSlice {} {} by someone else: publishing the pool again",
+                              Name(object), type == "DELETED" ? "deleted" : "changed");
+          changed();
+        }
+        return true;
+      });
 }
 
 }  // namespace rdp::dra

@@ -7,7 +7,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -61,8 +64,9 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::string& node_name, const std::string& node_uid,
                    const AppliedSlices& applied = {});
 
-// Publishes with the contract of SlicePublisher::Publish (dra/model.h): GETs the Node (its uid
-// is the slices' owner), LISTs the node's slices of the driver
+// Publishes with the contract of SlicePublisher::Publish (dra/model.h): GETs the Node once (its
+// uid is the slices' owner; kept until a publish fails or the watch sees one of our slices deleted
+// by someone else, as the garbage collector does when the Node was re-created), LISTs the node's slices of the driver
 // (fieldSelector spec.nodeName, spec.driver), writes PlanPool's plan, and lists again until a
 // list needs no write: OK means the last list showed exactly the desired pool. It remembers
 // what it wrote (AppliedSlices), so that a server's normalisation is not taken for a change; a
@@ -77,11 +81,18 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
 // metric rdma_device_plugin_dra_dropped_fields_total{field}) and reported to `on_dropped`, so
 // that the driver stops sending what the control plane cannot hold (an untainted unusable HCA
 // would be allocated, and Prepare would refuse it).
+//
+// Watch (SlicePublisher::Watch): one watch of the node's slices of the driver (the LIST's field
+// selector), from the resourceVersion of the last publish's list or the last event or bookmark
+// seen, for a timeoutSeconds drawn from [10, 20) minutes (so that nodes do not reconnect
+// together); the events of our own writes are not changes.
 class ApiSlicePublisher : public SlicePublisher {
  public:
   ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::string driver, std::string node_name);
 
   absl::Status Publish(const std::vector<nlohmann::json>& slices, absl::Time deadline) override;
+  absl::Status Watch(const std::function<bool()>& cancelled, const std::function<void()>& on_open,
+                     const std::function<void()>& changed) override;
 
   // Called (on the publishing thread, during Publish) with each field a write's answer lacked.
   // Set before the first Publish.
@@ -93,7 +104,15 @@ class ApiSlicePublisher : public SlicePublisher {
   std::map<std::string, std::uint64_t> DroppedCounts() const;
 
  private:
-  absl::StatusOr<std::vector<nlohmann::json>> List(absl::Time deadline);
+  // The node's slices of the driver and the list's resourceVersion.
+  absl::StatusOr<std::pair<std::vector<nlohmann::json>, std::string>> List(absl::Time deadline);
+  // The Node's uid, from the cache or the server.
+  absl::StatusOr<std::string> NodeUid(absl::Time deadline);
+  // The field selector of our slices, for LIST and WATCH.
+  std::string Selector() const;
+  // Publish's rounds of list + writes, the Node's uid known.
+  absl::Status Rounds(const std::vector<nlohmann::json>& slices, const std::string& uid,
+                      absl::Time deadline);
   // The plan's writes; Aborted when another writer got in between (a next round re-lists).
   absl::Status Apply(const SlicePlan& plan, absl::Time deadline);
 
@@ -107,6 +126,13 @@ class ApiSlicePublisher : public SlicePublisher {
   std::function<void(const std::string&)> on_dropped_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::uint64_t> dropped_ ABSL_GUARDED_BY(mu_);
+  std::string node_uid_ ABSL_GUARDED_BY(mu_);  // "" until read, and after it was forgotten
+  // Where a watch starts: the last successful publish's list, or the last event seen since.
+  std::string watch_version_ ABSL_GUARDED_BY(mu_);
+  // The resourceVersions our writes produced, and the slices we deleted: their events are ours.
+  std::set<std::string> written_ ABSL_GUARDED_BY(mu_);
+  std::multiset<std::string> deleted_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device()()};
 };
 
 }  // namespace rdp::dra

@@ -23,21 +23,28 @@ void SliceSync::Start() {
   absl::MutexLock lock(&mu_);
   if (thread_.joinable() || stopping_) return;
   thread_ = std::thread([this] { Run(); });
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+}
+
+absl::Duration SliceSync::Jittered(absl::Duration b) {
+  return b * std::uniform_real_distribution<double>(0.5, 1.0)(rng_);
 }
 
 void SliceSync::Trigger() {
   absl::MutexLock lock(&mu_);
   pending_ = true;
-  wake_.Signal();
+  wake_.SignalAll();
 }
 
 void SliceSync::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    wake_.Signal();
+    stop_watch_ = true;
+    wake_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
 }
 
 void SliceSync::SetRole(Role role) {
@@ -45,7 +52,7 @@ void SliceSync::SetRole(Role role) {
   if (status_.role != role) status_.in_sync = false;
   status_.role = role;
   pending_ = true;
-  wake_.Signal();
+  wake_.SignalAll();
 }
 
 SliceSync::Status SliceSync::status() const {
@@ -65,7 +72,6 @@ std::uint64_t SliceSync::failures() const {
 
 void SliceSync::Run() {
   absl::Duration backoff = options_.first_backoff;
-  absl::Time next = absl::InfinitePast();  // when to publish without a trigger
   bool failing = false;
   bool said_waiting = false;
   while (true) {
@@ -74,14 +80,17 @@ void SliceSync::Run() {
       absl::MutexLock lock(&mu_);
       // A CondVar and a loop, not Mutex::Await: the condition is then evaluated by this thread
       // under the lock, which ThreadSanitizer sees (Debian's abseil is not instrumented).
-      while (!stopping_ &&
-             (status_.role == Role::kWaiting || (!pending_ && absl::Now() < next))) {
+      // While the watch is up, it says when to publish: no resync by timer.
+      while (!stopping_ && (status_.role == Role::kWaiting ||
+                            (!pending_ && (status_.watching || absl::Now() < resync_at_)))) {
         if (status_.role == Role::kWaiting && !said_waiting) {
           said_waiting = true;
           Log()->info("not registered with the kubelet yet: no ResourceSlices are published "
                       "until it registers the driver");
         }
-        wake_.WaitWithDeadline(&mu_, status_.role == Role::kWaiting ? absl::InfiniteFuture() : next);
+        wake_.WaitWithDeadline(&mu_, status_.role == Role::kWaiting || status_.watching
+                                         ? absl::InfiniteFuture()
+                                         : resync_at_);
       }
       if (stopping_) return;
       pending_ = false;
@@ -106,7 +115,9 @@ void SliceSync::Run() {
       if (role == Role::kWithdraw) Log()->info("ResourceSlices withdrawn");
       failing = false;
       backoff = options_.first_backoff;
-      next = role == Role::kPublish ? absl::Now() + options_.resync : absl::InfiniteFuture();
+      resync_at_ =
+          role == Role::kPublish ? absl::Now() + options_.resync : absl::InfiniteFuture();
+      wake_.SignalAll();  // the watch starts after the first success
     } else {
       ++status_.failures;
       status_.in_sync = false;
@@ -120,9 +131,78 @@ void SliceSync::Run() {
         Log()->debug("publishing ResourceSlices failed again: {}", status.ToString());
       }
       failing = true;
-      next = absl::Now() + backoff;
-      backoff = std::min(backoff * 2, options_.resync);
+      resync_at_ = absl::Now() + Jittered(backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
     }
+  }
+}
+
+void SliceSync::WatchLoop() {
+  absl::Duration backoff = options_.first_backoff;
+  std::uint64_t failures = 0;  // of this stretch
+  auto cancelled = [this] { return stop_watch_.load(); };
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Only while publishing, and from a pool a publish has listed.
+      while (!stopping_ && (status_.role != Role::kPublish || status_.successes == 0)) {
+        wake_.Wait(&mu_);
+      }
+      if (stopping_) return;
+    }
+    absl::Status s;
+    try {
+      s = publisher_.Watch(
+          cancelled,
+          [&] {
+            absl::MutexLock lock(&mu_);
+            status_.watching = true;
+            if (failures > 0) {
+              Log()->info("in sync with the API server again: watching the node's ResourceSlices "
+                          "after {} failures",
+                          failures);
+            }
+            failures = 0;
+            backoff = options_.first_backoff;
+          },
+          [this] { Trigger(); });
+    } catch (const std::exception& e) {  // never ends the thread, and with it the process
+      s = absl::InternalError(absl::StrCat("watching threw: ", e.what()));
+    }
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    if (s.ok()) continue;  // the server's timeout: watch on from the last event
+    // No watch up: the Run thread resyncs by timer until one is, the first time a resync period
+    // from now. Not at once: a watch that failed with the network (an API server restart) goes
+    // on from its last event when it is back, and a publish now would only add its retries to
+    // the watch's while the server is away.
+    status_.watching = false;
+    resync_at_ = std::max(resync_at_, absl::Now() + options_.resync);
+    wake_.SignalAll();
+    if (absl::IsUnimplemented(s)) {
+      Log()->info("the API client cannot watch: the slices are checked every {}",
+                  absl::FormatDuration(options_.resync));
+      return;
+    }
+    if (absl::IsAborted(s) || absl::IsFailedPrecondition(s)) {
+      // The history is lost: publish (which lists afresh) now, and watch again from the list of
+      // a publish that succeeds after this point.
+      pending_ = true;
+      const std::uint64_t seen = status_.successes;
+      while (!stopping_ && status_.successes == seen) wake_.Wait(&mu_);
+      continue;
+    }
+    ++failures;
+    ++status_.watch_failures;
+    if (failures == 1) {
+      Log()->warn("watching the node's ResourceSlices failed, again in about {}: {}",
+                  absl::FormatDuration(backoff), s.ToString());
+    } else {
+      Log()->debug("watching the node's ResourceSlices failed again: {}", s.ToString());
+    }
+    const absl::Time until = absl::Now() + Jittered(backoff);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+    while (!stopping_ && absl::Now() < until) wake_.WaitWithDeadline(&mu_, until);
   }
 }
 

@@ -8,13 +8,22 @@
 //   - after Trigger() (the device list changed: hotplug, an HCA's health, which becomes a device
 //     taint; or the kubelet registered the driver again: a kubelet wipes the node's slices when
 //     it starts);
-//   - every `resync` (someone deleted or edited our slices);
-//   - after a failure, again after a back-off (1 s, doubling, capped at `resync`).
+//   - when the publisher's watch (SlicePublisher::Watch) says someone edited or deleted our
+//     slices; while no watch is up (it failed, or the publisher cannot watch), every `resync`
+//     (the first one a `resync` after the watch failed: the watch, when back, goes on from its
+//     last event, and a lost history (410 Gone) publishes at once);
+//   - after a failure, again after a back-off: drawn from [b/2, b], b = 1 s doubling up to
+//     `max_backoff`, so that nodes an API server outage failed together do not retry together.
+// The watch runs on a thread of its own from the first successful publish on, and is started
+// again after the same jittered back-off when it fails; once it is up again after failing, the
+// sync logs "in sync with the API server again".
 // When the kubelet refused the driver, it withdraws them (publishes none) instead. Each Publish
 // gets `publish_timeout`; an exception from `desired` or the publisher is that publish's failure.
 // Thread-safe.
 
+#include <atomic>
 #include <cstdint>
+#include <random>
 #include <functional>
 #include <string>
 #include <thread>
@@ -34,6 +43,7 @@ class SliceSync {
     absl::Duration resync = absl::Seconds(30);
     absl::Duration publish_timeout = absl::Seconds(10);
     absl::Duration first_backoff = absl::Seconds(1);
+    absl::Duration max_backoff = absl::Seconds(30);
   };
   // `publisher` must outlive this object; `desired` is called on the sync thread.
   SliceSync(SlicePublisher& publisher, std::function<std::vector<nlohmann::json>()> desired,
@@ -58,6 +68,8 @@ class SliceSync {
     std::uint64_t successes = 0;
     std::uint64_t failures = 0;
     std::string last_error;  // of the last failure; "" once a publish succeeded again
+    bool watching = false;   // the publisher's watch is up
+    std::uint64_t watch_failures = 0;
   };
   Status status() const;
 
@@ -74,17 +86,25 @@ class SliceSync {
 
  private:
   void Run();
+  void WatchLoop();
+  // `b` scaled by a factor drawn from [0.5, 1].
+  absl::Duration Jittered(absl::Duration b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SlicePublisher& publisher_;
   const std::function<std::vector<nlohmann::json>()> desired_;
   const Options options_;
   std::thread thread_;
+  std::thread watch_thread_;
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;  // Trigger, Stop
   bool pending_ ABSL_GUARDED_BY(mu_) = true;  // the first publish
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Status status_ ABSL_GUARDED_BY(mu_);
+  // When to publish without a trigger while no watch is up (after a failure: the back-off).
+  absl::Time resync_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::atomic<bool> stop_watch_{false};
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device()()};
 };
 
 }  // namespace rdp::dra

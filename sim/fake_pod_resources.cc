@@ -49,7 +49,19 @@ class FakePodResources::Service final : public v1::PodResourcesLister::Service {
     absl::MutexLock lock(&mu_);
     ++calls_;
     *response = response_;
+    if (delay_ > absl::ZeroDuration()) {
+      // The answer is the list as it was asked for, sent late.
+      mu_.AwaitWithTimeout(absl::Condition(&released_), delay_);
+    }
     return grpc::Status::OK;
+  }
+  void SetDelay(absl::Duration delay) {
+    absl::MutexLock lock(&mu_);
+    delay_ = delay;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
   }
   grpc::Status GetAllocatableResources(grpc::ServerContext*, const v1::AllocatableResourcesRequest*,
                                        v1::AllocatableResourcesResponse*) override {
@@ -75,6 +87,8 @@ class FakePodResources::Service final : public v1::PodResourcesLister::Service {
   mutable absl::Mutex mu_;
   v1::ListPodResourcesResponse response_ ABSL_GUARDED_BY(mu_);
   int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration delay_ ABSL_GUARDED_BY(mu_);
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 FakePodResources::FakePodResources(std::string socket_path)
@@ -93,6 +107,7 @@ absl::Status FakePodResources::Start() {
 
 void FakePodResources::Stop() {
   if (!server_) return;
+  service_->Release();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + kRpcTimeout));
   server_.reset();
   ::unlink(path_.c_str());
@@ -101,5 +116,7 @@ void FakePodResources::Stop() {
 void FakePodResources::Set(const deviceplugin::PodList& pods) { service_->Set(pods); }
 
 int FakePodResources::list_calls() const { return service_->calls(); }
+
+void FakePodResources::SetDelay(absl::Duration delay) { service_->SetDelay(delay); }
 
 }  // namespace rdp::sim

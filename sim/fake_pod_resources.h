@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "deviceplugin/pod_resources.h"
 
@@ -22,6 +23,9 @@ class FakePodResources {
   // Containers keyed "<namespace>/<pod>/<container>" with their devices.
   void Set(const deviceplugin::PodList& pods);
   int list_calls() const;
+  // Each List answers this much later (a kubelet with hundreds of pods, or a throttled one);
+  // Stop releases the Lists waiting.
+  void SetDelay(absl::Duration delay);
 
  private:
   class Service;

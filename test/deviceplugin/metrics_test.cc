@@ -122,9 +122,46 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
   // No pod-resources source: no allocation is known.
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 0"));
   EXPECT_THAT(text, Not(HasSubstr("rdma_device_plugin_hca_allocated{")));
-  // Discovery at Init, and again when the poll saw a port state differ from the snapshot's.
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_discovery_duration_seconds_count 2"));
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 1"));
+  // Discovery at Init only: a port state that differs from the snapshot's is patched into it
+  // (issue 25: a flapping link ran a full discovery on every poll), and counted apart.
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_discovery_duration_seconds_count 1"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_state_changes_total 1"));
+}
+
+// A flapping link: each change of a port's state is patched into the snapshot (the HCA's
+// placement kept), never a full discovery; rediscoveries_total counts hotplug alone. Before
+// (issue 25) every flap ran a hwloc discovery and counted as a rediscovery.
+TEST_F(NodeMetricsTest, AFlappingLinkIsPatchedNotRediscovered) {
+  NodeSources sources = node_.Sources();
+  auto discoveries = std::make_shared<std::atomic<int>>(0);
+  sources.discover = [discover = sources.discover, discoveries] {
+    ++*discoveries;
+    return discover();
+  };
+  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  const topology::Hca before = state.topology()->hcas()[1];
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+    state.Poll();
+    EXPECT_FALSE(state.Devices().devices[1].healthy);
+    EXPECT_EQ(state.topology()->hcas()[1].ports[0].state, "DOWN");
+    ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
+    state.Poll();
+    EXPECT_TRUE(state.Devices().devices[1].healthy);
+  }
+  EXPECT_EQ(discoveries->load(), 1) << "a flap ran a full discovery";
+  EXPECT_EQ(state.topology()->hcas()[1].place.pcie_root, before.place.pcie_root);
+  EXPECT_EQ(state.topology()->hcas()[1].place.numa, before.place.numa);
+  const std::string text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_state_changes_total 6"));
+  // Hotplug still rediscovers.
+  ASSERT_TRUE(node_.fixture().RemoveHca("mlx5_2").ok());
+  state.Poll();
+  EXPECT_EQ(discoveries->load(), 2);
+  EXPECT_TRUE(HasLine(Scrape(state), "rdma_device_plugin_rediscoveries_total 1"));
 }
 
 TEST_F(NodeMetricsTest, GpuDirectRdmaAsTheNodeIsAtTheScrape) {
@@ -244,6 +281,7 @@ TEST_F(NodeMetricsTest, PodResourcesErrorsAreCounted) {
   const std::string socket = node_.dir().Sub("absent.sock");  // nobody serves it
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.pod_resources_socket = socket;
+  config.pod_resources_timeout = absl::Milliseconds(100);  // each List waits this long
   NodeState state(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(state.Init().ok());
   EXPECT_FALSE(state.RefreshPodsAndWait());

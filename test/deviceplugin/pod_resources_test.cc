@@ -5,8 +5,10 @@
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "sim/fake_pod_resources.h"
 #include "test/deviceplugin/test_node.h"
 
 namespace rdp::deviceplugin {
@@ -47,6 +49,62 @@ TEST(GrpcPodResourcesTest, DestroyedRightAfterAFailedListDoesNotAbort) {
       EXPECT_FALSE(status.ok());
     }
   }
+}
+
+// A List answer larger than gRPC's default 4 MiB (a node with many pods and long names) is
+// read: the client accepts 16 MiB, as the kubelet's own clients do. Before (issue 25) the List
+// failed with RESOURCE_EXHAUSTED, and on such a node the pod list was never known.
+TEST(GrpcPodResourcesTest, AnswersLargerThanFourMebibytesAreRead) {
+  testing::TestNode node;
+  const std::string socket = node.dir().Sub("pr.sock");
+  sim::FakePodResources server(socket);
+  PodList pods;
+  for (int i = 0; i < 2500; ++i) {
+    pods.push_back({absl::StrCat("namespace-", i, "/", std::string(2000, 'p'), i, "/main"),
+                    {{"rdma/hca", {"shared-1"}}}});
+  }
+  server.Set(pods);
+  ASSERT_TRUE(server.Start().ok());
+  auto client = NewGrpcPodResources(socket);
+  absl::Notification done;
+  absl::StatusOr<PodList> got;
+  client->List(absl::Seconds(30), [&](absl::StatusOr<PodList> answer) {
+    got = std::move(answer);
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->size(), pods.size());
+}
+
+// Cancel (shutdown) ends a List in flight at once and refuses later ones: a List waiting on a
+// slow kubelet must not hold the plugin's stop for its whole deadline.
+TEST(GrpcPodResourcesTest, CancelEndsTheListInFlight) {
+  testing::TestNode node;
+  const std::string socket = node.dir().Sub("pr.sock");
+  sim::FakePodResources server(socket);
+  server.SetDelay(absl::Hours(1));
+  ASSERT_TRUE(server.Start().ok());
+  auto client = NewGrpcPodResources(socket);
+  absl::Notification done;
+  absl::Status status;
+  client->List(absl::Hours(1), [&](absl::StatusOr<PodList> answer) {
+    status = answer.status();
+    done.Notify();
+  });
+  while (server.list_calls() == 0 && !done.HasBeenNotified()) {
+    done.WaitForNotificationWithTimeout(absl::Milliseconds(10));
+  }
+  client->Cancel();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_FALSE(status.ok());
+  absl::Notification later;
+  client->List(absl::Hours(1), [&](absl::StatusOr<PodList> answer) {
+    status = answer.status();
+    later.Notify();
+  });
+  ASSERT_TRUE(later.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
 }
 
 TEST(WithheldTest, ExclusiveWithholdsEverythingFromSharedHolders) {

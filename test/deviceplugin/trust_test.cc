@@ -324,6 +324,40 @@ TEST_F(TrustTest, VanishedHcasAreForgottenUnlessHeld) {
       [](const Devices& d) { return d.size() == 4 && HealthyCount(d) == 3; }, kWait));
 }
 
+// A failed health scan (a broken /host/sys mount) keeps the last good state: every HCA listed
+// Unhealthy, none forgotten, however long it fails; the next good scan restores them. Before
+// (issue 25) every HCA counted as absent, and after forget_after_polls polls the unheld ones
+// were forgotten: the node's capacity shrank.
+TEST_F(TrustTest, AFailedScanKeepsTheLastGoodState) {
+  auto pods = std::make_unique<ScriptedPods>();
+  pods->Answer({});
+  auto failing = std::make_shared<std::atomic<bool>>(false);
+  NodeSources sources = node_.Sources(std::move(pods));
+  sources.scan = [scan = sources.scan, failing]() -> absl::StatusOr<std::vector<topology::Hca>> {
+    if (*failing) return absl::UnavailableError("/host/sys/class/infiniband: not mounted");
+    return scan();
+  };
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.forget_after_polls = 3;
+  NodeState state(config, std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  auto healthy = [&] {
+    int n = 0;
+    for (const DeviceState& d : state.Devices().devices) n += d.healthy ? 1 : 0;
+    return n;
+  };
+  ASSERT_EQ(healthy(), 4);
+  *failing = true;
+  for (int i = 0; i < 10; ++i) state.Poll();
+  EXPECT_EQ(state.Devices().devices.size(), 4u) << "HCAs forgotten while the scan failed";
+  EXPECT_EQ(healthy(), 0);
+  *failing = false;
+  state.Poll();
+  EXPECT_EQ(state.Devices().devices.size(), 4u);
+  EXPECT_EQ(healthy(), 4);
+}
+
 // A pod-resources List that throws (a readdir error in a source) must not freeze the refresh:
 // the next one runs. Before, a flag set for the refresh was never reset, and withholding and
 // the GPU context froze for the life of the process.
@@ -361,6 +395,71 @@ TEST_F(TrustTest, PodListRefreshesAreCoalesced) {
   ASSERT_TRUE(stub_->GetPreferredAllocation(&context, request, &response).ok());
   EXPECT_EQ(response.container_responses_size(), 8);
   EXPECT_EQ(pods.list_calls() - before, 1);
+}
+
+// A working but slow pod-resources server (a List answered in 400 ms: hundreds of pods, a
+// throttled kubelet) is read, and withholding lifts once the other mode's container is gone.
+// Before (issue 25) every List gave up after 100 ms: the pod list was never known and every
+// HCA stayed withheld for ever.
+TEST_F(TrustTest, SlowPodResourcesAreReadAndWithholdingLifts) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  pods.Set({{"default/old/main", {{"rdma/hca", {"shared-3"}}}}});
+  pods.SetDelay(absl::Milliseconds(400));
+  ASSERT_TRUE(pods.Start().ok());
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(WaitUntil(plugin_->node(), [&] { return plugin_->node().pods_known(); },
+                        absl::Now() + kWait))
+      << "a List answered in 400 ms was never read";
+  EXPECT_EQ(kubelet_->max_healthy(), 0);
+  pods.Set({});  // the shared container has gone
+  EXPECT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value())
+      << "withholding never lifted";
+}
+
+// The admission path waits for a fresh list only briefly (Config::admission_wait), then
+// answers with the last list: GetPreferredAllocation is advice, and a kubelet whose List takes
+// longer than the call's patience must not fail it.
+TEST_F(TrustTest, AVerySlowPodListDoesNotHoldGetPreferredAllocation) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;
+  config.admission_wait = absl::Milliseconds(100);
+  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  pods.SetDelay(absl::Hours(1));  // from now on no List answers (Stop releases it)
+  v1beta1::PreferredAllocationRequest request;
+  auto* r = request.add_container_requests();
+  for (const auto& id : kPcis) r->add_available_deviceids(id);
+  r->set_allocation_size(2);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1beta1::PreferredAllocationResponse response;
+  const grpc::Status s = stub_->GetPreferredAllocation(&context, request, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
+}
+
+// Exclusive Allocate checks withholding against a pod list at least as new as the call: the
+// kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
+// relabel overlap the periodic list may not show a shared container admitted a moment ago.
+// Before (issue 25) Allocate read the list of the last health interval and handed the HCA out.
+TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;  // no periodic refresh
+  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});  // just admitted
+  v1beta1::AllocateResponse response;
+  const grpc::Status refused = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an HCA a shared container sees was handed out";
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "withheld")) << refused.error_message();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,8 +2,13 @@
 // flags; `dra prepare-local` then `dra` answering that claim from its checkpoint.
 
 #include <fstream>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <fstream>
 #include <string>
@@ -114,6 +119,53 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
   EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "registration socket left behind";
   EXPECT_NE(::stat(info.endpoint().c_str(), &st), 0) << "DRA socket left behind";
+}
+
+// Without --node-name or NODE_NAME the node is the host name lower-cased, as the kubelet names
+// it and `dra slices` did already: a host "Node-A.Example" published a pool "Node-A.Example"
+// (refused: not a DNS subdomain). The host name is set in a UTS namespace of the child's own.
+TEST_F(DRAServeCmdTest, TheHostNameIsTheNodeNameLowerCased) {
+  if (rdp::testing::RunToEnd("/usr/bin/unshare", {"--uts", "true"}, kTimeout) != 0) {
+    GTEST_SKIP() << "needs unshare --uts (root)";
+  }
+  std::vector<std::string> args = {"--uts", "/bin/sh", "-c",
+                                   "hostname Node-A.Example && exec \"$0\" \"$@\"", RDP_BINARY,
+                                   "dra", "prepare-local", "--claim-uid",
+                                   "0c1a1e00-0000-4000-8000-00000000000b", "--device", kHca1};
+  std::vector<std::string> flags = Flags();
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == "--node-name") {
+      ++i;  // its value too
+      continue;
+    }
+    args.push_back(flags[i]);
+  }
+  rdp::testing::Child::Options options;
+  options.env["NODE_NAME"] = std::nullopt;
+  rdp::testing::Child prep("/usr/bin/unshare", args, options);
+  ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
+  const nlohmann::json answer = nlohmann::json::parse(prep.stdout_text(), nullptr, false);
+  EXPECT_EQ(answer["devices"][0]["poolName"], "node-a.example") << prep.stdout_text();
+}
+
+// Two instances on one plugin directory (a relabel or an upgrade overlapping them) overwrote
+// each other's checkpoint and took each other's sockets: the second waits, before it reads the
+// checkpoint or serves anything, until the first has exited (its flock released).
+TEST_F(DRAServeCmdTest, ASecondInstanceWaitsForTheFirstToExit) {
+  const std::string dir = kubelet_dir_ + "/plugins/" + std::string(kDriver);
+  std::filesystem::create_directories(dir);
+  const int fd = ::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "4242\n", 5), 5);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // the first instance, as far as it can tell
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("(pid 4242) holds", kTimeout)) << driver.output();
+  struct stat st;
+  EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "no socket while the other instance runs";
+  ::close(fd);  // the first exits
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -44,6 +45,21 @@ class FuncTransport : public Transport {
     }
     return handler_(request);
   }
+  // A stream: `stream_handler` (Unimplemented when unset), recorded as RoundTrip's are.
+  using StreamHandler = std::function<absl::StatusOr<HttpResponse>(
+      const HttpRequest&, const std::function<void(int)>&,
+      const std::function<bool(std::string_view)>&)>;
+  absl::StatusOr<HttpResponse> Stream(
+      const HttpRequest& request, const std::function<void(int)>& on_open,
+      const std::function<bool(std::string_view)>& on_data) override {
+    {
+      absl::MutexLock lock(mu_.get());
+      requests->push_back(request);
+    }
+    if (!stream_handler) return Transport::Stream(request, on_open, on_data);
+    return stream_handler(request, on_open, on_data);
+  }
+  StreamHandler stream_handler;
   // Shared so that a test keeps reading it after the client took the transport.
   std::shared_ptr<std::vector<HttpRequest>> requests =
       std::make_shared<std::vector<HttpRequest>>();
@@ -94,7 +110,8 @@ class FakeApiServer {
   // Applied to every slice stored, after pruning: a server-side normalisation.
   void SetNormalizer(std::function<void(nlohmann::json&)> normalize);
 
-  std::unique_ptr<Transport> NewTransport();
+  // Serves the exchanges; its streams (watches) are `stream`'s when given.
+  std::unique_ptr<Transport> NewTransport(FuncTransport::StreamHandler stream = nullptr);
   absl::StatusOr<HttpResponse> Serve(const HttpRequest& request);
 
  private:
@@ -225,9 +242,12 @@ inline void FakeApiServer::SetNormalizer(std::function<void(nlohmann::json&)> no
   normalize_ = std::move(normalize);
 }
 
-inline std::unique_ptr<Transport> FakeApiServer::NewTransport() {
-  return std::make_unique<FuncTransport>(
+inline std::unique_ptr<Transport> FakeApiServer::NewTransport(
+    FuncTransport::StreamHandler stream) {
+  auto t = std::make_unique<FuncTransport>(
       [this](const HttpRequest& request) { return Serve(request); });
+  t->stream_handler = std::move(stream);
+  return t;
 }
 
 // A stored copy: pruned, a uid, a new resourceVersion, timeAdded on taints without one.

@@ -266,5 +266,100 @@ TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
             "spec.nodeName%3Dn-1%2Cspec.driver%3Da.b_c~");
 }
 
+// A watch: events split across reads, each delivered once whole; the server ending the watch
+// (its timeoutSeconds) is OK; on_open once the server accepted it.
+TEST(DRAKubeClientTest, WatchDeliversEachEventAcrossReads) {
+  FuncTransport* t = new FuncTransport([](const HttpRequest&) { return Json(200, {}); });
+  t->stream_handler = [](const HttpRequest& request, const std::function<void(int)>& on_open,
+                         const std::function<bool(std::string_view)>& on_data)
+      -> absl::StatusOr<HttpResponse> {
+    on_open(200);
+    const std::string a = R"({"type":"ADDED","object":{"metadata":{"name":"s1"}}})";
+    const std::string b = R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"7"}}})";
+    const std::string stream = a + "\n" + b + "\n";
+    if (!on_data(std::string_view(stream).substr(0, 20))) return absl::CancelledError("x");
+    if (!on_data(std::string_view(stream).substr(20, a.size()))) return absl::CancelledError("x");
+    if (!on_data(std::string_view(stream).substr(20 + a.size()))) return absl::CancelledError("x");
+    HttpResponse r;
+    r.status = 200;
+    (void)request;
+    return r;
+  };
+  auto requests = t->requests;
+  KubeClient client(KubeConfig{"https://api.test:6443", "", "", "", false, "t0k3n"},
+                    std::unique_ptr<Transport>(t));
+  int opened = 0;
+  std::vector<nlohmann::json> events;
+  absl::Status s = client.Watch(
+      "/apis/x?watch=true", absl::Minutes(10), [] { return false; }, [&] { ++opened; },
+      [&](const nlohmann::json& e) {
+        events.push_back(e);
+        return true;
+      });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(opened, 1);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["type"], "ADDED");
+  EXPECT_EQ(events[0]["object"]["metadata"]["name"], "s1");
+  EXPECT_EQ(events[1]["type"], "BOOKMARK");
+  ASSERT_EQ(requests->size(), 1u);
+  EXPECT_EQ(requests->front().url, "https://api.test:6443/apis/x?watch=true");
+  EXPECT_EQ(requests->front().timeout, absl::Minutes(10));
+  EXPECT_THAT(requests->front().headers, ::testing::Contains("Authorization: Bearer t0k3n"));
+}
+
+// An ERROR event with 410 Gone (the version is too old) is Aborted: list again; a refused watch
+// is the table's status with the server's message.
+TEST(DRAKubeClientTest, WatchErrorsAreStatuses) {
+  auto run = [](FuncTransport::StreamHandler handler) {
+    auto* t = new FuncTransport([](const HttpRequest&) { return Json(200, {}); });
+    t->stream_handler = std::move(handler);
+    KubeClient client(KubeConfig{"https://api.test:6443"}, std::unique_ptr<Transport>(t));
+    return client.Watch("/apis/x", absl::Minutes(1), nullptr, nullptr,
+                        [](const nlohmann::json&) { return true; });
+  };
+  absl::Status gone = run([](const HttpRequest&, const std::function<void(int)>& on_open,
+                             const std::function<bool(std::string_view)>& on_data)
+                              -> absl::StatusOr<HttpResponse> {
+    on_open(200);
+    const std::string e =
+        R"j({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 5 (90)"}})j"
+        "\n";
+    if (on_data(e)) return absl::InternalError("the reader should have stopped");
+    return absl::CancelledError("stopped");
+  });
+  EXPECT_TRUE(absl::IsAborted(gone)) << gone;
+  EXPECT_THAT(gone.message(), HasSubstr("too old resource version"));
+  absl::Status refused = run([](const HttpRequest&, const std::function<void(int)>& on_open,
+                                const std::function<bool(std::string_view)>&)
+                                 -> absl::StatusOr<HttpResponse> {
+    on_open(403);
+    return StatusBody(403, "Forbidden", "cannot watch resourceslices");
+  });
+  EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("cannot watch resourceslices"));
+  absl::Status down = run([](const HttpRequest&, const std::function<void(int)>&,
+                             const std::function<bool(std::string_view)>&)
+                              -> absl::StatusOr<HttpResponse> {
+    return absl::UnavailableError("connection reset");
+  });
+  EXPECT_TRUE(absl::IsUnavailable(down)) << down;
+}
+
+// A bearer token is never sent to a plain http:// server (anyone on the path would read it).
+TEST(DRAKubeClientTest, PlainHttpServerGetsNoToken) {
+  KubeConfig config;
+  config.server = "http://api.test:8080";
+  config.token = "t0k3n";
+  Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
+  auto r = h.client->Get("/api/v1/nodes/n", h.Deadline(absl::Seconds(5)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("in clear"));
+  EXPECT_TRUE(h.requests->empty());
+  EXPECT_FALSE(CheckCredentialsSafe(config).ok());
+  config.server = "https://api.test:8080";
+  EXPECT_TRUE(CheckCredentialsSafe(config).ok());
+}
+
 }  // namespace
 }  // namespace rdp::dra

@@ -43,16 +43,40 @@ class DRASlicePublisherTest : public ::testing::Test {
     server_.AddNode(kNode, "node-uid");
     KubeClient::Options options;
     options.clock = &clock_;
+    // Watches get the events a test puts in `events_`, then the server ends them.
+    auto stream = [this](const HttpRequest& request, const std::function<void(int)>& on_open,
+                         const std::function<bool(std::string_view)>& on_data)
+        -> absl::StatusOr<HttpResponse> {
+      watches_.push_back(request.url);
+      on_open(200);
+      for (const auto& e : events_) {
+        if (!on_data(e.dump() + "\n")) return absl::CancelledError("stopped");
+      }
+      HttpResponse r;
+      r.status = 200;
+      return r;
+    };
     publisher_ = std::make_unique<ApiSlicePublisher>(
-        std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(), options),
+        std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(stream),
+                                     options),
         kDriver, kNode);
   }
   absl::Status Publish(const std::vector<nlohmann::json>& slices) {
     return publisher_->Publish(slices, clock_.Now() + absl::Seconds(10));
   }
 
+  // Watch with the events in events_; the number of changes it reported.
+  int WatchChanges() {
+    int changes = 0;
+    absl::Status s = publisher_->Watch([] { return false; }, [] {}, [&changes] { ++changes; });
+    EXPECT_TRUE(s.ok()) << s;
+    return changes;
+  }
+
   FakeApiServer server_;
   FakeClock clock_;
+  std::vector<nlohmann::json> events_;
+  std::vector<std::string> watches_;
   std::unique_ptr<ApiSlicePublisher> publisher_;
 };
 
@@ -291,6 +315,56 @@ TEST_F(DRASlicePublisherTest, FieldsTheServerDropsAreCountedAndReported) {
   const int writes = server_.counters().writes();
   ASSERT_TRUE(Publish(Slices(devices)).ok());
   EXPECT_EQ(server_.counters().writes(), writes);
+}
+
+// The Node is read once, not at every publish (each was a GET per node and resync: API load
+// that grew with the cluster).
+TEST_F(DRASlicePublisherTest, NodeIsReadOnce) {
+  ASSERT_TRUE(Publish(Slices(Devices(2))).ok());
+  ASSERT_TRUE(Publish(Slices(Devices(3))).ok());
+  ASSERT_TRUE(Publish(Slices(Devices(3))).ok());
+  EXPECT_EQ(server_.counters().gets, 1);
+}
+
+TEST_F(DRASlicePublisherTest, WatchBeforeAnyPublishIsFailedPrecondition) {
+  absl::Status s = publisher_->Watch([] { return false; }, [] {}, [] {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(watches_.empty());
+}
+
+// The watch starts where the last publish's list left the pool, on our slices only; the events
+// of our own writes are no change; a slice someone else edits or deletes is, and a deletion
+// (the garbage collector's, when the Node was re-created) makes the next publish read the Node
+// again.
+TEST_F(DRASlicePublisherTest, WatchReportsOthersChangesNotOurs) {
+  ASSERT_TRUE(Publish(Slices(Devices(2))).ok());
+  ASSERT_EQ(WatchChanges(), 0);
+  ASSERT_EQ(watches_.size(), 1u);
+  EXPECT_THAT(watches_[0], HasSubstr("/apis/resource.k8s.io/v1/resourceslices?fieldSelector="
+                                     "spec.nodeName%3Dnode-a%2Cspec.driver%3Drdma.example.com"));
+  EXPECT_THAT(watches_[0], HasSubstr("&watch=true&allowWatchBookmarks=true&resourceVersion="));
+  EXPECT_THAT(watches_[0], HasSubstr("&timeoutSeconds="));
+  // A publish that changes a device: its writes come back as events, ours.
+  ASSERT_TRUE(Publish(Slices(Devices(2, "cx8"))).ok());
+  for (const auto& [name, slice] : server_.Slices(kNode)) {
+    events_.push_back({{"type", "MODIFIED"}, {"object", slice}});
+  }
+  events_.push_back({{"type", "BOOKMARK"},
+                     {"object", {{"metadata", {{"resourceVersion", "999"}}}}}});
+  EXPECT_EQ(WatchChanges(), 0);
+  // Someone else's edit.
+  nlohmann::json edited = server_.Slices(kNode).begin()->second;
+  edited["metadata"]["resourceVersion"] = "1000";
+  events_ = {{{"type", "MODIFIED"}, {"object", edited}}};
+  EXPECT_EQ(WatchChanges(), 1);
+  EXPECT_THAT(watches_.back(), HasSubstr("resourceVersion=999&"))
+      << "a watch goes on from the last bookmark";
+  // Someone else's delete: the Node is read again by the next publish.
+  events_ = {{{"type", "DELETED"}, {"object", edited}}};
+  EXPECT_EQ(WatchChanges(), 1);
+  const int gets = server_.counters().gets;
+  ASSERT_TRUE(Publish(Slices(Devices(2, "cx8"))).ok());
+  EXPECT_EQ(server_.counters().gets, gets + 1);
 }
 
 }  // namespace

@@ -22,6 +22,55 @@ class FakePublisher : public SlicePublisher {
     script_.pop_front();
     return s;
   }
+  // A watch: up (on_open) until cancelled or told to end with a status; reports a change when
+  // told. Unimplemented unless EnableWatch was called, as a publisher that cannot watch.
+  absl::Status Watch(const std::function<bool()>& cancelled, const std::function<void()>& on_open,
+                     const std::function<void()>& changed) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!watch_) return absl::UnimplementedError("no watch");
+      ++watches_;
+      watch_end_ = absl::OkStatus();
+      watch_ended_ = false;
+    }
+    on_open();
+    absl::MutexLock lock(&mu_);
+    ++opened_;
+    called_.SignalAll();
+    while (!cancelled() && !watch_ended_) {
+      if (change_) {
+        change_ = false;
+        mu_.Unlock();
+        changed();
+        mu_.Lock();
+      }
+      called_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+    }
+    return watch_ended_ ? watch_end_ : absl::CancelledError("cancelled");
+  }
+  void EnableWatch() {
+    absl::MutexLock lock(&mu_);
+    watch_ = true;
+  }
+  void ReportChange() {
+    absl::MutexLock lock(&mu_);
+    change_ = true;
+    called_.SignalAll();
+  }
+  void EndWatch(absl::Status s) {
+    absl::MutexLock lock(&mu_);
+    watch_end_ = s;
+    watch_ended_ = true;
+    called_.SignalAll();
+  }
+  // Waits (bounded) until the watch was opened n times; how often it was.
+  int WaitOpened(int n) {
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (opened_ < n && absl::Now() < deadline) called_.WaitWithDeadline(&mu_, deadline);
+    return opened_;
+  }
+
   void Script(std::deque<absl::Status> s) {
     absl::MutexLock lock(&mu_);
     script_ = std::move(s);
@@ -44,6 +93,12 @@ class FakePublisher : public SlicePublisher {
   std::vector<std::vector<nlohmann::json>> calls_ ABSL_GUARDED_BY(mu_);
   std::deque<absl::Status> script_ ABSL_GUARDED_BY(mu_);
   bool deadlines_ok_ ABSL_GUARDED_BY(mu_) = true;
+  bool watch_ ABSL_GUARDED_BY(mu_) = false;
+  bool change_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status watch_end_ ABSL_GUARDED_BY(mu_);
+  int watches_ ABSL_GUARDED_BY(mu_) = 0;
+  int opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 TEST(DRASliceSyncTest, PublishesAtStartAndAfterEachTrigger) {
@@ -149,6 +204,31 @@ TEST(DRASliceSyncTest, AThrowIsAFailureNotTheEndOfTheProcess) {
   EXPECT_EQ(sync.failures(), 1u);
   EXPECT_EQ(sync.successes(), 1u);
   EXPECT_TRUE(sync.status().in_sync);
+}
+
+// The watch starts after the first publish; a change it reports publishes again; a watch that
+// fails is started again after a back-off, without a publish (it goes on from its last event);
+// one whose history is lost (Aborted: 410 Gone) publishes, then watches again.
+TEST(DRASliceSyncTest, TheWatchSaysWhenToPublish) {
+  FakePublisher publisher;
+  publisher.EnableWatch();
+  SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; },
+                 {absl::Hours(1), absl::Seconds(5), absl::Milliseconds(1), absl::Milliseconds(2)});
+  sync.Start();
+  sync.SetRole(SliceSync::Role::kPublish);
+  ASSERT_EQ(publisher.WaitOpened(1), 1);
+  EXPECT_EQ(publisher.WaitCalls(1).size(), 1u);
+  EXPECT_TRUE(sync.status().watching);
+  publisher.ReportChange();
+  EXPECT_EQ(publisher.WaitCalls(2).size(), 2u);
+  publisher.EndWatch(absl::UnavailableError("connection reset"));
+  EXPECT_EQ(publisher.WaitOpened(2), 2);
+  EXPECT_EQ(sync.status().watch_failures, 1u);
+  EXPECT_EQ(sync.successes(), 2u) << "the resync is an hour away: no publish for a reset";
+  publisher.EndWatch(absl::AbortedError("410 Gone: too old resource version"));
+  EXPECT_EQ(publisher.WaitCalls(3).size(), 3u);
+  EXPECT_EQ(publisher.WaitOpened(3), 3);
+  sync.Stop();
 }
 
 }  // namespace
