@@ -450,6 +450,27 @@ def check_default(r, helm):
     check_test_pod(r, docs, "rdma/hca")
 
 
+ARCH_LABELS = ("kubernetes.io/arch", "beta.kubernetes.io/arch")
+
+
+def check_no_architecture(r, helm):
+    """The image is a manifest list for linux/amd64 and linux/arm64 (docs/install.md): no
+    rendered DaemonSet, in either driver or mode, pins its pods to an architecture, and each
+    runs on an RDMA node of either one."""
+    for label, values in (("device plugin", None), ("DRA", DRA_VALUES)):
+        for mode, ds in sorted(by_mode(helm.template(values)).items()):
+            spec = pod_spec(ds)
+            text = yaml.safe_dump({"nodeSelector": spec.get("nodeSelector"),
+                                   "affinity": spec.get("affinity")})
+            r.check(f"architecture ({label}/{mode}): no node selector or affinity on an "
+                    "architecture label", not any(a in text for a in ARCH_LABELS), text[:300])
+            nodes = [dict(RDMA_LABEL, **{"kubernetes.io/arch": arch, "kubernetes.io/os": "linux"},
+                          **({DEFAULT_KEY: "true"} if mode == "exclusive" else {}))
+                     for arch in ("amd64", "arm64")]
+            r.check(f"architecture ({label}/{mode}): schedulable on amd64 and arm64 RDMA nodes",
+                    all(schedulable_on(ds, n) for n in nodes), str(nodes))
+
+
 def ds_surge(ds):
     return ds["spec"].get("updateStrategy", {}).get("rollingUpdate", {}).get("maxSurge")
 
@@ -1122,7 +1143,7 @@ def main():
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
                   check_test_pod_modes, check_image_required, check_dra, check_metrics,
-                  check_nri]
+                  check_nri, check_no_architecture]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

@@ -176,5 +176,25 @@ TEST(GpuContextTest, TwoCandidatesMeanNoContext) {
   EXPECT_EQ(s.context.free_gpus, (std::vector<std::string>{"0000:9b:00.0"}));
 }
 
+// A GPU plugin that names GPUs by PCI address without the domain: on a node with one PCI domain
+// per root complex (GB200: a GPU at 01:00.0 of domains 0008 and 0018), "01:00.0" is either GPU,
+// so it is none of them; it was taken for 0000:01:00.0 (another domain's function), and a GPU
+// of domain 0000 would have been given the context of a container that holds another.
+TEST(GpuContextTest, AnAddressWithoutItsDomainNamesOnlyAUniqueGpu) {
+  std::vector<topology::Gpu> gpus(3);
+  gpus[0].place.pci = "0000:01:00.0";
+  gpus[1].place.pci = "0008:01:00.0";
+  gpus[2].place.pci = "0018:02:00.0";
+  const topology::Topology node({0, 1}, {}, gpus);
+  Config config;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  PodList pods = {{"ns/a/c", {{"nvidia.com/gpu", {"01:00.0", "02:00.0"}}}}};
+  std::map<std::string, absl::Time> seen;
+  UpdateFirstSeen(pods, config.gpu_resources, t0, &seen);
+  GpuSelection s = GpuContextFor(pods, seen, t0, config, {}, node);
+  EXPECT_EQ(s.context.container_gpus, (std::vector<std::string>{"0018:02:00.0"}));
+  EXPECT_EQ(s.context.free_gpus, (std::vector<std::string>{"0000:01:00.0", "0008:01:00.0"}));
+}
+
 }  // namespace
 }  // namespace rdp::deviceplugin

@@ -442,10 +442,12 @@ TEST_F(TrustTest, AVerySlowPodListDoesNotHoldGetPreferredAllocation) {
   EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
 }
 
-// Exclusive Allocate checks withholding against a pod list at least as new as the call: the
-// kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
-// relabel overlap the periodic list may not show a shared container admitted a moment ago.
-// Before (issue 25) Allocate read the list of the last health interval and handed the HCA out.
+// Exclusive Allocate checks withholding against a pod list that began after our registration
+// (every container another plugin admitted is in it; the kubelet skips GetPreferredAllocation
+// when the aligned set equals the request, so that call cannot be relied on to refresh it): here
+// the only list is the one from before the registration, and a shared container was admitted
+// since. Before (issue 25) Allocate read the list of the last health interval and handed the
+// HCA out.
 TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
