@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "deviceplugin/nvidia_gpus.h"
+
 namespace rdp::deviceplugin {
 namespace {
 
@@ -19,9 +21,10 @@ bool HoldsGpus(const ContainerDevices& c, const std::vector<std::string>& gpu_re
   return false;
 }
 
-// The node's GPUs a container holds, by PCI address: a GPU plugin's ID is a UUID (gpu_ids) or a PCI
-// address, in any spelling the snapshot resolves; one without its domain names a GPU only when a
-// single GPU has that bus:dev.fn (on Grace each root complex is a domain: 01:00.0 is in each).
+// The node's GPUs a container holds, by PCI address: a GPU plugin's ID is one gpu_ids maps (in
+// any form CanonicalGpuId reduces: a UUID, an index, a replica, a MIG device) or a PCI address,
+// in any spelling the snapshot resolves; one without its domain names a GPU only when a single
+// GPU has that bus:dev.fn (on Grace each root complex is a domain: 01:00.0 is in each).
 std::vector<std::string> GpuPcis(const ContainerDevices& c, const Config& config,
                                  const std::map<std::string, std::string>& gpu_ids,
                                  const topology::Topology& topology) {
@@ -30,7 +33,7 @@ std::vector<std::string> GpuPcis(const ContainerDevices& c, const Config& config
     const auto* ids = Find(c, r);
     if (ids == nullptr) continue;
     for (const std::string& id : *ids) {
-      if (auto it = gpu_ids.find(id); it != gpu_ids.end()) {
+      if (auto it = gpu_ids.find(CanonicalGpuId(id)); it != gpu_ids.end()) {
         out.push_back(it->second);
       } else if (const int i = topology.GpuIndex(id); i >= 0) {
         out.push_back(topology.gpus()[i].place.pci);

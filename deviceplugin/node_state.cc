@@ -129,7 +129,8 @@ absl::Status NodeState::Init() {
   }
   absl::StatusOr<topology::TopologyPtr> snapshot = Discover();
   if (!snapshot.ok()) return snapshot.status();
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
+  std::map<std::string, std::string> gpu_ids =
+      ReadNvidiaGpuIds(*sources_.env, config_.nvidia_gpu_list);
   {
     absl::MutexLock lock(&mu_);
     SwapSnapshot(*snapshot);
@@ -209,7 +210,8 @@ bool NodeState::Poll() {
       fresh = topology::WithScannedHcas(*current, scanned);
     }
   }
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
+  std::map<std::string, std::string> gpu_ids =
+      ReadNvidiaGpuIds(*sources_.env, config_.nvidia_gpu_list);
 
   bool changed = false;
   {
