@@ -36,6 +36,7 @@
 #include "dra/plugin_lock.h"
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
+#include "topology/gpudirect.h"
 #include "dra/slices.h"
 #include "hca/hca.h"
 #include "metrics/metrics.h"
@@ -57,6 +58,7 @@ struct DraFlags {
   std::string health_interval = "5s";
   std::string resync = "30s";
   std::string metrics_address;  // empty: no metrics endpoint
+  std::string proc_root = "/";  // GPUDirect RDMA's signals (/proc/modules, /proc/driver/nvidia)
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -90,6 +92,7 @@ class StaticClaimReader final : public dra::ClaimReader {
 
 struct Resolved {
   topology::DiscoveryOptions discovery;
+  NodeRoots roots;  // discovery's, and --proc-root
   hca::Mode mode = hca::Mode::kExclusive;
   absl::Duration health_interval;
   absl::Duration resync;
@@ -102,6 +105,8 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   auto discovery = f.discovery.Options();
   if (!discovery.ok()) return discovery.status();
   r.discovery = *discovery;
+  r.roots = r.discovery.Roots();
+  r.roots.proc = f.proc_root.empty() ? "/" : f.proc_root;
   absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
   if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   r.mode = *mode;
@@ -214,7 +219,7 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
     Exit(1);
   }
   n.lock.emplace(*std::move(lock));
-  n.env = NewNodeEnv(r.discovery.Roots());
+  n.env = NewNodeEnv(r.roots);
   n.snapshot = std::make_unique<NodeSnapshot>(r.discovery, n.env);
   if (absl::Status s = n.snapshot->Init(); !s.ok()) {
     Log()->error("discovery failed: {}", std::string(s.message()));
@@ -331,6 +336,7 @@ std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Top
   options.mode = r.mode;
   options.taints = taints;
   options.kernel = dra::ReadKernelPci(env, topo);
+  options.gpudirect_rdma = topology::ReadGpuDirect(env).Available();
   return dra::BuildResourceSlices(dra::BuildDevices(topo, options),
                                   {r.driver.driver_name, r.driver.node_name, "", 1});
 }
@@ -432,6 +438,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
   run.metrics_address = f.metrics_address;
+  run.node = env;
   run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher, &handed_over] {
     return RenderDraMetrics(r, snapshot->Current(), *env, server.registered() && !handed_over,
                             sync.status(), publisher.DroppedCounts());
@@ -505,6 +512,10 @@ void AddDraServeFlags(CLI::App* dra) {
   dra->add_option("--metrics-address", f->metrics_address,
                   "Serve /metrics and /healthz on HOST:PORT (docs/metrics.md); empty: off")
       ->envname("RDP_METRICS_ADDRESS");
+  dra->add_option("--proc-root", f->proc_root,
+                  "Root under which proc/ is read (GPUDirect RDMA: modules, driver/nvidia)")
+      ->envname("RDP_PROC_ROOT")
+      ->capture_default_str();
   dra->add_option("--slice-resync", f->resync,
                   "How often the published ResourceSlices are checked against the node's while "
                   "no watch of them is up (the watch says when someone else changed them)")

@@ -10,6 +10,7 @@
 #include "cmd/discovery_flags.h"
 #include "metrics/http_server.h"
 #include "serving/stop_signals.h"
+#include "topology/gpudirect.h"
 
 namespace rdp::cmd {
 
@@ -27,6 +28,7 @@ int RunServer(const ServerRun& run) {
     ::close(signals);
     return 1;
   }
+  if (run.node) log->info("{}", topology::ReadGpuDirect(*run.node).Summary());
   // Scrapes run on the HTTP server's threads and read the door through snapshots.
   std::unique_ptr<metrics::MetricsHttpServer> endpoint;
   if (!run.metrics_address.empty()) {

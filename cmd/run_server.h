@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "base/env.h"
 
 namespace rdp::cmd {
 
@@ -25,6 +26,9 @@ struct ServerRun {
   // threads: it must never wait on what a kubelet RPC holds.
   std::string metrics_address;
   std::function<std::string()> render_metrics;
+  // The node's trees (not owned; null: none): once started, the GPUDirect RDMA line is logged
+  // from them (topology::ReadGpuDirect).
+  Env* node = nullptr;
   // What /healthz says (null: always ok), on the endpoint's threads as render_metrics.
   std::function<absl::Status()> health;
 };

@@ -30,9 +30,10 @@ struct NodeMetricsInput {
 };
 
 // Writes the node's families: health, withholding, info, allocation (hca_allocated for PCI
-// IDs, shared_allocated for shared units: see docs/metrics.md) and the port counters of every
+// IDs, shared_allocated for shared units: see docs/metrics.md), the port counters of every
 // present HCA, read now through `env` (sysfs ports/<n>/counters/, 4 KiB at most per file; a
-// counter the driver does not provide has no series).
+// counter the driver does not provide has no series), and GPUDirect RDMA's state, read now too
+// (topology::ReadGpuDirect: a module loaded after the start shows at the next scrape).
 void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, Exposition& out);
 
 }  // namespace rdp::metrics

@@ -161,7 +161,8 @@ modes=$(python3 test/image/chart_run.py --image "$image" --out "$work/chart" \
     --host-path "/var/lib/kubelet/device-plugins=$kubelet/device-plugins" \
     --host-path "/var/lib/kubelet/pod-resources=$kubelet/pod-resources" \
     --host-path "/sys=$node/sys" --host-path "/dev/infiniband=$node/dev/infiniband" \
-    --host-path "/proc/driver=$node/proc/driver" <"$work/chart.yaml") ||
+    --host-path "/proc/driver=$node/proc/driver" --host-path "/var/run/nri=$work/nri" \
+    <"$work/chart.yaml") ||
   fail "cannot translate the chart's DaemonSets (test/image/chart_run.py)"
 say "fixture node: $hcas HCAs under $node; the chart's DaemonSets: $(echo $modes)"
 
@@ -262,6 +263,31 @@ for mode in $modes; do
   [[ $inside == "$outside" ]] || { diff <(echo "$inside") <(echo "$outside") | head -20; fail "$mode: topology --json --topology-xml inside differs"; }
   say "topology --json: inside == outside, from sysfs and with the XML ($(python3 -c \
       'import json, sys; t = json.load(sys.stdin); print(len(t["hcas"]), "HCAs,", len(t["gpus"]), "GPUs")' <<<"$outside"))"
+
+  # The pod's NRI container, as the chart runs it, with no runtime behind its socket (the NRI
+  # runtime side itself drives the binary in ctest nri_runtime): it starts under the same
+  # security context, says it waits for the socket, and stops on SIGTERM with exit 0.
+  if [[ -f $work/chart/$mode.nri.run ]]; then
+    mapfile -d '' nri_args <"$work/chart/$mode.nri.run"
+    nri=rdp-image-test-$mode-nri
+    pm rm -f -t 0 "$nri" >/dev/null 2>&1 || true
+    containers+=("$nri")
+    pm run -d --name "$nri" --network=none "${nri_args[@]}" >/dev/null || fail "$mode: podman run (nri) failed"
+    found=
+    while IFS= read -r -t 60 line; do
+      [[ $line == *"waiting for the runtime's NRI socket"* ]] && { found=$line; break; }
+    done < <(timeout 60 podman --runtime runc logs -f "$nri" 2>&1)
+    [[ -n $found ]] || { pm logs "$nri" 2>&1 | tail -10; fail "$mode: the NRI container did not say it waits for the socket"; }
+    status=$(pm exec "$nri" cat /proc/1/status)
+    for want in 'CapEff:	0000000000000000' 'NoNewPrivs:	1' 'Seccomp:	2'; do
+      grep -qF "$want" <<<"$status" || fail "$mode: the NRI container's /proc/1/status lacks '$want'"
+    done
+    pm stop --time 30 "$nri" >/dev/null
+    code=$(pm inspect --format '{{.State.ExitCode}}' "$nri")
+    [[ $code == 0 ]] || fail "$mode: the NRI container exited $code after SIGTERM"
+    say "nri: waits for $nri_socket, no capabilities, exit 0 on SIGTERM"
+    pm rm "$nri" >/dev/null
+  fi
 
   # SIGTERM, as the kubelet stops a pod: exit 0, socket gone.
   pm stop --time 60 "$name" >/dev/null
