@@ -422,15 +422,18 @@ int Serve(const DraFlags& f, const Resolved& r) {
     absl::Status s = server.Wait(signals);
     if (!absl::IsAborted(s)) return s;
     // Another instance asks for the plugin directory (an upgrade with maxSurge, a relabel): stop
-    // serving (the kubelet unregisters us; calls in flight finish) and publishing, release the
-    // lock, and idle until stopped: exiting now would only have the kubelet restart this
+    // serving (the kubelet unregisters us; calls in flight finish), release the lock, stop
+    // publishing, and idle until stopped: exiting now would only have the kubelet restart this
     // container, which would then ask the new instance to hand back.
     const absl::Time asked = absl::Now();
-    stop();
+    server.Stop();  // calls in flight finish: nothing writes the checkpoint or a CDI spec after
     handed_over = true;
-    node.lock.reset();
-    Log()->info("handed over in {}: not serving; waiting to be stopped",
-                absl::FormatDuration(absl::Now() - asked));
+    node.lock.reset();  // the new instance goes on from here
+    Log()->info("handed over in {}: not serving", absl::FormatDuration(absl::Now() - asked));
+    // Then publishing: a publish in flight ends within its timeout (the new instance's watch
+    // repairs what it wrote), and the health poll.
+    stop();
+    Log()->info("not publishing either; waiting to be stopped");
     serving::FatalLatch idle;  // never raised: waits for the stop signal alone
     return idle.Wait(signals);
   };
