@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
 #include "cmd/dra_cmd.h"
+#include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
@@ -55,7 +56,7 @@ struct DraFlags {
   std::string mode = "exclusive";
   std::string health_interval = "5s";
   std::string resync = "30s";
-  std::string metrics_address;  // empty: no metrics endpoint
+  MetricsFlags metrics;
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -94,6 +95,7 @@ struct Resolved {
   absl::Duration resync;
   dra::DriverConfig driver;
   dra::DraServerConfig server;
+  metrics::HttpOptions metrics;
 };
 
 absl::StatusOr<Resolved> Resolve(DraFlags& f) {
@@ -104,6 +106,9 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
   if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   r.mode = *mode;
+  absl::StatusOr<metrics::HttpOptions> http = f.metrics.Options();
+  if (!http.ok()) return http.status();
+  r.metrics = *http;
   for (auto [flag, text, out] : {std::make_tuple("--health-interval", &f.health_interval,
                                                  &r.health_interval),
                                  std::make_tuple("--slice-resync", &f.resync, &r.resync)}) {
@@ -394,7 +399,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   };
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
-  run.metrics_address = f.metrics_address;
+  run.metrics = r.metrics;
   run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher] {
     return RenderDraMetrics(r, snapshot->Current(), *env, server.registered(), sync.status(),
                             publisher.DroppedCounts());
@@ -460,9 +465,7 @@ void AddDraServeFlags(CLI::App* dra) {
                   "How often the HCAs are discovered again (health as device taints, hotplug)")
       ->envname("RDP_HEALTH_INTERVAL")
       ->capture_default_str();
-  dra->add_option("--metrics-address", f->metrics_address,
-                  "Serve /metrics and /healthz on HOST:PORT (docs/metrics.md); empty: off")
-      ->envname("RDP_METRICS_ADDRESS");
+  f->metrics.Register(dra);
   dra->add_option("--slice-resync", f->resync,
                   "How often the published ResourceSlices are checked against the node's while "
                   "no watch of them is up (the watch says when someone else changed them)")

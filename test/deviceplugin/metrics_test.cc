@@ -4,7 +4,10 @@
 // and the built binary's endpoint fetched with libcurl. The exposition format and the HTTP
 // endpoint alone: test/metrics.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -414,6 +417,11 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   ASSERT_EQ(scrape.code, 200);
   const std::string& text = scrape.body;
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total 1")) << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_build_info{version=\"" RDP_VERSION
+                            "\",subcommand=\"serve\"} 1"));
+  // Error series exist from the start, at zero.
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_rpc_errors_total{method=\"Allocate\",code=\"UNAVAILABLE\"} 0"));
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_allocated{hca=\"mlx5_1\",pci=\"0000:3a:00.0\","
                       "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
@@ -441,11 +449,57 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 0);
 }
 
+// The metrics port is taken (another process, a second instance): the plugin exits 2 naming the
+// flag before it has registered, so that a restart loop does not register the resource again and
+// again. Before, it listened only after registering: the kubelet had a registration from each
+// attempt.
+TEST(MetricsBinaryTest, ATakenPortExitsTwoBeforeRegistering) {
+  testing::TestNode node;
+  const Config config = node.MakeConfig(hca::Mode::kShared);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(taken, 0);
+  struct sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<struct sockaddr*>(&addr), &len), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  rdp::testing::Child plugin(
+      RDP_BINARY, {"--sysfs-root", config.discovery.sysfs_root, "--dev-root",
+                   config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir,
+                   "--pod-resources-socket=", "--metrics-address", address});
+  EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << plugin.output();
+  EXPECT_THAT(plugin.output(), HasSubstr("--metrics-address '" + address + "'"));
+  EXPECT_EQ(kubelet.registrations(), 0) << plugin.output();
+  ::close(taken);
+}
+
 TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
   for (const char* bad : {"nowhere", "127.0.0.1:99999", "example.com:9402"}) {
     rdp::testing::Child plugin(RDP_BINARY, {"--metrics-address", bad});
     EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << bad;
     EXPECT_NE(plugin.output().find("--metrics-address"), std::string::npos) << plugin.output();
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--metrics-allow", "10.0.0.0/33"}, "--metrics-allow"},
+      {{"--metrics-allow", "pods"}, "--metrics-allow"},
+      {{"--metrics-threads", "0"}, "--metrics-threads"},
+      {{"--metrics-request-timeout", "soon"}, "--metrics-request-timeout"},
+  };
+  for (const auto& [args, flag] : cases) {
+    std::vector<std::string> all = {"--metrics-address", "127.0.0.1:0"};
+    all.insert(all.end(), args.begin(), args.end());
+    for (const char* sub : {"serve", "dra"}) {
+      std::vector<std::string> with = all;
+      with.insert(with.begin(), sub);
+      rdp::testing::Child plugin(RDP_BINARY, with);
+      EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << sub << " " << args[1];
+      EXPECT_THAT(plugin.output(), HasSubstr(flag)) << sub;
+    }
   }
 }
 
