@@ -258,6 +258,7 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
 // from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
 // driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
 std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env,
+                             metrics::PortCounterCache& counters,
                              bool registered, const dra::SliceSync::Status& sync,
                              std::map<std::string, std::uint64_t> dropped) {
   metrics::NodeMetricsInput in;
@@ -273,7 +274,7 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
     in.hcas.push_back(std::move(health));
   }
   metrics::Exposition out;
-  metrics::WriteNodeMetrics(in, env, out);
+  metrics::WriteNodeMetrics(in, env, counters, out);
   using Type = metrics::Exposition::Type;
   out.Family("rdma_device_plugin_dra_registered",
              "1 while the kubelet has the DRA driver registered (its last NotifyRegistrationStatus)",
@@ -400,8 +401,10 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
   run.metrics = r.metrics;
-  run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher] {
-    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered(), sync.status(),
+  auto counters = std::make_shared<metrics::PortCounterCache>();
+  run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher] {
+    return RenderDraMetrics(r, snapshot->Current(), *env, *counters, server.registered(),
+                            sync.status(),
                             publisher.DroppedCounts());
   };
   run.health = [&server, &sync] { return DraHealth(server.registered(), sync.status()); };

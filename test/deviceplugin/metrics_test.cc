@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -224,6 +225,94 @@ TEST_F(NodeMetricsTest, CountersThatCannotBeReadHaveNoSeries) {
       "rdma_device_plugin_port_data_transmitted_bytes_total{hca=\"mlx5_2\",port=\"1\"} 24000004"));
   EXPECT_TRUE(HasLine(
       text, "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_3\",port=\"1\"} 16000004"));
+}
+
+// A clock the test moves, and an Env that counts the reads of port counter files and may move
+// that clock on each (a firmware query that takes its time).
+struct CounterClock {
+  absl::Mutex mu;
+  absl::Time now = absl::FromUnixSeconds(1000);
+  absl::Time Now() {
+    absl::MutexLock lock(&mu);
+    return now;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu);
+    now += d;
+  }
+};
+class CountingEnv : public EnvWrapper {
+ public:
+  CountingEnv(std::shared_ptr<Env> base, std::shared_ptr<CounterClock> clock)
+      : EnvWrapper(std::move(base)), clock_(std::move(clock)) {}
+  std::optional<std::string> ReadFile(const std::string& path, std::size_t max) override {
+    if (absl::StrContains(path, "/counters/")) {
+      ++counter_reads;
+      clock_->Advance(per_read);
+    }
+    return EnvWrapper::ReadFile(path, max);
+  }
+  std::atomic<int> counter_reads{0};
+  absl::Duration per_read = absl::ZeroDuration();
+
+ private:
+  std::shared_ptr<CounterClock> clock_;
+};
+
+// A scraper polling back to back reads each HCA's counters (on mlx5, firmware queries) at most
+// once a second; the values it gets are a second old at most. Before, every scrape read every
+// file.
+TEST_F(NodeMetricsTest, CounterReadsAreCachedPerHcaForASecond) {
+  auto clock = std::make_shared<CounterClock>();
+  auto env = std::make_shared<CountingEnv>(node_.NodeEnv(), clock);
+  NodeSources sources = node_.Sources(nullptr, env);
+  sources.now = [clock] { return clock->Now(); };
+  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  const std::string first = Scrape(state);
+  const int reads = env->counter_reads.load();
+  ASSERT_GT(reads, 0);
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "symbol_error", 9).ok());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Scrape(state), first);
+  clock->Advance(absl::Milliseconds(999));
+  EXPECT_EQ(Scrape(state), first);
+  EXPECT_EQ(env->counter_reads.load(), reads);
+  clock->Advance(absl::Milliseconds(1));
+  const std::string later = Scrape(state);
+  EXPECT_EQ(env->counter_reads.load(), 2 * reads);
+  EXPECT_TRUE(
+      HasLine(later, "rdma_device_plugin_port_symbol_errors_total{hca=\"mlx5_1\",port=\"1\"} 9"))
+      << later;
+}
+
+// A scrape stops reading counters once its time is spent (500 ms): here each file takes 100 ms,
+// so a scrape reads one HCA (7 files) and writes the others from their last read; the next
+// scrape begins with the HCAs never or longest ago read, so every HCA is reached. Before, a
+// scrape read every file of every HCA however long that took.
+TEST_F(NodeMetricsTest, AScrapeReadsCountersWithinItsTime) {
+  auto clock = std::make_shared<CounterClock>();
+  auto env = std::make_shared<CountingEnv>(node_.NodeEnv(), clock);
+  NodeSources sources = node_.Sources(nullptr, env);
+  sources.now = [clock] { return clock->Now(); };
+  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  env->per_read = absl::Milliseconds(100);
+  auto with_counters = [](const std::string& text) {
+    int n = 0;
+    for (const char* hca : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
+      n += absl::StrContains(
+               text, absl::StrCat("port_data_received_bytes_total{hca=\"", hca, "\",port=\"1\"}"))
+               ? 1
+               : 0;
+    }
+    return n;
+  };
+  for (int scrape = 1; scrape <= 4; ++scrape) {
+    const int before = env->counter_reads.load();
+    const std::string text = Scrape(state);
+    EXPECT_EQ(with_counters(text), scrape) << text;
+    EXPECT_LE(env->counter_reads.load() - before, 14) << "scrape " << scrape;  // 1 HCA, <= 2 ports
+  }
 }
 
 TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
