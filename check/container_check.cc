@@ -14,7 +14,9 @@
 #include <utility>
 
 #include "fmt/format.h"
+#include "check/gpudirect_check.h"
 #include "topology/discovery.h"
+#include "topology/gpudirect.h"
 
 namespace rdp::check {
 namespace {
@@ -244,18 +246,27 @@ int RunCheck(const CheckOptions& options, const std::optional<std::string>& rdma
   NodeRoots roots;
   roots.sysfs = options.sysfs_root;
   roots.dev = options.dev_root;
-  auto hcas = ProbeHcas(*NewNodeEnv(roots));
+  roots.proc = options.proc_root;
+  const std::shared_ptr<Env> env = NewNodeEnv(roots);
+  auto hcas = ProbeHcas(*env);
   if (!hcas.ok()) {
     err << "rdma-device-plugin check: cannot list HCAs: " << hcas.status().message() << "\n";
     return kExitCannotCheck;
   }
   const CheckReport report =
       Compare(std::move(*hcas), ParseAllocation(rdma_hca_names, nccl_ib_hca));
+  const GpuDirectReport gpudirect = AssessGpuDirect(topology::ReadGpuDirect(*env),
+                                                    VisibleGpus(*env), report.openable,
+                                                    options.memlock);
   if (options.json) {
-    out << ToJson(report).dump(2) << "\n";
+    nlohmann::json j = ToJson(report);
+    j["gpudirect"] = ToJson(gpudirect);
+    out << j.dump(2) << "\n";
   } else {
     PrintText(report, out);
+    PrintText(gpudirect, out);
   }
+  if (options.require_gpudirect && !gpudirect.possible && report.ExitCode() == 0) return 1;
   return report.ExitCode();
 }
 

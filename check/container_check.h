@@ -10,6 +10,7 @@
 // Exit codes: 0 the sets are equal; 1 they differ (a plain explanation is printed); 2 bad flags or
 // a root that cannot be read (nothing was checked).
 
+#include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -76,14 +77,21 @@ void PrintText(const CheckReport& report, std::ostream& out);
 struct CheckOptions {
   std::string sysfs_root = "/";
   std::string dev_root = "/";
+  std::string proc_root = "/";  // GPUDirect RDMA's signals (topology/gpudirect.h)
   bool json = false;
+  // RLIMIT_MEMLOCK of the container (the cmd reads its own); nullopt: not reported.
+  std::optional<std::uint64_t> memlock;
+  // Exit 1 also when GPUDirect RDMA cannot work here (check/gpudirect_check.h).
+  bool require_gpudirect = false;
 };
 
 // Exit code when nothing could be checked (a root that cannot be read).
 inline constexpr int kExitCannotCheck = 2;
 
 // The whole subcommand with the environment passed in: probes, compares, prints the report to
-// out (errors to err) and returns the exit code (0, 1 or kExitCannotCheck).
+// out (errors to err), then whether GPUDirect RDMA can work here and the locked-memory limit
+// (check/gpudirect_check.h; JSON: key "gpudirect"), and returns the exit code (0, 1 or
+// kExitCannotCheck; 1 also when options.require_gpudirect and it cannot).
 int RunCheck(const CheckOptions& options, const std::optional<std::string>& rdma_hca_names,
              const std::optional<std::string>& nccl_ib_hca, std::ostream& out, std::ostream& err);
 

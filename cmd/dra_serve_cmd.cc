@@ -37,6 +37,7 @@
 #include "dra/plugin_lock.h"
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
+#include "topology/gpudirect.h"
 #include "dra/slices.h"
 #include "hca/hca.h"
 #include "metrics/metrics.h"
@@ -58,6 +59,7 @@ struct DraFlags {
   std::string health_interval = "5s";
   std::string resync = "30s";
   MetricsFlags metrics;
+  std::string proc_root = "/";  // GPUDirect RDMA's signals (/proc/modules, /proc/driver/nvidia)
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -91,6 +93,7 @@ class StaticClaimReader final : public dra::ClaimReader {
 
 struct Resolved {
   topology::DiscoveryOptions discovery;
+  NodeRoots roots;  // discovery's, and --proc-root
   hca::Mode mode = hca::Mode::kExclusive;
   absl::Duration health_interval;
   absl::Duration resync;
@@ -104,6 +107,8 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   auto discovery = f.discovery.Options();
   if (!discovery.ok()) return discovery.status();
   r.discovery = *discovery;
+  r.roots = r.discovery.Roots();
+  r.roots.proc = f.proc_root.empty() ? "/" : f.proc_root;
   absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
   if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   r.mode = *mode;
@@ -219,7 +224,7 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
     Exit(1);
   }
   n.lock.emplace(*std::move(lock));
-  n.env = NewNodeEnv(r.discovery.Roots());
+  n.env = NewNodeEnv(r.roots);
   n.snapshot = std::make_unique<NodeSnapshot>(r.discovery, n.env);
   if (absl::Status s = n.snapshot->Init(); !s.ok()) {
     Log()->error("discovery failed: {}", std::string(s.message()));
@@ -337,6 +342,7 @@ std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Top
   options.mode = r.mode;
   options.taints = taints;
   options.kernel = dra::ReadKernelPci(env, topo);
+  options.gpudirect_rdma = topology::ReadGpuDirect(env).Available();
   return dra::BuildResourceSlices(dra::BuildDevices(topo, options),
                                   {r.driver.driver_name, r.driver.node_name, "", 1});
 }
@@ -438,6 +444,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
   run.metrics = r.metrics;
+  run.node = env;
   auto counters = std::make_shared<metrics::PortCounterCache>();
   run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher, &handed_over] {
     return RenderDraMetrics(r, snapshot->Current(), *env, *counters,
@@ -511,6 +518,10 @@ void AddDraServeFlags(CLI::App* dra) {
       ->envname("RDP_HEALTH_INTERVAL")
       ->capture_default_str();
   f->metrics.Register(dra);
+  dra->add_option("--proc-root", f->proc_root,
+                  "Root under which proc/ is read (GPUDirect RDMA: modules, driver/nvidia)")
+      ->envname("RDP_PROC_ROOT")
+      ->capture_default_str();
   dra->add_option("--slice-resync", f->resync,
                   "How often the published ResourceSlices are checked against the node's while "
                   "no watch of them is up (the watch says when someone else changed them)")

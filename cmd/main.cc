@@ -13,6 +13,7 @@
 #include "cmd/dra_cmd.h"
 #include "cmd/dra_serve_cmd.h"
 #include "cmd/fixture_cmd.h"
+#include "cmd/nri_cmd.h"
 #include "cmd/probe_cmd.h"
 #include "cmd/serve_cmd.h"
 #include "cmd/topology_cmd.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   rdp::cmd::AddProbeCommand(app);
   rdp::cmd::AddFixtureCommand(app);
   rdp::cmd::AddCheckCommand(app);
+  rdp::cmd::AddNriCommand(app);
   rdp::cmd::AddDraServeFlags(rdp::cmd::AddDraCommand(app));
 
   std::vector<std::string> args(argv + 1, argv + argc);

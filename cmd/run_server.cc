@@ -11,6 +11,7 @@
 #include "metrics/http_server.h"
 #include "metrics/metrics.h"
 #include "serving/stop_signals.h"
+#include "topology/gpudirect.h"
 
 namespace rdp::cmd {
 
@@ -51,6 +52,7 @@ int RunServer(const ServerRun& run) {
     ::close(signals);
     return 1;
   }
+  if (run.node) log->info("{}", topology::ReadGpuDirect(*run.node).Summary());
   const absl::Status why = run.wait(signals);
   if (why.ok()) log->info("{} received: stopping", serving::ReadStopSignal(signals));
   ::close(signals);

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "metrics/http_server.h"
+#include "base/env.h"
 
 namespace rdp::cmd {
 
@@ -27,6 +28,9 @@ struct ServerRun {
   // `stop`: it must never wait on what a kubelet RPC holds.
   metrics::HttpOptions metrics;
   std::function<std::string()> render_metrics;
+  // The node's trees (not owned; null: none): once started, the GPUDirect RDMA line is logged
+  // from them (topology::ReadGpuDirect).
+  Env* node = nullptr;
   // What /healthz says (null: always ok), on the endpoint's threads as render_metrics.
   std::function<absl::Status()> health;
 };

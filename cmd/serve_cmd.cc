@@ -83,7 +83,9 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
 int Serve(const Resolved& resolved) {
   const deviceplugin::Config& config = resolved.config;
   deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config));
+  const std::shared_ptr<Env> node = NewNodeEnv(config.Roots());
   ServerRun run;
+  run.node = node.get();
   run.logger = "server";
   run.start = [&plugin] { return plugin.Start(); };
   run.wait = [&plugin](int signals) { return plugin.Wait(signals); };

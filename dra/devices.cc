@@ -88,6 +88,7 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
   PutString(attrs, own + "uverbs", hca.uverbs);
   attrs[own + "allPortsActive"] = {{"bool", hca.AllPortsActive()}};
   attrs[own + "mode"] = {{"string", std::string(hca::ModeName(opts.mode))}};
+  if (opts.gpudirect_rdma) attrs[own + "gpuDirectRDMA"] = {{"bool", *opts.gpudirect_rdma}};
   return attrs;
 }
 

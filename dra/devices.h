@@ -39,6 +39,9 @@ struct DeviceOptions {
   // listed (an XML-only topology, a tree without /sys/bus/pci) takes them from the snapshot.
   // On a node, fill it with ReadKernelPci(env, topo) (dra/kernel_pci.h) for each snapshot.
   std::map<std::string, KernelPci> kernel;
+  // Whether GPUDirect RDMA can work on the node (topology::ReadGpuDirect(env).Available()),
+  // read for each publication; nullopt: not known, the attribute is left out.
+  std::optional<bool> gpudirect_rdma;
   // Whether the control plane keeps device taints (DRADeviceTaints). When it does not (the
   // publisher saw the server drop them), an unusable HCA is left out instead: no device, rather
   // than an untainted one the scheduler would allocate and Prepare would refuse.
@@ -90,6 +93,10 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 //   <driver>/uverbs          string  "uverbs0" (a boot-time number; informational)
 //   <driver>/allPortsActive  bool    at least one port and every port ACTIVE
 //   <driver>/mode            string  "exclusive" or "shared"
+//   <driver>/gpuDirectRDMA   bool    GPUDirect RDMA can work on the node (nvidia-peermem or
+//                                    dma-buf; topology/gpudirect.h); left out when not known.
+//                                    A claim that needs it selects
+//                                    device.attributes["<driver>"].gpuDirectRDMA
 // A string longer than the API's 64 characters is left out rather than make the slice invalid.
 //
 // Health: an HCA that hca::Assess finds unusable carries the taint

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "topology/gpudirect.h"
 
 namespace rdp::metrics {
 namespace {
@@ -221,6 +222,15 @@ void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, PortCounterCache& 
   out.Sample({}, node.pods_known ? 1 : 0);
   WriteAllocations(node, out);
   WritePortCounters(node, env, counters, out);
+  const topology::GpuDirectState gpudirect = topology::ReadGpuDirect(env);
+  out.Family(Name("gpudirect_rdma"),
+             "1 when GPUDirect RDMA (an HCA reading and writing GPU memory directly) can work on "
+             "the node by the mechanism: nvidia-peermem loaded (and registered where the RDMA "
+             "core has memory peers), or dma-buf (the open NVIDIA kernel module on kernel 5.12 "
+             "or later).",
+             Exposition::Type::kGauge);
+  out.Sample({{"mechanism", topology::kPeermemMechanism}}, gpudirect.peermem.available ? 1 : 0);
+  out.Sample({{"mechanism", topology::kDmaBufMechanism}}, gpudirect.dmabuf.available ? 1 : 0);
 }
 
 }  // namespace rdp::metrics

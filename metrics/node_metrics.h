@@ -72,8 +72,10 @@ class PortCounterCache {
 };
 
 // Writes the node's families: health, withholding, info, allocation (hca_allocated for PCI
-// IDs, shared_allocated for shared units: see docs/metrics.md) and the port counters of every
-// present HCA, through `counters` (a counter the driver does not provide has no series).
+// IDs, shared_allocated for shared units: see docs/metrics.md), the port counters of every
+// present HCA, through `counters` (a counter the driver does not provide has no series), and
+// GPUDirect RDMA's state, read now through `env` (topology::ReadGpuDirect: a module loaded after
+// the start shows at the next scrape).
 void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, PortCounterCache& counters,
                       Exposition& out);
 

@@ -16,6 +16,9 @@ build_packages=(
   libcli11-dev nlohmann-json3-dev
   # the DRA driver's API-server client (HTTPS, token auth)
   libcurl4-openssl-dev
+  # ... and its kubeconfigs in YAML (linked statically: nothing at run time). No :arm64 one
+  # below: Debian 12's is not Multi-Arch: same and would replace this one (dra/CMakeLists.txt)
+  libyaml-cpp-dev
   # the embedded HTTP server of --metrics-address (server/metrics_http.cc)
   libcivetweb-dev
 )

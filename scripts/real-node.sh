@@ -100,6 +100,11 @@ preconditions() {
   [[ -f /sys/fs/cgroup/cpu/cgroup.procs || -f /sys/fs/cgroup/cgroup.controllers ]] || skip "no cgroup filesystem"
 }
 
+# A TCP port the kernel has free now: the chart's pods run with hostNetwork here, so a fixed
+# metrics port (the plugin's, the NRI container's) would collide with another node's or with the
+# other mode's pod during a relabel.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
 helm_binary() {
   local h=${RDP_HELM:-$build/tools/bin/helm}
   [[ -x $h ]] || h=$(command -v helm || true)
@@ -482,7 +487,7 @@ install_chart() {
     --set hostPaths.sys="$run/node/sys"
     --set-json "extraArgs=[\"--topology-xml=/etc/rdp/node.xml\"]"
     --set healthInterval=1s
-    --set metrics.port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')")
+    --set metrics.port="$(free_port)" --set nri.metricsPort="$(free_port)")
   if [[ -d $run/node/proc/driver ]]; then
     args+=(--set hostPaths.procDriver="$run/node/proc/driver")
   else

@@ -247,6 +247,31 @@ absl::Status SysfsFixture::RemoveHca(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::Status SysfsFixture::AddGpuDirect(const FixtureGpuDirect& g) {
+  const fs::path root(root_);
+  if (g.peermem == "sysfs") {
+    RDP_RETURN_IF_ERROR(Write(root / "sys/module/nvidia_peermem/version", "550.54.15"));
+  } else if (!g.peermem.empty() && g.peermem != "proc-modules") {
+    return absl::InvalidArgumentError("peermem '" + g.peermem + "': sysfs, proc-modules or empty");
+  }
+  std::string modules = "nvidia_uvm 1679360 0 - Live 0xffffffffc1a00000 (POE)\n";
+  if (g.peermem == "proc-modules") {
+    modules += "nvidia_peermem 16384 0 - Live 0xffffffffc0a85000 (POE)\n";
+  }
+  modules += "mlx5_ib 479232 0 - Live 0xffffffffc0b00000";
+  RDP_RETURN_IF_ERROR(Write(root / "proc/modules", modules));
+  if (g.registered) {
+    RDP_RETURN_IF_ERROR(Write(root / "sys/kernel/mm/memory_peers/nv_mem/version", "1.3-0"));
+  } else if (g.memory_peers_dir) {
+    RDP_RETURN_IF_ERROR(Mkdir(root / "sys/kernel/mm/memory_peers"));
+  }
+  if (!g.nvidia_version.empty()) {
+    RDP_RETURN_IF_ERROR(Write(root / "proc/driver/nvidia/version",
+                              g.nvidia_version + "\nGCC version:  gcc version 12.2.0"));
+  }
+  return Write(root / "proc/sys/kernel/osrelease", g.kernel_release);
+}
+
 absl::Status SysfsFixture::AddGpu(const topology::Gpu& gpu) {
   RDP_RETURN_IF_ERROR(OneEntry("PCI address", gpu.place.pci));
   const fs::path sys = fs::path(root_) / "sys";

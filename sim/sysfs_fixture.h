@@ -65,6 +65,22 @@ struct FixtureHca {
   std::vector<std::string> netdevs;
 };
 
+// What a node says about GPUDirect RDMA (topology/gpudirect.h), laid out by
+// SysfsFixture::AddGpuDirect under the same root (R/sys, R/proc; pass the root as --proc-root).
+struct FixtureGpuDirect {
+  // nvidia_peermem: "sysfs" writes R/sys/module/nvidia_peermem/version, "proc-modules" only a
+  // line of R/proc/modules, "" neither.
+  std::string peermem;
+  // Writes R/sys/kernel/mm/memory_peers/nv_mem/version (MLNX_OFED's registration) when true, and
+  // an empty R/sys/kernel/mm/memory_peers when false and memory_peers_dir is set.
+  bool registered = false;
+  bool memory_peers_dir = false;
+  // R/proc/driver/nvidia/version's first line, "" for no NVIDIA driver; e.g.
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build ...".
+  std::string nvidia_version;
+  std::string kernel_release = "6.8.0-45-generic";  // R/proc/sys/kernel/osrelease
+};
+
 class SysfsFixture {
  public:
   // root is created if missing. Nothing is written until AddHca/AddRdmaCm.
@@ -86,6 +102,9 @@ class SysfsFixture {
                           std::uint64_t value);
   // Removes only the HCA's /dev/infiniband/uverbsN.
   absl::Status RemoveUverbs(const std::string& name);
+
+  // Lays out what the node says about GPUDirect RDMA (not part of AddTopology's layout).
+  absl::Status AddGpuDirect(const FixtureGpuDirect& gpudirect);
 
   // Lays out a GPU's PCI function: its device directory (numa_node -1 when unknown) and its
   // /sys/bus/pci/devices link.

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The module graph, checked: which of our directories each module's sources may include.
 
-One foundation, two front doors (README, Layout): base -> topology -> allocator; the foundation
-both doors stand on, hca/ (the node's HCAs and what makes one usable) -> metrics/, and serving/;
-the doors, deviceplugin/ and dra/, which never include each other; check/; sim/ (test doubles,
+One foundation, three front doors (README, Layout): base -> topology -> allocator; the foundation
+the doors stand on, hca/ (the node's HCAs and what makes one usable) -> metrics/, and serving/;
+the doors, deviceplugin/, dra/ and nri/ (the NRI plugin), which never include each other; check/; sim/ (test doubles,
 the demo); cmd/ wires them. sim/ and test/ are not product: no product library includes them. In
 the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for its
 floor), and topology/internal/ by topology/ (and tests).
@@ -15,7 +15,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "deviceplugin",
-        "dra", "check", "cmd", "sim", "bench", "test"}
+        "dra", "nri", "check", "cmd", "sim", "bench", "test"}
 FOUNDATION = {"base", "topology", "hca", "serving", "metrics"}
 ALLOWED = {
     "base": {"base"},
@@ -26,13 +26,16 @@ ALLOWED = {
     "metrics": {"base", "topology", "hca", "metrics"},
     "deviceplugin": FOUNDATION | {"allocator", "proto", "deviceplugin"},
     "dra": FOUNDATION | {"proto", "dra"},
+    "nri": FOUNDATION | {"proto", "nri"},
     "check": {"base", "topology", "check"},
     "sim": FOUNDATION | {"allocator", "proto", "deviceplugin", "sim"},
     "cmd": OURS - {"bench", "test"},
     "bench": OURS - {"cmd"},
 }
-# The two front doors never include each other.
-assert "dra" not in ALLOWED["deviceplugin"] and "deviceplugin" not in ALLOWED["dra"]
+# The front doors never include each other.
+DOORS = {"deviceplugin", "dra", "nri"}
+for door in DOORS:
+    assert not (ALLOWED[door] & DOORS) - {door}, door
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 

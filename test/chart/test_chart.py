@@ -44,11 +44,15 @@ KNOWN_FLAGS = {
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
 }
 
+# The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
+KNOWN_NRI_FLAGS = {"--nri-socket", "--memlock", "--nri-plugin-name", "--nri-plugin-index",
+                   "--metrics-address", "--log-level"}
+
 # The flags `rdma-device-plugin dra` accepts that the chart renders (cmd/dra_serve_cmd.cc).
 KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
-    "--gpu-vendors", "--metrics-address",
+    "--gpu-vendors", "--metrics-address", "--proc-root",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
@@ -132,10 +136,17 @@ def pod_spec(ds):
 
 
 def container(ds):
-    """The plugin's container: the only one, or the one beside the metrics proxy sidecar."""
-    containers = [c for c in pod_spec(ds)["containers"] if c["name"] != "metrics-proxy"]
-    assert len(containers) == 1, f"expected one container, got {len(containers)}"
+    """The plugin's (or the DRA driver's) container: the first, named rdma-device-plugin."""
+    containers = pod_spec(ds)["containers"]
+    assert containers and containers[0]["name"] == "rdma-device-plugin", \
+        f"the first container is {containers[0]['name'] if containers else 'missing'}"
     return containers[0]
+
+
+def nri_container(ds):
+    """The NRI plugin's container, or None."""
+    found = [c for c in pod_spec(ds)["containers"] if c["name"] == "nri"]
+    return found[0] if found else None
 
 
 def flags(ds):
@@ -209,9 +220,22 @@ def tolerates(tolerations, taint):
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 CRITICAL_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+# The node labels that mean "has an RDMA NIC" by default (values.yaml rdmaNodeLabels): NFD's rdma
+# source, and its pci source's vendor labels of RDMA NIC makers.
+RDMA_VENDORS = {"15b3": "Mellanox/NVIDIA", "14e4": "Broadcom", "8086": "Intel", "1077": "QLogic",
+                "1425": "Chelsio", "19e5": "Huawei", "1d0f": "Amazon", "1414": "Microsoft"}
+RDMA_NODE_LABELS = (["feature.node.kubernetes.io/rdma.capable"]
+                    + [f"feature.node.kubernetes.io/pci-{v}.present" for v in RDMA_VENDORS])
 RDMA_LABEL = {"feature.node.kubernetes.io/pci-15b3.present": "true"}
 RDMA_REQUIREMENT = {"key": "feature.node.kubernetes.io/pci-15b3.present", "operator": "In",
                     "values": ["true"]}
+
+
+def rdma_terms(mode_requirement, before=()):
+    """The default required terms: one per RDMA node label, each with the mode's requirement."""
+    return [{"matchExpressions": list(before) + [{"key": label, "operator": "In",
+                                                  "values": ["true"]}, mode_requirement]}
+            for label in RDMA_NODE_LABELS]
 
 
 def check_tolerations(r, name, tolerations):
@@ -395,21 +419,26 @@ def check_default(r, helm):
     r.check("default: each mode has its own socket",
             flag(shared, "--socket-name") != flag(exclusive, "--socket-name"),
             str([flag(shared, "--socket-name"), flag(exclusive, "--socket-name")]))
-    r.check("default: the shared affinity is exactly an RDMA NIC (NFD) and <key> NotIn [true]",
-            required_terms(shared) == [{"matchExpressions": [
-                RDMA_REQUIREMENT,
-                {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
+    r.check("default: the shared affinity is exactly one term per RDMA NIC label (NFD) with "
+            "<key> NotIn [true]",
+            required_terms(shared) == rdma_terms(
+                {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}),
             str(required_terms(shared)))
-    r.check("default: the exclusive affinity is exactly an RDMA NIC (NFD) and <key> In [true]",
-            required_terms(exclusive) == [{"matchExpressions": [
-                RDMA_REQUIREMENT,
-                {"key": DEFAULT_KEY, "operator": "In", "values": ["true"]}]}],
+    r.check("default: the exclusive affinity is exactly one term per RDMA NIC label (NFD) with "
+            "<key> In [true]",
+            required_terms(exclusive) == rdma_terms(
+                {"key": DEFAULT_KEY, "operator": "In", "values": ["true"]}),
             str(required_terms(exclusive)))
-    check_complement(r, "default", shared, exclusive, DEFAULT_KEY, "true",
-                     other_labels=[dict(RDMA_LABEL),
-                                   dict(RDMA_LABEL, **{"kubernetes.io/os": "linux"})])
+    # Any RDMA NIC: NFD's rdma.capable alone, or one vendor's PCI label alone, places the plugin.
+    for label in RDMA_NODE_LABELS:
+        check_complement(r, f"default/{label}", shared, exclusive, DEFAULT_KEY, "true",
+                         other_labels=[{label: "true"},
+                                       {label: "true", "kubernetes.io/os": "linux"}])
     cpu_only = [{}, {"kubernetes.io/os": "linux"}, {DEFAULT_KEY: "true"},
-                {"feature.node.kubernetes.io/pci-15b3.present": "false"}]
+                {"feature.node.kubernetes.io/pci-15b3.present": "false"},
+                {"feature.node.kubernetes.io/rdma.capable": "false"},
+                {"feature.node.kubernetes.io/pci-10de.present": "true"},  # a GPU, no NIC
+                {"feature.node.kubernetes.io/rdma.available": "true"}]
     r.check("default: a node without an RDMA NIC label runs neither DaemonSet",
             not any(schedulable_on(ds, labels) for ds in (shared, exclusive)
                     for labels in cpu_only))
@@ -537,23 +566,35 @@ def check_image_required(r, helm):
 
 
 def check_rdma_node_requirements(r, helm):
-    """rdmaNodeRequirements: [] runs on every node the mode allows; another label replaces NFD's."""
-    modes = by_mode(helm.template({"rdmaNodeRequirements": []}))
-    if r.check("rdmaNodeRequirements=[]: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
-        r.check("rdmaNodeRequirements=[]: only the mode's requirement is left",
+    """rdmaNodeLabels: [] runs on every node the mode allows; another label replaces NFD's;
+    rdmaNodeRequirements are ANDed into every term."""
+    modes = by_mode(helm.template({"rdmaNodeLabels": []}))
+    if r.check("rdmaNodeLabels=[]: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        r.check("rdmaNodeLabels=[]: only the mode's requirement is left",
                 required_terms(modes["shared"]) == [{"matchExpressions": [
                     {"key": DEFAULT_KEY, "operator": "NotIn", "values": ["true"]}]}],
                 str(required_terms(modes["shared"])))
-        check_complement(r, "rdmaNodeRequirements=[]", modes["shared"], modes["exclusive"],
+        check_complement(r, "rdmaNodeLabels=[]", modes["shared"], modes["exclusive"],
                          DEFAULT_KEY, "true", other_labels=[{}, {"kubernetes.io/os": "linux"}])
-    own = {"key": "example.com/rdma", "operator": "Exists"}
-    modes = by_mode(helm.template({"rdmaNodeRequirements": [own]}))
+    modes = by_mode(helm.template({"rdmaNodeLabels": ["example.com/rdma"]}))
+    own = {"key": "example.com/rdma", "operator": "In", "values": ["true"]}
     if r.check("own RDMA label: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
-        r.check("own RDMA label: it replaces NFD's in every term",
-                all(own in t["matchExpressions"] and RDMA_REQUIREMENT not in t["matchExpressions"]
-                    for ds in modes.values() for t in required_terms(ds)))
+        r.check("own RDMA label: it replaces NFD's, one term",
+                all(len(required_terms(ds)) == 1 and own in required_terms(ds)[0]["matchExpressions"]
+                    and RDMA_REQUIREMENT not in required_terms(ds)[0]["matchExpressions"]
+                    for ds in modes.values()))
         check_complement(r, "own RDMA label", modes["shared"], modes["exclusive"], DEFAULT_KEY,
-                         "true", other_labels=[{"example.com/rdma": ""}])
+                         "true", other_labels=[{"example.com/rdma": "true"}])
+    pool = {"key": "pool", "operator": "In", "values": ["gpu"]}
+    modes = by_mode(helm.template({"rdmaNodeRequirements": [pool]}))
+    if r.check("rdmaNodeRequirements: two DaemonSets", sorted(modes) == ["exclusive", "shared"]):
+        r.check("rdmaNodeRequirements: in every term, before the RDMA label",
+                all(t["matchExpressions"][0] == pool and len(required_terms(ds)) == len(RDMA_NODE_LABELS)
+                    for ds in modes.values() for t in required_terms(ds)))
+        check_complement(r, "rdmaNodeRequirements", modes["shared"], modes["exclusive"],
+                         DEFAULT_KEY, "true", other_labels=[dict(RDMA_LABEL, pool="gpu")])
+        r.check("rdmaNodeRequirements: an RDMA node outside the pool runs neither",
+                not any(schedulable_on(ds, dict(RDMA_LABEL, pool="cpu")) for ds in modes.values()))
 
 
 def check_single_mode(r, helm):
@@ -594,8 +635,10 @@ def check_custom_label(r, helm):
         terms = required_terms(ds)
         op = "In" if mode == "exclusive" else "NotIn"
         want = {"key": key, "operator": op, "values": [value]}
-        r.check(f"custom label: {mode} adds <key> {op} [{value}] to each of the 2 user terms",
-                len(terms) == 2 and all(want in t["matchExpressions"] for t in terms), str(terms))
+        r.check(f"custom label: {mode} adds <key> {op} [{value}] to each of the 2 user terms, "
+                "once per RDMA NIC label",
+                len(terms) == 2 * len(RDMA_NODE_LABELS)
+                and all(want in t["matchExpressions"] for t in terms), str(terms))
         r.check(f"custom label: {mode} keeps the default key out",
                 DEFAULT_KEY not in yaml.safe_dump(pod_spec(ds)["affinity"]))
         aff = pod_spec(ds)["affinity"]
@@ -606,9 +649,9 @@ def check_custom_label(r, helm):
     check_complement(r, "custom label", shared, exclusive, key, value,
                      other_labels=[dict(RDMA_LABEL, gpu="h100"), dict(RDMA_LABEL, rdma=""),
                                    dict(RDMA_LABEL, gpu="h100", rdma="1")])
-    r.check("custom label: each user term also requires an RDMA NIC (NFD)",
-            all(RDMA_REQUIREMENT in t["matchExpressions"] for ds in (shared, exclusive)
-                for t in required_terms(ds)))
+    r.check("custom label: each user term also requires an RDMA NIC label (NFD)",
+            all(any(e["key"] in RDMA_NODE_LABELS for e in t["matchExpressions"])
+                for ds in (shared, exclusive) for t in required_terms(ds)))
     stray = {"gpu": "a100", key: value}
     r.check("custom label: a node outside the user's terms runs neither",
             not schedulable_on(shared, stray) and not schedulable_on(exclusive, stray)
@@ -686,6 +729,9 @@ def check_rejections(r, helm):
         ("an RDMA node requirement with an unknown operator",
          {"rdmaNodeRequirements": [{"key": "x", "operator": "Maybe"}]}),
         ("an RDMA node requirement without a key", {"rdmaNodeRequirements": [{"operator": "Exists"}]}),
+        ("rdmaNodeLabels as a string", {"rdmaNodeLabels": "feature.node.kubernetes.io/rdma.capable"}),
+        ("an RDMA node label with a space", {"rdmaNodeLabels": ["bad label"]}),
+        ("an RDMA node label given twice", {"rdmaNodeLabels": ["a", "a"]}),
         ("unknown pullPolicy", {"image": {"repository": "localhost/x", "pullPolicy": "Sometimes"}}),
         ("relative host path", {"hostPaths": {"kubeletDevicePlugins": "var/lib/kubelet"}}),
         ("misspelt top-level key", {"tolerration": []}),
@@ -756,6 +802,11 @@ def check_dra(r, helm):
                 and hm["/sys"].get("readOnly") is True
                 and hm.get("/dev/infiniband", {}).get("mountPath") == "/host/dev/infiniband"
                 and hm["/dev/infiniband"].get("readOnly") is True, str(sorted(hm)))
+        pd = hm.get("/proc/driver")
+        r.check(name + "/proc/driver read-only at <--proc-root>/proc/driver (GPUDirect RDMA)",
+                pd is not None and pd.get("readOnly") is True and flag(ds, "--proc-root")
+                and pd["mountPath"] == os.path.join(flag(ds, "--proc-root"), "proc/driver"),
+                f"{pd} {flag(ds, '--proc-root')}")
         r.check(name + "nothing of device-plugin mode mounted",
                 not ({"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"}
                      & set(hm)), str(sorted(hm)))
@@ -878,17 +929,30 @@ def check_metrics(r, helm):
             f"{len(services)} {len(monitors)}")
     if ok:
         svc, mon = services[0], monitors[0]
-        r.check("metrics/serviceMonitor: the Service selects every mode's pods on port metrics",
+        r.check("metrics/serviceMonitor: the Service selects every mode's pods on the plugin's "
+                "and the NRI container's ports",
                 all(all(p.get(k) == v for k, v in svc["spec"]["selector"].items()) for p in pods)
                 and svc["spec"]["ports"] == [{"name": "metrics", "port": 9100,
-                                              "targetPort": "metrics", "protocol": "TCP"}],
+                                              "targetPort": "metrics", "protocol": "TCP"},
+                                             {"name": "nri-metrics", "port": 9479,
+                                              "targetPort": "nri-metrics", "protocol": "TCP"}],
                 str(svc["spec"]))
-        r.check("metrics/serviceMonitor: selects the Service, interval and labels as given",
+        r.check("metrics/serviceMonitor: selects the Service, both ports, interval and labels "
+                "as given",
                 all(svc["metadata"]["labels"].get(k) == v
                     for k, v in mon["spec"]["selector"]["matchLabels"].items())
-                and mon["spec"]["endpoints"][0]["port"] == "metrics"
-                and mon["spec"]["endpoints"][0]["interval"] == "15s"
+                and [e["port"] for e in mon["spec"]["endpoints"]] == ["metrics", "nri-metrics"]
+                and all(e["interval"] == "15s" for e in mon["spec"]["endpoints"])
                 and mon["metadata"]["labels"].get("release") == "prom", str(mon))
+    docs = helm.template({"metrics": {"enabled": True, "port": 9100, "serviceMonitor": {
+        "enabled": True}}, "nri": {"enabled": False}})
+    services = [d for d in docs if d.get("kind") == "Service"]
+    monitors = [d for d in docs if d.get("kind") == "ServiceMonitor"]
+    r.check("metrics/serviceMonitor without NRI: the plugin's port only",
+            len(services) == 1 and len(monitors) == 1
+            and [p["name"] for p in services[0]["spec"]["ports"]] == ["metrics"]
+            and [e["port"] for e in monitors[0]["spec"]["endpoints"]] == ["metrics"],
+            f"{services} {monitors}")
     for label, values in [("metrics.port 0", {"metrics": {"enabled": True, "port": 0,
                                                           "serviceMonitor": {"enabled": False}}}),
                           ("metrics.port as a string",
@@ -913,12 +977,19 @@ def check_metrics_guard(r, helm):
             selects = spec["podSelector"]["matchLabels"]
             r.check(f"metrics/{label}: the NetworkPolicy selects every mode's pods",
                     all(all(p.get(k) == v for k, v in selects.items()) for p in pods), str(selects))
-            r.check(f"metrics/{label}: only the monitoring namespace, only the metrics port",
+            r.check(f"metrics/{label}: only the monitoring namespace, only the metrics ports "
+                    "(the plugin's and the NRI container's)",
                     spec["policyTypes"] == ["Ingress"] and spec["ingress"] == [{
                         "from": [{"namespaceSelector": {"matchExpressions": [{
                             "key": "kubernetes.io/metadata.name", "operator": "In",
                             "values": ["monitoring"]}]}}],
-                        "ports": [{"port": "metrics", "protocol": "TCP"}]}], str(spec))
+                        "ports": [{"port": "metrics", "protocol": "TCP"},
+                                  {"port": "nri-metrics", "protocol": "TCP"}]}], str(spec))
+    docs = helm.template({"nri": {"enabled": False}})
+    policy = [d for d in docs if d.get("kind") == "NetworkPolicy"][0]
+    r.check("metrics: without NRI only the plugin's metrics port",
+            policy["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}],
+            str(policy["spec"]))
     docs = helm.template({"metrics": {"enabled": True, "port": 9478,
                                       "serviceMonitor": {"enabled": False},
                                       "networkPolicy": {"enabled": True,
@@ -947,15 +1018,15 @@ def check_metrics_guard(r, helm):
 
     proxy = {"metrics": {"enabled": True, "port": 9478, "serviceMonitor": {"enabled": True},
                          "proxy": {"enabled": True, "image": "proxy.example/krp:v1",
-                                   "upstreamPort": 9479}}}
+                                   "upstreamPort": 9480}}}
     for label, values in [("proxy", proxy), ("proxy/DRA", dict(proxy, **DRA_VALUES))]:
         docs = helm.template(values)
         for mode, ds in sorted(by_mode(docs).items()):
             name = f"metrics/{label}/{mode}: "
             spec = pod_spec(ds)
             sidecars = [c for c in spec["containers"] if c["name"] == "metrics-proxy"]
-            r.check(name + "the plugin binds 127.0.0.1:9479 and declares no port",
-                    flag(ds, "--metrics-address") == "127.0.0.1:9479"
+            r.check(name + "the plugin binds 127.0.0.1:9480 and declares no port",
+                    flag(ds, "--metrics-address") == "127.0.0.1:9480"
                     and not container(ds).get("ports"), str(flags(ds)))
             ok = len(sidecars) == 1
             r.check(name + "one kube-rbac-proxy sidecar", ok, str([c["name"] for c in
@@ -965,7 +1036,7 @@ def check_metrics_guard(r, helm):
                 r.check(name + "the sidecar serves metrics.port over TLS from the upstream",
                         s["image"] == "proxy.example/krp:v1"
                         and "--secure-listen-address=0.0.0.0:9478" in s["args"]
-                        and "--upstream=http://127.0.0.1:9479/" in s["args"]
+                        and "--upstream=http://127.0.0.1:9480/" in s["args"]
                         and s["ports"] == [{"name": "metrics", "containerPort": 9478,
                                             "protocol": "TCP"}]
                         and s["securityContext"]["allowPrivilegeEscalation"] is False, str(s))
@@ -990,7 +1061,8 @@ def check_metrics_guard(r, helm):
                 len(monitors) == 1 and monitors[0]["spec"]["endpoints"][0].get("scheme") == "https"
                 and "bearerTokenFile" in monitors[0]["spec"]["endpoints"][0], str(monitors))
     r.check("metrics: no proxy sidecar by default",
-            all(len(pod_spec(ds)["containers"]) == 1 for ds in by_mode(helm.template()).values()))
+            all("metrics-proxy" not in [c["name"] for c in pod_spec(ds)["containers"]]
+                for ds in by_mode(helm.template()).values()))
 
 
 def documented_metrics():
@@ -1070,6 +1142,93 @@ def check_dashboard(r, helm):
             and json.loads(maps[0]["data"]["rdma-device-plugin.json"]) == dash, str(len(maps)))
 
 
+def check_nri(r, helm):
+    """nri (on by default): every pod of every mode and driver has a second container running
+    `rdma-device-plugin nri` with the runtime's NRI socket directory mounted from the host, as
+    little privilege as the plugin's, its metrics port; values change its flags and mount; off:
+    no container and no volume; the schema rejects bad values."""
+    want_args = ["nri", "--nri-socket=/var/run/nri/nri.sock", "--memlock=unlimited",
+                 "--nri-plugin-index=50", "--metrics-address=0.0.0.0:9479"]
+    for label, values in [("default", None), ("DRA", DRA_VALUES)]:
+        for mode, ds in sorted(by_mode(helm.template(values)).items()):
+            name = f"nri/{label}/{mode}: "
+            c = nri_container(ds)
+            if not r.check(name + "a container named nri", c is not None,
+                           str([x["name"] for x in pod_spec(ds)["containers"]])):
+                continue
+            r.check(name + "runs nri with the default flags", c.get("args") == want_args,
+                    str(c.get("args")))
+            r.check(name + "the plugin's image", c["image"] == container(ds)["image"])
+            sc = c.get("securityContext", {})
+            r.check(name + "least privilege: root, no capability, no escalation, read-only root",
+                    sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False
+                    and sc.get("capabilities") == {"drop": ["ALL"]}
+                    and sc.get("readOnlyRootFilesystem") is True and sc.get("runAsUser") == 0,
+                    str(sc))
+            volumes = volumes_by_name(ds)
+            mounts = c.get("volumeMounts", [])
+            r.check(name + "mounts only the socket's directory, /var/run/nri from the host "
+                    "(DirectoryOrCreate)",
+                    [(m["name"], m["mountPath"]) for m in mounts] == [("nri", "/var/run/nri")]
+                    and volumes.get("nri", {}).get("hostPath")
+                    == {"path": "/var/run/nri", "type": "DirectoryOrCreate"},
+                    f"{mounts} {volumes.get('nri')}")
+            r.check(name + "port nri-metrics 9479/TCP",
+                    c.get("ports") == [{"name": "nri-metrics", "containerPort": 9479,
+                                        "protocol": "TCP"}], str(c.get("ports")))
+            resources = c.get("resources", {})
+            r.check(name + "requests cpu and memory, limits memory",
+                    {"cpu", "memory"} <= set(resources.get("requests", {}))
+                    and "memory" in resources.get("limits", {}), str(resources))
+            unknown = sorted({a.partition("=")[0] for a in c["args"][1:]} - KNOWN_NRI_FLAGS)
+            r.check(name + "only flags nri knows", not unknown, str(unknown))
+    docs = helm.template({"nri": {"enabled": True, "memlock": "64Gi",
+                                  "socket": "/run/containerd/nri/nri.sock", "pluginIndex": "10",
+                                  "metricsPort": 9500},
+                          "logLevel": "debug"})
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = nri_container(ds)
+        r.check(f"nri/values/{mode}: flags follow the values",
+                c is not None and c["args"] == [
+                    "nri", "--nri-socket=/run/containerd/nri/nri.sock", "--memlock=64Gi",
+                    "--nri-plugin-index=10", "--log-level=debug",
+                    "--metrics-address=0.0.0.0:9500"],
+                str(c and c["args"]))
+        r.check(f"nri/values/{mode}: mounts the socket's directory",
+                c is not None and c["volumeMounts"][0]["mountPath"] == "/run/containerd/nri"
+                and volumes_by_name(ds)["nri"]["hostPath"]["path"] == "/run/containerd/nri")
+    docs = helm.template({"nri": {"enabled": True, "memlock": "unlimited",
+                                  "socket": "/var/run/nri/nri.sock", "pluginIndex": "50",
+                                  "metricsPort": 9479},
+                          "metrics": {"enabled": False, "port": 9478,
+                                      "serviceMonitor": {"enabled": False}}})
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = nri_container(ds)
+        r.check(f"nri/metrics off/{mode}: no --metrics-address, no port",
+                c is not None and "--metrics-address=0.0.0.0:9479" not in c["args"]
+                and not c.get("ports"), str(c))
+    for mode, ds in sorted(by_mode(helm.template({"nri": {"enabled": False, "memlock": "unlimited",
+                                                          "socket": "/var/run/nri/nri.sock",
+                                                          "pluginIndex": "50",
+                                                          "metricsPort": 9479}})).items()):
+        r.check(f"nri.enabled=false/{mode}: one container, no nri volume",
+                [c["name"] for c in pod_spec(ds)["containers"]] == ["rdma-device-plugin"]
+                and "nri" not in volumes_by_name(ds))
+    for label, nri in [("nri.memlock 0", {"memlock": "0"}),
+                       ("nri.memlock lots", {"memlock": "lots"}),
+                       ("nri.memlock 8M", {"memlock": "8M"}),
+                       ("nri.pluginIndex 5", {"pluginIndex": "5"}),
+                       ("nri.pluginIndex as a number", {"pluginIndex": 50}),
+                       ("a relative nri.socket", {"socket": "run/nri/nri.sock"}),
+                       ("nri.enabled as a string", {"enabled": "yes"})]:
+        values = {"nri": dict({"enabled": True, "memlock": "unlimited",
+                               "socket": "/var/run/nri/nri.sock", "pluginIndex": "50",
+                               "metricsPort": 9479}, **nri)}
+        rc, _, err = helm.run(["template", RELEASE], values)
+        r.check(f"schema rejects {label}", rc != 0 and SCHEMA_ERROR in err,
+                f"rc={rc} {err.strip()[:300]}")
+
+
 def check_notes(r, helm):
     notes = helm.notes()
     r.check("NOTES: how to label a node",
@@ -1089,8 +1248,10 @@ def check_notes(r, helm):
             "They run only on nodes with RDMA NICs" in notes
             and "kubectl get nodes -l feature.node.kubernetes.io/pci-15b3.present=true" in notes,
             notes[:600])
-    r.check("NOTES: rdmaNodeRequirements=[] says nothing of it",
-            "RDMA NICs (rdmaNodeRequirements)" not in helm.notes({"rdmaNodeRequirements": []}))
+    r.check("NOTES: rdmaNodeLabels=[] says nothing of it",
+            "They run only on nodes with RDMA NICs" not in helm.notes({"rdmaNodeLabels": []}))
+    r.check("NOTES: every RDMA NIC label, with how to list its nodes",
+            all(f"kubectl get nodes -l {label}=true" in notes for label in RDMA_NODE_LABELS))
     shared_only = helm.notes({"modes": ["shared"]})
     r.check("NOTES: shared-only does not tell to label nodes",
             "kubectl label node" not in shared_only)
@@ -1134,6 +1295,16 @@ def check_against_binary(r, helm, binary):
         rc, out = run([binary] + command[1:])
         r.check(f"binary/DRA/{mode}: the probe command parses (exit 1 without a driver, not 2)",
                 rc == 1, f"rc={rc} {out.strip()[:300]}")
+    rc, out = run([binary, "nri", "--help"])
+    nri_accepted = set(re.findall(r"(--[a-z][a-z0-9-]*)", out))
+    r.check("binary: nri --help lists its flags", rc == 0 and "--memlock" in nri_accepted,
+            out[:300])
+    for mode, ds in sorted(by_mode(docs).items()):
+        c = nri_container(ds)
+        rendered = {a.partition("=")[0] for a in (c["args"][1:] if c else [])}
+        r.check(f"binary/{mode}: every rendered nri flag is one nri accepts",
+                c is not None and c["args"][0] == "nri" and rendered <= nri_accepted,
+                str(sorted(rendered - nri_accepted)))
     pods = test_pods(docs)
     if pods:
         command = pods[0]["spec"]["containers"][0]["command"]
@@ -1169,7 +1340,7 @@ def main():
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
                   check_test_pod_modes, check_image_required, check_dra, check_metrics,
-                  check_metrics_guard, check_dashboard, check_no_architecture]
+                  check_metrics_guard, check_dashboard, check_nri, check_no_architecture]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

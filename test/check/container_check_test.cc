@@ -10,12 +10,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "check/gpudirect_check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/sysfs_fixture.h"
@@ -261,6 +263,71 @@ TEST_F(CheckOnFixtureTest, MissingSysfsRootIsExit2) {
   EXPECT_EQ(Run("mlx5_0", std::nullopt), 2);
   EXPECT_THAT(err_.str(), HasSubstr("cannot list HCAs"));
   EXPECT_TRUE(out_.str().empty());
+}
+
+// --- GPUDirect RDMA in the container ---
+
+topology::GpuDirectState PeermemNode() {
+  topology::GpuDirectState node;
+  node.peermem = {true, "nvidia_peermem loaded, seen in /sys/module"};
+  node.dmabuf = {false, "no NVIDIA driver is loaded: no /proc/driver/nvidia/version"};
+  return node;
+}
+
+TEST(GpuDirectCheckTest, PossibleWithAnHcaAGpuAndAMechanism) {
+  const GpuDirectReport r = AssessGpuDirect(PeermemNode(), {"nvidia0"}, {"mlx5_0"}, std::nullopt);
+  EXPECT_TRUE(r.possible);
+  EXPECT_TRUE(r.reasons.empty());
+  EXPECT_TRUE(r.memlock_note.empty());
+}
+
+TEST(GpuDirectCheckTest, EveryMissingPieceIsAReason) {
+  const GpuDirectReport r =
+      AssessGpuDirect(topology::GpuDirectState{}, {}, {}, std::uint64_t{8} << 20);
+  EXPECT_FALSE(r.possible);
+  ASSERT_EQ(r.reasons.size(), 3u);
+  EXPECT_THAT(r.reasons[0], HasSubstr("can open no HCA"));
+  EXPECT_THAT(r.reasons[1], HasSubstr("sees no NVIDIA GPU"));
+  EXPECT_THAT(r.reasons[2], HasSubstr("no mechanism"));
+  EXPECT_THAT(r.memlock_note, HasSubstr("RLIMIT_MEMLOCK is 8Mi"));
+  EXPECT_TRUE(AssessGpuDirect(PeermemNode(), {"nvidia0"}, {"mlx5_0"}, ~std::uint64_t{0})
+                  .memlock_note.empty());
+}
+
+TEST_F(CheckOnFixtureTest, SaysWhetherGpuDirectRdmaCanWorkHere) {
+  options_.proc_root = root_;
+  options_.memlock = std::uint64_t{64} << 10;  // the runtime's 64 KiB
+  // No GPU, no mechanism.
+  EXPECT_EQ(Run("mlx5_0,mlx5_1,mlx5_2,mlx5_3", std::nullopt), 0) << out_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("GPUDirect RDMA: not possible here: this container sees no "
+                                    "NVIDIA GPU (/dev/nvidiaN); the node has no mechanism"));
+  EXPECT_THAT(out_.str(), HasSubstr("locked memory: RLIMIT_MEMLOCK 64Ki"));
+  EXPECT_THAT(out_.str(), HasSubstr("note: RLIMIT_MEMLOCK is 64Ki"));
+  options_.require_gpudirect = true;
+  EXPECT_EQ(Run("mlx5_0,mlx5_1,mlx5_2,mlx5_3", std::nullopt), 1);
+
+  // nvidia-peermem loaded, a GPU injected, the limit raised.
+  sim::FixtureGpuDirect g;
+  g.peermem = "proc-modules";
+  ASSERT_TRUE(fixture_->AddGpuDirect(g).ok());
+  std::ofstream(fs::path(root_) / "dev" / "nvidia0") << "";
+  std::ofstream(fs::path(root_) / "dev" / "nvidiactl") << "";  // not a GPU
+  options_.memlock = ~std::uint64_t{0};
+  EXPECT_EQ(Run("mlx5_0,mlx5_1,mlx5_2,mlx5_3", std::nullopt), 0) << out_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("GPUDirect RDMA: possible (1 GPU(s): nvidia0; GPUDirect RDMA "
+                                    "available: nvidia-peermem yes (nvidia_peermem loaded, seen "
+                                    "in /proc/modules)"));
+  EXPECT_THAT(out_.str(), HasSubstr("locked memory: RLIMIT_MEMLOCK unlimited"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("note: RLIMIT_MEMLOCK")));
+
+  options_.json = true;
+  EXPECT_EQ(Run("mlx5_0,mlx5_1,mlx5_2,mlx5_3", std::nullopt), 0);
+  const nlohmann::json j = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(j["gpudirect"]["possible"], true);
+  EXPECT_EQ(j["gpudirect"]["gpus"], nlohmann::json::array({"nvidia0"}));
+  EXPECT_EQ(j["gpudirect"]["mechanisms"]["nvidia-peermem"]["available"], true);
+  EXPECT_EQ(j["gpudirect"]["mechanisms"]["dma-buf"]["available"], false);
+  EXPECT_EQ(j["gpudirect"]["memlock"], "unlimited");
 }
 
 TEST(CheckEmptyNodeTest, NoHcasAndNoAllocationIsOk) {

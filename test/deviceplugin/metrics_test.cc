@@ -168,6 +168,25 @@ TEST_F(NodeMetricsTest, AFlappingLinkIsPatchedNotRediscovered) {
   EXPECT_TRUE(HasLine(Scrape(state), "rdma_device_plugin_rediscoveries_total 1"));
 }
 
+TEST_F(NodeMetricsTest, GpuDirectRdmaAsTheNodeIsAtTheScrape) {
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  NodeState state(config, node_.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  std::string text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"nvidia-peermem\"} 0"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"dma-buf\"} 0"));
+  // The GPU operator loads nvidia-peermem after the plugin started: the next scrape says so.
+  sim::FixtureGpuDirect g;
+  g.peermem = "sysfs";
+  g.nvidia_version = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release";
+  ASSERT_TRUE(node_.fixture().AddGpuDirect(g).ok());
+  text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"nvidia-peermem\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"dma-buf\"} 1"));
+}
+
 // Health per port: a dual-port HCA with one port down is healthy (issue 25: it was not), and
 // port_active says which port is down.
 TEST(NodeMetricsPortsTest, HealthPerPort) {

@@ -42,12 +42,17 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
                            "rdma.network.alibabacloud.com/exclusive",
                            "--node-name", "node-a", "--sysfs-root", config.discovery.sysfs_root,
                            "--dev-root", config.discovery.dev_root, "--kubelet-dir",
-                           config.kubelet_dir, "--health-interval", "100ms", "--log-level",
-                           "warn",
+                           config.kubelet_dir, "--proc-root", config.proc_root,
+                           "--health-interval", "100ms", "--log-level", "info",
                            // Last and written with '=', as a chart's extraArgs has it: off.
                            "--pod-resources-socket="});
   ASSERT_TRUE(plugin.running());
   auto reg = kubelet.WaitForRegistration(0, absl::Seconds(20));
+  // The GPUDirect RDMA line at start, from the node's trees (--proc-root: the fixture's, empty).
+  EXPECT_TRUE(plugin.WaitForOutput(
+      "GPUDirect RDMA unavailable: nvidia-peermem no (not loaded); dma-buf no (no NVIDIA driver",
+      kTimeout))
+      << plugin.output();
   ASSERT_TRUE(reg.has_value());
   EXPECT_EQ(reg->resource_name, "rdma/hca");
   // Healthy: no pod-resources socket configured, so nothing is withheld.

@@ -75,6 +75,16 @@ TEST(DRADevicesTest, AHealthyHcasAttributes) {
   EXPECT_FALSE(d.contains("allowMultipleAllocations"));
 }
 
+TEST(DRADevicesTest, GpuDirectRdmaWhenKnown) {
+  DeviceOptions opts;
+  EXPECT_FALSE(One(HealthyHca(), opts)["attributes"].contains(Own("gpuDirectRDMA")));
+  for (bool available : {true, false}) {
+    opts.gpudirect_rdma = available;
+    EXPECT_EQ(One(HealthyHca(), opts)["attributes"][Own("gpuDirectRDMA")],
+              json({{"bool", available}}));
+  }
+}
+
 TEST(DRADevicesTest, UnknownNumaSwitchLinkAndRateAreLeftOut) {
   topology::Hca h = HealthyHca();
   h.place.numa.reset();

@@ -6,7 +6,10 @@ Reads `helm template` output (stdin) and writes, for each DaemonSet, into --out:
   <mode>.probe  the liveness probe's exec command (NUL-separated)
   <mode>.vars   shell assignments: mode, socket, resource, shared_devices, plugin_dir (host),
                 pod_resources_socket (host), discovery (the serve flags `topology` also takes,
-                --sysfs-root, --dev-root, --topology-xml; space-separated)
+                --sysfs-root, --dev-root, --topology-xml; space-separated), nri_socket (host;
+                "" without the NRI container)
+  <mode>.nri.run  the same for the pod's NRI container (docs/nri.md), when the chart has one
+The plugin's container is the one named rdma-device-plugin; the only other one it knows is nri.
 Every hostPath volume becomes a bind mount of the fixture path given for it (--host-path
 <hostPath>=<fixture dir>); the pod's and the container's security context, env (fieldRef
 spec.nodeName -> --node-name's env), resource limits and probes are translated. A field this
@@ -149,10 +152,11 @@ def env(container, node_name):
 def daemonset(ds, image, host_paths, node_name):
     spec = ds["spec"]["template"]["spec"]
     unknown("pod spec", spec, POD_IGNORED)
-    containers = spec["containers"]
-    if len(containers) != 1:
-        raise ChartError(f"{len(containers)} containers in {ds['metadata']['name']}")
-    c = containers[0]
+    by_name = {c["name"]: c for c in spec["containers"]}
+    if "rdma-device-plugin" not in by_name or set(by_name) - {"rdma-device-plugin", "nri"}:
+        raise ChartError(f"containers {sorted(by_name)} in {ds['metadata']['name']}: "
+                         "rdma-device-plugin and optionally nri are translated")
+    c = by_name["rdma-device-plugin"]
     unknown("container", c, CONTAINER_IGNORED)
     args = list(c.get("args") or [])
     mount_opts, table = mounts(c, spec.get("volumes") or [], host_paths)
@@ -175,8 +179,22 @@ def daemonset(ds, image, host_paths, node_name):
         "plugin_dir": to_host(kubelet_dir, table),
         "pod_resources_socket": to_host(pod_resources, table),
         "discovery": " ".join(discovery),
+        "nri_socket": "",
     }
-    return mode, run, probe, variables
+    nri_run = None
+    if "nri" in by_name:
+        n = by_name["nri"]
+        unknown("container nri", n, CONTAINER_IGNORED)
+        nri_args = list(n.get("args") or [])
+        nri_mounts, nri_table = mounts(n, spec.get("volumes") or [], host_paths)
+        nri_run = (security(spec.get("securityContext") or {}, n.get("securityContext") or {})
+                   + limits(n.get("resources") or {}) + env(n, node_name) + nri_mounts + [image]
+                   + nri_args)
+        socket = flag(nri_args, "--nri-socket")
+        if not socket:
+            raise ChartError("the nri container must be given --nri-socket")
+        variables["nri_socket"] = to_host(socket, nri_table)
+    return mode, run, probe, variables, nri_run
 
 
 def main():
@@ -195,9 +213,13 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     try:
         for ds in docs:
-            mode, run, probe, variables = daemonset(ds, args.image, host_paths, args.node_name)
+            mode, run, probe, variables, nri_run = daemonset(ds, args.image, host_paths,
+                                                             args.node_name)
             with open(os.path.join(args.out, f"{mode}.run"), "w") as f:
                 f.write("\0".join(run) + "\0")
+            if nri_run:
+                with open(os.path.join(args.out, f"{mode}.nri.run"), "w") as f:
+                    f.write("\0".join(nri_run) + "\0")
             with open(os.path.join(args.out, f"{mode}.probe"), "w") as f:
                 f.write("\0".join(probe) + "\0")
             with open(os.path.join(args.out, f"{mode}.vars"), "w") as f:

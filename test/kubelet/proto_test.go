@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	nriapi "github.com/containerd/nri/pkg/api"
+	"github.com/containerd/ttrpc"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -28,27 +31,31 @@ const protoDescriptorsEnv = "RDP_PROTO_DESCRIPTORS"
 
 const kubeletModule = "k8s.io/kubelet"
 
-// protoUpstreams pairs each of our .proto files with the kubelet's file it follows: the path in
-// the k8s.io/kubelet module (which the file's header comment names, with the tag) and that file's
-// descriptor as compiled into the module's generated Go code.
-var protoUpstreams = []struct {
+// protoUpstream pairs one of our .proto files with the upstream file it follows: the Go module
+// and the path in it (which the file's header comment names, with the tag go.mod pins) and that
+// file's descriptor as compiled into the module's generated Go code.
+type protoUpstream struct {
 	ours     string // path in our descriptor set (protoc --proto_path=<repo>)
-	path     string // path in the k8s.io/kubelet module
+	module   string
+	path     string // path in the module
 	upstream protoreflect.FileDescriptor
-}{
-	{"proto/deviceplugin.proto", "pkg/apis/deviceplugin/v1beta1/api.proto",
+}
+
+// protoUpstreams: the kubelet's APIs (TestProtoMatchesKubelet).
+var protoUpstreams = []protoUpstream{
+	{"proto/deviceplugin.proto", kubeletModule, "pkg/apis/deviceplugin/v1beta1/api.proto",
 		pluginapi.File_staging_src_k8s_io_kubelet_pkg_apis_deviceplugin_v1beta1_api_proto},
-	{"proto/podresources.proto", "pkg/apis/podresources/v1/api.proto",
+	{"proto/podresources.proto", kubeletModule, "pkg/apis/podresources/v1/api.proto",
 		podresourcesapi.File_staging_src_k8s_io_kubelet_pkg_apis_podresources_v1_api_proto},
-	{"proto/pluginregistration.proto", "pkg/apis/pluginregistration/v1/api.proto",
+	{"proto/pluginregistration.proto", kubeletModule, "pkg/apis/pluginregistration/v1/api.proto",
 		registrationapi.File_staging_src_k8s_io_kubelet_pkg_apis_pluginregistration_v1_api_proto},
-	{"proto/dra.proto", "pkg/apis/dra/v1/api.proto",
+	{"proto/dra.proto", kubeletModule, "pkg/apis/dra/v1/api.proto",
 		drapb.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1_api_proto},
-	{"proto/dra_v1beta1.proto", "pkg/apis/dra/v1beta1/api.proto",
+	{"proto/dra_v1beta1.proto", kubeletModule, "pkg/apis/dra/v1beta1/api.proto",
 		drapbv1beta1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1beta1_api_proto},
-	{"proto/dra_health.proto", "pkg/apis/dra-health/v1/api.proto",
+	{"proto/dra_health.proto", kubeletModule, "pkg/apis/dra-health/v1/api.proto",
 		drahealthv1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1_api_proto},
-	{"proto/dra_health_v1alpha1.proto", "pkg/apis/dra-health/v1alpha1/api.proto",
+	{"proto/dra_health_v1alpha1.proto", kubeletModule, "pkg/apis/dra-health/v1alpha1/api.proto",
 		drahealthv1alpha1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1alpha1_api_proto},
 }
 
@@ -59,6 +66,14 @@ var ownProtos = []struct {
 	upstream protoreflect.FileDescriptor
 }{
 	{"proto/health.proto", healthpb.File_grpc_health_v1_health_proto},
+}
+
+// nriProtoUpstreams: the container runtime's NRI API and ttrpc's envelopes (TestProtoMatchesNRI).
+var nriProtoUpstreams = []protoUpstream{
+	{"proto/nri.proto", "github.com/containerd/nri", "pkg/api/api.proto", nriapi.File_pkg_api_api_proto},
+	{"proto/ttrpc.proto", "github.com/containerd/ttrpc", "request.proto", ttrpc.File_request_proto},
+	{"proto/rpc_status.proto", "google.golang.org/genproto/googleapis/rpc", "google/rpc/status.proto",
+		statuspb.File_google_rpc_status_proto},
 }
 
 type serviceRole string
@@ -84,6 +99,20 @@ var protoServiceRoles = map[protoreflect.FullName]serviceRole{
 	"v1.DRAResourceHealth":                          serves,
 	"v1alpha1.DRAResourceHealth":                    serves,
 	"grpc.health.v1.Health":                         serves,
+
+	// `rdma-device-plugin nri`: the runtime calls the Plugin service; we call RegisterPlugin.
+	"nri.pkg.api.v1alpha1.Plugin":  serves,
+	"nri.pkg.api.v1alpha1.Runtime": calls,
+}
+
+// nriMethodsCalled are the Plugin methods the runtime calls on every plugin (Configure,
+// Synchronize, Shutdown) or on ours, because Configure subscribes to its event
+// (CreateContainer). The runtime calls no other method of a plugin that did not subscribe to it.
+var nriMethodsCalled = map[protoreflect.FullName]bool{
+	"nri.pkg.api.v1alpha1.Plugin.Configure":       true,
+	"nri.pkg.api.v1alpha1.Plugin.Synchronize":     true,
+	"nri.pkg.api.v1alpha1.Plugin.Shutdown":        true,
+	"nri.pkg.api.v1alpha1.Plugin.CreateContainer": true,
 }
 
 // TestProtoMatchesKubelet compares our proto/*.proto, as protoc compiled them (the descriptor set
@@ -118,11 +147,10 @@ func TestProtoMatchesKubelet(t *testing.T) {
 			"<build>/proto/rdp_proto.binpb (ctest and run.sh do)", protoDescriptorsEnv)
 	}
 	ours := loadDescriptorSet(t, path)
-	version := kubeletVersion(t)
 
 	// Every file of ours must be paired with an upstream one; a new .proto must name its own.
 	paired := map[string]bool{}
-	for _, p := range protoUpstreams {
+	for _, p := range append(append([]protoUpstream{}, protoUpstreams...), nriProtoUpstreams...) {
 		paired[p.ours] = true
 	}
 	for _, p := range ownProtos {
@@ -130,25 +158,11 @@ func TestProtoMatchesKubelet(t *testing.T) {
 	}
 	ours.RangeFiles(func(f protoreflect.FileDescriptor) bool {
 		if strings.HasPrefix(f.Path(), "proto/") && !paired[f.Path()] {
-			t.Errorf("%s is in %s but not in protoUpstreams: name the kubelet file it follows", f.Path(), path)
+			t.Errorf("%s is in %s but not in protoUpstreams or nriProtoUpstreams: name the upstream file it follows", f.Path(), path)
 		}
 		return true
 	})
-
-	for _, p := range protoUpstreams {
-		t.Run(filepath.Base(p.ours), func(t *testing.T) {
-			f, err := ours.FindFileByPath(p.ours)
-			if err != nil {
-				t.Fatalf("%s: not in %s: %v", p.ours, path, err)
-			}
-			if want := kubeletModule + "/" + p.path; !strings.HasSuffix(p.upstream.Path(), want) {
-				t.Fatalf("the upstream descriptor is %s, not %s", p.upstream.Path(), want)
-			}
-			checkHeader(t, p.ours, fmt.Sprintf("Go module %s, tag %s, file %s", kubeletModule, version, p.path))
-			c := &protoComparison{t: t, where: fmt.Sprintf("%s %s %s", kubeletModule, version, p.path)}
-			c.file(f, p.upstream)
-		})
-	}
+	compareProtos(t, ours, path, protoUpstreams, func(c *protoComparison) {})
 	for _, p := range ownProtos {
 		t.Run(filepath.Base(p.ours), func(t *testing.T) {
 			f, err := ours.FindFileByPath(p.ours)
@@ -157,6 +171,50 @@ func TestProtoMatchesKubelet(t *testing.T) {
 			}
 			checkHeader(t, p.ours, p.upstream.Path())
 			c := &protoComparison{t: t, where: "google.golang.org/grpc " + p.upstream.Path()}
+			c.file(f, p.upstream)
+		})
+	}
+}
+
+// TestProtoMatchesNRI compares proto/nri.proto, proto/ttrpc.proto and proto/rpc_status.proto
+// with the descriptors compiled into the github.com/containerd/nri, github.com/containerd/ttrpc
+// and genproto modules go.mod pins (the versions containerd v2.4.2 uses), under the rules of
+// TestProtoMatchesKubelet with two differences that follow from what the NRI plugin is:
+//
+//   - The runtime's requests carry the whole pod and container; the plugin declares the few
+//     fields it reads (devices, rlimits, names). A field left out is logged, never failed: proto3
+//     skips it, and the plugin's decision does not depend on it.
+//   - Of the Plugin service, the methods the runtime calls on our plugin (nriMethodsCalled) must
+//     be declared; the runtime calls the others only on plugins subscribed to their events.
+func TestProtoMatchesNRI(t *testing.T) {
+	path := os.Getenv(protoDescriptorsEnv)
+	if path == "" {
+		t.Skipf("$%s is not set: build the CMake target rdp_proto_descriptors and point it at "+
+			"<build>/proto/rdp_proto.binpb (ctest and run.sh do)", protoDescriptorsEnv)
+	}
+	compareProtos(t, loadDescriptorSet(t, path), path, nriProtoUpstreams, func(c *protoComparison) {
+		c.lenientFields = true
+		c.requiredMethods = nriMethodsCalled
+	})
+}
+
+// compareProtos runs one subtest per pair: the header names the module and the tag go.mod pins,
+// and the file compares with its upstream (configure adjusts the rules).
+func compareProtos(t *testing.T, ours *protoregistry.Files, path string, pairs []protoUpstream,
+	configure func(*protoComparison)) {
+	for _, p := range pairs {
+		t.Run(filepath.Base(p.ours), func(t *testing.T) {
+			f, err := ours.FindFileByPath(p.ours)
+			if err != nil {
+				t.Fatalf("%s: not in %s: %v", p.ours, path, err)
+			}
+			if !strings.HasSuffix(p.upstream.Path(), p.path) {
+				t.Fatalf("the upstream descriptor is %s, not %s", p.upstream.Path(), p.path)
+			}
+			version := moduleVersion(t, p.module)
+			checkHeader(t, p.ours, fmt.Sprintf("Go module %s, tag %s, file %s", p.module, version, p.path))
+			c := &protoComparison{t: t, where: fmt.Sprintf("%s %s %s", p.module, version, p.path)}
+			configure(c)
 			c.file(f, p.upstream)
 		})
 	}
@@ -182,9 +240,9 @@ func loadDescriptorSet(t *testing.T, path string) *protoregistry.Files {
 	return files
 }
 
-// kubeletVersion is the version of k8s.io/kubelet that go.mod pins: its replace directive, else
-// its require line. (A test binary records no module versions for debug.ReadBuildInfo.)
-func kubeletVersion(t *testing.T) string {
+// moduleVersion is the version of `module` that go.mod pins: its replace directive, else its
+// require line. (A test binary records no module versions for debug.ReadBuildInfo.)
+func moduleVersion(t *testing.T, module string) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(repoRoot(), "test", "kubelet", "go.mod"))
 	if err != nil {
@@ -198,9 +256,9 @@ func kubeletVersion(t *testing.T) string {
 			f = f[1:]
 		}
 		switch {
-		case len(f) == 2 && f[0] == kubeletModule:
+		case len(f) == 2 && f[0] == module:
 			required = f[1]
-		case len(f) == 4 && f[0] == kubeletModule && f[1] == "=>" && f[2] == kubeletModule:
+		case len(f) == 4 && f[0] == module && f[1] == "=>" && f[2] == module:
 			replaced = f[3]
 		}
 	}
@@ -208,7 +266,7 @@ func kubeletVersion(t *testing.T) string {
 		return replaced
 	}
 	if required == "" {
-		t.Fatalf("go.mod does not require %s", kubeletModule)
+		t.Fatalf("go.mod does not require %s", module)
 	}
 	return required
 }
@@ -237,6 +295,11 @@ type protoComparison struct {
 	where string // the upstream file, for messages
 	// strict: messages the kubelet sends to a service we serve, directly or through fields.
 	strict map[protoreflect.FullName]bool
+	// lenientFields: an upstream field we leave out is logged even in a strict message.
+	lenientFields bool
+	// requiredMethods: when set, the methods of a served service that must be declared (the
+	// others are logged); when nil, all of them.
+	requiredMethods map[protoreflect.FullName]bool
 }
 
 func (c *protoComparison) file(ours, up protoreflect.FileDescriptor) {
@@ -347,7 +410,7 @@ func (c *protoComparison) fields(m, u protoreflect.MessageDescriptor) {
 		if m.Fields().ByName(uf.Name()) != nil {
 			continue
 		}
-		if c.strict[m.FullName()] {
+		if c.strict[m.FullName()] && !c.lenientFields {
 			c.t.Errorf("field %s = %d: in %s but not here, and the kubelet sends %s to a service we serve: "+
 				"declare it (and decide what the plugin does with it)", uf.FullName(), uf.Number(), c.where, m.Name())
 		} else {
@@ -413,9 +476,11 @@ func (c *protoComparison) services(ours, up protoreflect.ServiceDescriptors) {
 			um := u.Methods().Get(j)
 			switch {
 			case s.Methods().ByName(um.Name()) != nil:
-			case role == serves:
-				c.t.Errorf("method %s: in %s but not here, and we serve %s: the kubelet would get Unimplemented",
+			case role == serves && (c.requiredMethods == nil || c.requiredMethods[um.FullName()]):
+				c.t.Errorf("method %s: in %s but not here, and we serve %s: the caller would get Unimplemented",
 					um.FullName(), c.where, s.Name())
+			case role == serves:
+				c.t.Logf("method %s: upstream only (the runtime calls it only on plugins subscribed to its event)", um.FullName())
 			default:
 				c.t.Logf("method %s: upstream only (we call %s and need not call it)", um.FullName(), s.Name())
 			}

@@ -6,9 +6,11 @@
 # Usage: test/kubelet/run.sh [--build-only] [BINARY] [go test flags...]
 #        test/kubelet/run.sh --proto [go test flags...]
 #        test/kubelet/run.sh --control-plane [go test flags...]
+#        test/kubelet/run.sh --nri [BINARY] [go test flags...]
 #   BINARY defaults to $RDP_BINARY, then <repo>/build/cmd/rdma-device-plugin.
 #   --build-only: download the modules and compile the harness (fills Go's caches), run nothing.
-#   --proto: only TestProtoMatchesKubelet (proto/*.proto against the kubelet's descriptors); needs
+#   --proto: only TestProtoMatchesKubelet and TestProtoMatchesNRI (proto/*.proto against the
+#   kubelet's, NRI's and ttrpc's descriptors); needs
 #   neither root nor the binary. Both take the descriptor set from $RDP_PROTO_DESCRIPTORS, else
 #   <build>/proto/rdp_proto.binpb beside BINARY's <build>/cmd (CMake target
 #   rdp_proto_descriptors); without one the full run skips that test and --proto fails.
@@ -19,6 +21,8 @@
 #   no root; helm ($RDP_HELM, PATH or <repo>/build/tools/bin/helm), and for its DRA tests the binary
 #   ($RDP_BINARY or <repo>/build/cmd/rdma-device-plugin).
 #   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
+#   --nri: the package ./nri: github.com/containerd/nri's runtime side (the adaptation containerd
+#   runs) drives BINARY's `nri` subcommand over a real socket; needs neither root nor containerd.
 #   --real-node: the package ./realnode (TestRealNode*, docs/real-node.md): scripts/real-node.sh
 #   brings a real node up (kubelet binary, containerd, the chart's DaemonSet from our image) in
 #   the build directory (BUILD_DIR, else <repo>/build) and the tests look inside its containers;
@@ -33,11 +37,13 @@ repo=$(cd "$here/../.." && pwd)
 build_only=0
 proto_only=0
 control_plane=0
+nri=0
 real_node=0
 case ${1:-} in
   --build-only) build_only=1; shift ;;
   --proto) proto_only=1; shift ;;
   --control-plane) control_plane=1; shift ;;
+  --nri) nri=1; shift ;;
   --real-node) real_node=1; shift ;;
 esac
 if ((!proto_only && !control_plane && !real_node)) && [[ $# -gt 0 && $1 != -* ]]; then
@@ -63,9 +69,25 @@ if ((build_only)); then
   start=$(date +%s)
   go test -count=1 -run '^$' .
   go test -count=1 -ldflags "$version_ldflags" -run '^$' ./controlplane
+  go test -count=1 -run '^$' ./nri
   go test -count=1 -run '^$' ./realnode
   echo "kubelet conformance: harness built in $(( $(date +%s) - start ))s"
   exit 0
+fi
+if ((nri)); then
+  if [[ ! -x $RDP_BINARY ]]; then
+    echo "nri: FAILED: no plugin binary at $RDP_BINARY" >&2
+    exit 1
+  fi
+  export RDP_BINARY=$(cd "$(dirname "$RDP_BINARY")" && pwd)/$(basename "$RDP_BINARY")
+  echo "nri: $version, github.com/containerd/nri $(go list -m -f '{{.Version}}' github.com/containerd/nri), plugin $RDP_BINARY"
+  start=$(date +%s)
+  set +e
+  go test -count=1 -timeout 5m -v "$@" ./nri
+  rc=$?
+  set -e
+  echo "nri: go test exited $rc after $(( $(date +%s) - start ))s"
+  exit $rc
 fi
 if ((real_node)); then
   [[ $(id -u) == 0 ]] || skip "needs root (the node's mount namespace, cgroups, containerd)"
@@ -105,7 +127,7 @@ fi
 if ((proto_only)); then
   cd "$here"
   echo "kubelet conformance: proto drift check, k8s.io/kubelet $(go list -m -f '{{.Version}}' k8s.io/kubelet), descriptors $RDP_PROTO_DESCRIPTORS"
-  exec go test -count=1 -v -run '^TestProtoMatchesKubelet$' "$@" .
+  exec go test -count=1 -v -run '^TestProtoMatches(Kubelet|NRI)$' "$@" .
 fi
 [[ $(id -u) == 0 ]] || skip "needs root (each test mounts a tmpfs over the kubelet's device-plugin directory in its own mount namespace)"
 command -v unshare >/dev/null || skip "unshare(1) not found (util-linux)"

@@ -61,9 +61,11 @@ not the one its successor already serves on.
 {{- end }}
 
 {{/*
-The pod's affinity: .Values.affinity with .Values.rdmaNodeRequirements (nodes with RDMA NICs) and
-the mode's requirement on the exclusive label added to every required nodeSelectorTerm (terms are
-ORed; a requirement in one term only would not bind).
+The pod's affinity: .Values.affinity with the nodes with RDMA NICs and the mode's requirement on the
+exclusive label. Each required nodeSelectorTerm (or one empty term when none is given) is repeated
+once per .Values.rdmaNodeLabels entry with `<label> In ["true"]` added (a node with any of the
+labels qualifies: terms are ORed), and .Values.rdmaNodeRequirements and the mode's requirement
+added to every term (a requirement in one term only would not bind).
 exclusive: <key> In [<value>]; shared: <key> NotIn [<value>], which also matches nodes without
 the label. The two select complementary sets of nodes, so each node runs exactly one of them.
 */}}
@@ -71,18 +73,26 @@ the label. The two select complementary sets of nodes, so each node runs exactly
 {{- $values := .root.Values }}
 {{- $operator := ternary "In" "NotIn" (eq .mode "exclusive") }}
 {{- $mode := dict "key" $values.exclusiveLabel.key "operator" $operator "values" (list $values.exclusiveLabel.value) }}
-{{- $requirements := append (deepCopy ($values.rdmaNodeRequirements | default list)) $mode }}
+{{- $requirements := deepCopy ($values.rdmaNodeRequirements | default list) }}
+{{- $rdma := list }}
+{{- range ($values.rdmaNodeLabels | default list) }}
+{{- $rdma = append $rdma (list (dict "key" . "operator" "In" "values" (list "true"))) }}
+{{- end }}
+{{- if not $rdma }}
+{{- $rdma = list list }}
+{{- end }}
 {{- $affinity := deepCopy ($values.affinity | default dict) }}
 {{- $nodeAffinity := get $affinity "nodeAffinity" | default dict }}
 {{- $required := get $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" | default dict }}
+{{- $given := get $required "nodeSelectorTerms" | default (list dict) }}
 {{- $terms := list }}
-{{- range (get $required "nodeSelectorTerms" | default list) }}
-{{- $term := deepCopy . }}
-{{- $_ := set $term "matchExpressions" (concat (get $term "matchExpressions" | default list) $requirements) }}
+{{- range $given }}
+{{- $base := . }}
+{{- range $rdma }}
+{{- $term := deepCopy $base }}
+{{- $_ := set $term "matchExpressions" (concat (get $base "matchExpressions" | default list) $requirements . (list $mode)) }}
 {{- $terms = append $terms $term }}
 {{- end }}
-{{- if not $terms }}
-{{- $terms = list (dict "matchExpressions" $requirements) }}
 {{- end }}
 {{- $_ := set $required "nodeSelectorTerms" $terms }}
 {{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" $required }}

@@ -35,17 +35,22 @@ import (
 const (
 	exclusiveKey = "rdma.network.alibabacloud.com/exclusive"
 	rdmaLabel    = "feature.node.kubernetes.io/pci-15b3.present"
+	// Any RDMA NIC, as NFD's rdma source says it, and a Broadcom NIC by NFD's pci source.
+	rdmaCapableLabel = "feature.node.kubernetes.io/rdma.capable"
+	broadcomLabel    = "feature.node.kubernetes.io/pci-14e4.present"
 	// The image reference the scenarios install with; nothing pulls it (no kubelet).
 	testRepository = "localhost/rdma-device-plugin"
 	settle         = 60 * time.Second
 )
 
-// The four kinds of node the chart must tell apart.
+// The kinds of node the chart must tell apart.
 const (
-	gpuNode          = "gpu-exclusive"   // RDMA NIC (NFD label), exclusive label, GPU taint
-	rdmaNode         = "rdma-unlabelled" // RDMA NIC, no exclusive label
-	cpuNode          = "cpu-only"        // no RDMA NIC
-	controlPlaneNode = "control-plane"   // RDMA NIC label but the control-plane taint
+	gpuNode          = "gpu-exclusive"    // RDMA NIC (NFD label), exclusive label, GPU taint
+	rdmaNode         = "rdma-unlabelled"  // RDMA NIC, no exclusive label
+	broadcomNode     = "broadcom-rdma"    // a Broadcom NIC (NFD's pci vendor label), no exclusive label
+	nfdRdmaNode      = "nfd-rdma-capable" // an RDMA device by NFD's rdma source only
+	cpuNode          = "cpu-only"         // no RDMA NIC
+	controlPlaneNode = "control-plane"    // RDMA NIC label but the control-plane taint
 )
 
 func testNodes() []*v1.Node {
@@ -61,6 +66,8 @@ func testNodes() []*v1.Node {
 		node(gpuNode, map[string]string{rdmaLabel: "true", exclusiveKey: "true", "nvidia.com/gpu.present": "true"},
 			v1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: v1.TaintEffectNoSchedule}),
 		node(rdmaNode, map[string]string{rdmaLabel: "true"}),
+		node(broadcomNode, map[string]string{broadcomLabel: "true"}),
+		node(nfdRdmaNode, map[string]string{rdmaCapableLabel: "true"}),
 		node(cpuNode, nil),
 		node(controlPlaneNode, map[string]string{rdmaLabel: "true", "node-role.kubernetes.io/control-plane": ""},
 			v1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: v1.TaintEffectNoSchedule}),
@@ -511,7 +518,8 @@ func TestHelmControlPlane(t *testing.T) {
 		addReadyNode(t, c, n)
 	}
 	repo := "image.repository=" + testRepository
-	defaults := placement{gpuNode: {"exclusive"}, rdmaNode: {"shared"}}
+	defaults := placement{gpuNode: {"exclusive"}, rdmaNode: {"shared"}, broadcomNode: {"shared"},
+		nfdRdmaNode: {"shared"}}
 
 	t.Run("InstallDefaults", func(t *testing.T) {
 		h.t = t
@@ -532,7 +540,8 @@ func TestHelmControlPlane(t *testing.T) {
 		// the per-mode socket names make harmless on the node (docs/install.md).
 		stop := bothModesSeen(t, c, "kube-system", "rdp")
 		setExclusiveLabel(t, c, rdmaNode, true)
-		waitSettled(t, c, "kube-system", "rdp", placement{gpuNode: {"exclusive"}, rdmaNode: {"exclusive"}}, nil)
+		waitSettled(t, c, "kube-system", "rdp", placement{gpuNode: {"exclusive"}, rdmaNode: {"exclusive"},
+			broadcomNode: {"shared"}, nfdRdmaNode: {"shared"}}, nil)
 		setExclusiveLabel(t, c, rdmaNode, false)
 		waitSettled(t, c, "kube-system", "rdp", defaults, nil)
 		if both := stop(); len(both) > 0 {
@@ -547,8 +556,8 @@ func TestHelmControlPlane(t *testing.T) {
 			want []string
 		}{
 			{nil, []string{gpuNode}},
-			{[]string{"--set", "test.mode=shared"}, []string{rdmaNode}},
-			{[]string{"--set", "modes={shared}"}, []string{rdmaNode}},
+			{[]string{"--set", "test.mode=shared"}, []string{broadcomNode, nfdRdmaNode, rdmaNode}},
+			{[]string{"--set", "modes={shared}"}, []string{broadcomNode, nfdRdmaNode, rdmaNode}},
 		} {
 			pod := h.renderTestPod(tc.args...)
 			if pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds <= 0 {
@@ -684,7 +693,9 @@ func TestHelmControlPlane(t *testing.T) {
 			"exclusive-only":    {"--set", "modes={exclusive}"},
 			"shared-only":       {"--set", "modes={shared}", "--set", "logLevel=debug"},
 			"custom-label":      {"--set", "exclusiveLabel.key=example.com/rdma-x", "--set", "exclusiveLabel.value=yes"},
-			"every-node":        {"--set-json", "rdmaNodeRequirements=[]", "--set-json", `tolerations=[{"operator":"Exists"}]`},
+			"every-node":        {"--set-json", "rdmaNodeLabels=[]", "--set-json", `tolerations=[{"operator":"Exists"}]`},
+			"node-pool":         {"--set-json", `rdmaNodeRequirements=[{"key":"pool","operator":"In","values":["gpu"]}]`},
+			"nri-off":           {"--set", "nri.enabled=false"},
 			"no-proc-driver":    {"--set", "hostPaths.procDriver=", "--set", "test.enabled=false"},
 			"overrides":         {"--set", "image.tag=1.2.3", "--set", "image.pullPolicy=Always", "--set", "sharedDevices=64", "--set", "healthInterval=2s", "--set", "gpuResources={nvidia.com/gpu}", "--set-json", `extraArgs=["--topology-xml=/etc/rdp/node.xml"]`, "--set-json", `extraEnv=[{"name":"RDP_X","value":"1"}]`, "--set-json", `podAnnotations={"a":"b"}`},
 			"custom-affinity":   {"--set-json", `affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}}`, "--set-json", `nodeSelector={"kubernetes.io/os":"linux"}`},
@@ -716,7 +727,8 @@ func TestHelmControlPlaneDRA(t *testing.T) {
 		addReadyNode(t, c, n)
 	}
 	h.must("install", "rdp", h.chart, "-n", "kube-system", "--set", "image.repository="+testRepository, "--set", "driver=dra")
-	waitSettled(t, c, "kube-system", "rdp", placement{gpuNode: {"exclusive"}, rdmaNode: {"shared"}}, func(p *v1.Pod) string {
+	waitSettled(t, c, "kube-system", "rdp", placement{gpuNode: {"exclusive"}, rdmaNode: {"shared"},
+		broadcomNode: {"shared"}, nfdRdmaNode: {"shared"}}, func(p *v1.Pod) string {
 		if len(p.Spec.Containers[0].Args) == 0 || p.Spec.Containers[0].Args[0] != "dra" {
 			return fmt.Sprintf("runs %v, not dra", p.Spec.Containers[0].Args)
 		}

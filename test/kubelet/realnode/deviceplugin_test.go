@@ -204,7 +204,7 @@ func (c *cluster) waitPluginLog(part1, part2 string) {
 			if p.Status.Phase != v1.PodRunning {
 				continue
 			}
-			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{}).Do(c.ctx()).Raw()
+			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: "rdma-device-plugin"}).Do(c.ctx()).Raw()
 			if err != nil {
 				return false, err.Error()
 			}
@@ -226,8 +226,14 @@ func pluginRestarts(t *testing.T, c *cluster) int32 {
 		return -1
 	}
 	for _, p := range pods.Items {
-		if p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
-			return p.Status.ContainerStatuses[0].RestartCount
+		if p.Status.Phase != v1.PodRunning {
+			continue
+		}
+		// The plugin's own container (the pod has the NRI container too).
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name == "rdma-device-plugin" && s.Ready {
+				return s.RestartCount
+			}
 		}
 	}
 	return -1
