@@ -27,7 +27,7 @@ int RunServer(const ServerRun& run) {
   // taken first: one in use ends the run before anything registered.
   std::unique_ptr<metrics::MetricsHttpServer> endpoint;
   if (!run.metrics.address.empty()) {
-    const std::string subcommand = run.logger == "dra" ? "dra" : "serve";
+    const std::string subcommand = run.logger == "server" ? "serve" : run.logger;
     auto render = [&run, subcommand] {
       metrics::Exposition out;
       out.Family(metrics::Name("build_info"),
