@@ -89,31 +89,10 @@ HealthFeed::Snapshot HealthFeed::WaitChange(std::uint64_t seen, absl::Time deadl
   return {generation_, devices_, stopped_};
 }
 
-int HealthFeed::streams() const {
-  absl::MutexLock lock(&mu_);
-  return streams_;
-}
-
-bool HealthFeed::WaitStreams(int n, absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
-  auto enough = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return streams_ >= n; };
-  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
-}
-
-void HealthFeed::AddStream(int delta) {
-  absl::MutexLock lock(&mu_);
-  streams_ += delta;
-}
-
 template <typename Service>
 grpc::Status HealthService<Service>::NodeWatchResources(
     grpc::ServerContext* context, const typename Service::Request*,
     grpc::ServerWriter<typename Service::Response>* writer) {
-  feed_->AddStream(1);
-  struct Done {
-    HealthFeed* feed;
-    ~Done() { feed->AddStream(-1); }
-  } done{feed_};
   try {
     const HealthFeedConfig& config = feed_->config();
     const std::int64_t timeout_seconds = std::max<std::int64_t>(

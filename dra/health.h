@@ -53,7 +53,8 @@ struct HealthFeedConfig {
   // value: what the kubelet holds is then never older than one poll and one heartbeat).
   absl::Duration heartbeat = absl::Seconds(5);
   // health_check_timeout_seconds of each device: how long the kubelet keeps a status without a
-  // new message; at least 3 heartbeats, rounded up to seconds.
+  // new message, rounded up to whole seconds; several heartbeats, so that one late message does
+  // not make a device UNKNOWN (`dra` uses three polls, at least the kubelet's default 30 s).
   absl::Duration timeout = absl::Seconds(30);
 };
 
@@ -74,24 +75,14 @@ class HealthFeed {
   Snapshot Current() const;
   // Blocks until the generation differs from `seen`, the feed is stopped, or `deadline`.
   Snapshot WaitChange(std::uint64_t seen, absl::Time deadline) const;
-  // Streams open now (tests wait for the kubelet's).
-  int streams() const;
-  // Blocks until at least `n` streams are open, or `timeout`; true when they are.
-  bool WaitStreams(int n, absl::Duration timeout) const;
-
   const HealthFeedConfig& config() const { return config_; }
 
  private:
-  template <typename>
-  friend class HealthService;
-  void AddStream(int delta);
-
   const HealthFeedConfig config_;
   mutable absl::Mutex mu_;
   std::uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<DeviceHealth> devices_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  int streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // DRAResourceHealth of one API version: Service is healthpb::DRAResourceHealth::Service or
