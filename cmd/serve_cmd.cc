@@ -138,6 +138,10 @@ void AddServeCommand(CLI::App& app) {
   sub->add_option("--proc-root", c.proc_root, "Root under which proc/driver/nvidia is read")
       ->envname("RDP_PROC_ROOT")
       ->capture_default_str();
+  sub->add_option("--allocation-dir", c.allocation_dir,
+                  "Host directory (the same path in this container) for the files Allocate "
+                  "mounts at /etc/rdma/allocation.json; empty: no file")
+      ->envname("RDP_ALLOCATION_DIR");
   sub->add_option("--health-interval", f->health_interval,
                   "Health poll and hotplug rescan period")
       ->envname("RDP_HEALTH_INTERVAL")

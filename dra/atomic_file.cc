@@ -1,4 +1,4 @@
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace rdp::dra {
+namespace rdp::serving {
 namespace {
 
 absl::Status Errno(const std::string& what, const std::string& path) {
@@ -76,4 +76,4 @@ absl::Status RemoveFile(const std::string& path) {
   return SyncDir(std::filesystem::path(path).parent_path().string());
 }
 
-}  // namespace rdp::dra
+}  // namespace rdp::serving

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 
-namespace rdp::dra {
+namespace rdp::serving {
 
 // Replaces `path` with `content`, mode `mode`. The temporary file is hidden
 // (".<name>.<pid>.<n>.tmp", no .json suffix: a CDI cache watching the directory ignores it) and
@@ -20,4 +20,4 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 // Removes `path` and syncs its directory; a missing file is OK.
 absl::Status RemoveFile(const std::string& path);
 
-}  // namespace rdp::dra
+}  // namespace rdp::serving

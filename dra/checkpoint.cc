@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace rdp::dra {
@@ -140,7 +140,7 @@ absl::Status Checkpoint::Save(const PreparedClaims& claims) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create the directory of ", path_));
-  return WriteFileAtomically(path_, doc.dump(1) + "\n", kMode);
+  return serving::WriteFileAtomically(path_, doc.dump(1) + "\n", kMode);
 }
 
 }  // namespace rdp::dra
