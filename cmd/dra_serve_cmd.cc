@@ -41,6 +41,7 @@
 #include "hca/hca.h"
 #include "metrics/metrics.h"
 #include "metrics/node_metrics.h"
+#include "serving/fatal_latch.h"
 #include "topology/discovery.h"
 
 namespace rdp::cmd {
@@ -212,12 +213,14 @@ struct Node {
   std::unique_ptr<dra::Driver> driver;
 };
 
-Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader) {
+// `serving`: the instance that serves the kubelet, which asks one that holds the plugin
+// directory to hand over (dra/plugin_lock.h); prepare-local only waits.
+Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, bool serving) {
   Node n;
-  // Before the checkpoint is read: a second instance waits for the first to exit (SIGTERM ends
-  // the wait: the stop signals are not blocked yet).
-  absl::StatusOr<dra::PluginDirLock> lock =
-      dra::PluginDirLock::Acquire(r.server.PluginDir(), nullptr);
+  // Before the checkpoint is read: a second instance waits for the first to release the lock
+  // (SIGTERM ends the wait: the stop signals are not blocked yet).
+  absl::StatusOr<dra::PluginDirLock> lock = dra::PluginDirLock::Acquire(
+      r.server.PluginDir(), nullptr, absl::Milliseconds(250), /*request_handover=*/serving);
   if (!lock.ok()) {
     Log()->error("cannot start: {}", lock.status().ToString());
     Exit(1);
@@ -291,6 +294,17 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
              "kubelet refused the driver) succeeded",
              Type::kGauge);
   out.Sample({}, sync.in_sync ? 1 : 0);
+  out.Family("rdma_device_plugin_dra_slice_watch_up",
+             "1 while the watch on the node's ResourceSlices is up (an edit or deletion of them "
+             "is repaired at once); 0 before the first publish and while it reconnects (the "
+             "slices are then checked every --slice-resync)",
+             Type::kGauge);
+  out.Sample({}, sync.watching ? 1 : 0);
+  out.Family("rdma_device_plugin_dra_slice_watch_failures_total",
+             "Watches on the node's ResourceSlices that ended with an error (each is opened "
+             "again after a jittered back-off)",
+             Type::kCounter);
+  out.Sample({}, static_cast<double>(sync.watch_failures));
   out.Family("rdma_device_plugin_dra_publishes_total",
              "Publishes of the node's ResourceSlices, by result", Type::kCounter);
   out.Sample({{"result", "success"}}, static_cast<double>(sync.successes));
@@ -341,7 +355,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
     return kExitUsage;
   }
   dra::ApiClaimReader reader(*client);
-  Node node = StartNode(f, r, reader);
+  Node node = StartNode(f, r, reader, /*serving=*/true);
   // Publishing runs on its own thread: an API server that is slow or down delays the slices,
   // never a kubelet RPC.
   dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
@@ -363,7 +377,9 @@ int Serve(const DraFlags& f, const Resolved& r) {
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
               r.driver.driver_name, r.driver.node_name, node.snapshot->Current()->hcas().size(),
               f.cdi_root, f.mode);
-  dra::DraServer server(r.server, node.driver.get());
+  dra::DraServerConfig server_config = r.server;
+  server_config.handover = true;
+  dra::DraServer server(server_config, node.driver.get());
   // Published only while the kubelet has the driver registered (a kubelet that (re)registers us
   // has wiped the node's slices at its start: publish again), withdrawn when it refuses it.
   server.registration().SetOnStatus([&sync](const dra::RegistrationState& state) {
@@ -398,22 +414,48 @@ int Serve(const DraFlags& f, const Resolved& r) {
     });
     return server.Start();
   };
-  run.wait = [&server](int signals) { return server.Wait(signals); };
-  run.stop = [&] {
+  bool stopped = false;  // the run's threads (the main thread only)
+  auto stop = [&] {
+    if (stopped) return;
+    stopped = true;
     server.Stop();
     stop_poll.Notify();
     if (poll.joinable()) poll.join();
     sync.Stop();
   };
+  // Set once this instance has handed the plugin directory over; read by /metrics and /healthz.
+  std::atomic<bool> handed_over{false};
+  run.wait = [&](int signals) {
+    absl::Status s = server.Wait(signals);
+    if (!absl::IsAborted(s)) return s;
+    // Another instance asks for the plugin directory (an upgrade with maxSurge, a relabel): stop
+    // serving (the kubelet unregisters us; calls in flight finish) and publishing, release the
+    // lock, and idle until stopped: exiting now would only have the kubelet restart this
+    // container, which would then ask the new instance to hand back.
+    const absl::Time asked = absl::Now();
+    stop();
+    handed_over = true;
+    node.lock.reset();
+    Log()->info("handed over in {}: not serving; waiting to be stopped",
+                absl::FormatDuration(absl::Now() - asked));
+    serving::FatalLatch idle;  // never raised: waits for the stop signal alone
+    return idle.Wait(signals);
+  };
+  run.stop = stop;
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
   run.metrics_address = f.metrics_address;
   run.node = env;
-  run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher] {
-    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered(), sync.status(),
-                            publisher.DroppedCounts());
+  run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher, &handed_over] {
+    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered() && !handed_over,
+                            sync.status(), publisher.DroppedCounts());
   };
-  run.health = [&server, &sync] { return DraHealth(server.registered(), sync.status()); };
+  run.health = [&server, &sync, &handed_over]() -> absl::Status {
+    if (handed_over) {
+      return absl::UnavailableError("handed the plugin directory over to another instance");
+    }
+    return DraHealth(server.registered(), sync.status());
+  };
   return RunServer(run);
 }
 
@@ -423,7 +465,7 @@ int PrepareLocal(const DraFlags& f, const Resolved& r) {
   std::vector<dra::AllocatedDevice> devices;
   for (const std::string& d : f.devices) devices.push_back({"hca", r.driver.node_name, d});
   StaticClaimReader reader({f.claim_ns, f.claim_uid, f.claim_name}, devices);
-  Node node = StartNode(f, r, reader);
+  Node node = StartNode(f, r, reader, /*serving=*/false);
   auto results = node.driver->Prepare({{f.claim_ns, f.claim_uid, f.claim_name}});
   const auto& result = results.begin()->second;
   if (!result.ok()) {

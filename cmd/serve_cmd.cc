@@ -142,6 +142,11 @@ void AddServeCommand(CLI::App& app) {
                   "Host directory (the same path in this container) for the files Allocate "
                   "mounts at /etc/rdma/allocation.json; empty: no file")
       ->envname("RDP_ALLOCATION_DIR");
+  sub->add_option("--nvidia-gpu-list", c.nvidia_gpu_list,
+                  "A file holding `nvidia-smi -L`'s output, re-read on each health poll: maps "
+                  "NVIDIA GPU indexes and MIG device UUIDs to GPUs (docs/server.md, GPU IDs); "
+                  "empty: indexes in PCI address order")
+      ->envname("RDP_NVIDIA_GPU_LIST");
   sub->add_option("--health-interval", f->health_interval,
                   "Health poll and hotplug rescan period")
       ->envname("RDP_HEALTH_INTERVAL")

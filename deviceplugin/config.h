@@ -26,6 +26,10 @@ struct Config {
   // --sysfs-root, --dev-root, --topology-xml, GPU classes/vendors: see DiscoveryOptions.
   topology::DiscoveryOptions discovery;
   std::string proc_root = "/";
+  // `nvidia-smi -L`'s output, read on each health poll: the NVIDIA GPU indexes and MIG device
+  // UUIDs it lists (deviceplugin/nvidia_gpus.h). Empty: indexes in PCI address order, no MIG
+  // UUIDs.
+  std::string nvidia_gpu_list;
   absl::Duration health_interval = absl::Seconds(5);
   std::string node_name;
   std::string exclusive_label;  // set by the chart when the node's label chose exclusive mode

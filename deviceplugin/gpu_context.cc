@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "deviceplugin/nvidia_gpus.h"
+
 namespace rdp::deviceplugin {
 namespace {
 
@@ -19,17 +21,22 @@ bool HoldsGpus(const ContainerDevices& c, const std::vector<std::string>& gpu_re
   return false;
 }
 
+// The node's GPUs a container holds, by PCI address: a GPU plugin's ID is one gpu_ids maps (in
+// any form CanonicalGpuId reduces: a UUID, an index, a replica, a MIG device) or a PCI address,
+// in any spelling the snapshot resolves; one without its domain names a GPU only when a single
+// GPU has that bus:dev.fn (on Grace each root complex is a domain: 01:00.0 is in each).
 std::vector<std::string> GpuPcis(const ContainerDevices& c, const Config& config,
-                                 const std::map<std::string, std::string>& gpu_ids) {
+                                 const std::map<std::string, std::string>& gpu_ids,
+                                 const topology::Topology& topology) {
   std::vector<std::string> out;
   for (const std::string& r : config.gpu_resources) {
     const auto* ids = Find(c, r);
     if (ids == nullptr) continue;
     for (const std::string& id : *ids) {
-      if (auto it = gpu_ids.find(id); it != gpu_ids.end()) {
+      if (auto it = gpu_ids.find(CanonicalGpuId(id)); it != gpu_ids.end()) {
         out.push_back(it->second);
-      } else if (auto pci = topology::NormalizePci(id)) {
-        out.push_back(*pci);
+      } else if (const int i = topology.GpuIndex(id); i >= 0) {
+        out.push_back(topology.gpus()[i].place.pci);
       }
     }
   }
@@ -57,7 +64,7 @@ GpuSelection GpuContextFor(const PodList& pods,
   std::set<std::string> held;
   const ContainerDevices* chosen = nullptr;
   for (const ContainerDevices& c : pods) {
-    for (const std::string& pci : GpuPcis(c, config, gpu_ids)) held.insert(pci);
+    for (const std::string& pci : GpuPcis(c, config, gpu_ids, topology)) held.insert(pci);
     if (!HoldsGpus(c, config.gpu_resources)) continue;
     const auto* ours = Find(c, config.resource_name);
     if (ours != nullptr && !ours->empty()) continue;
@@ -68,7 +75,7 @@ GpuSelection GpuContextFor(const PodList& pods,
   }
   if (out.candidates == 1) {
     out.container = chosen->key;
-    out.context.container_gpus = GpuPcis(*chosen, config, gpu_ids);
+    out.context.container_gpus = GpuPcis(*chosen, config, gpu_ids, topology);
     std::sort(out.context.container_gpus.begin(), out.context.container_gpus.end());
   }
   for (const auto& gpu : topology.gpus()) {

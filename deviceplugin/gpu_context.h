@@ -19,8 +19,9 @@ namespace rdp::deviceplugin {
 // config.resource_name, and was first seen holding them within config.admission_window of
 // `now`; with exactly one such container its GPUs are the context (the kubelet sends no pod
 // identity in GetPreferredAllocation). Free GPUs: the snapshot's GPUs minus those any container
-// holds. GPU IDs map to PCI addresses through `gpu_ids` (UUID -> PCI) or are PCI addresses
-// themselves; others are ignored.
+// holds. GPU IDs map to PCI addresses through `gpu_ids` (ReadNvidiaGpuIds: UUIDs, indexes, MIG
+// UUIDs; each ID looked up as CanonicalGpuId gives it) or are PCI addresses themselves; others are
+// ignored.
 struct GpuSelection {
   allocator::GpuContext context;
   std::string container;  // the container chosen, "" when none

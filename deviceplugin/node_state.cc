@@ -132,7 +132,8 @@ absl::Status NodeState::Init() {
   }
   absl::StatusOr<topology::TopologyPtr> snapshot = Discover();
   if (!snapshot.ok()) return snapshot.status();
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
+  std::map<std::string, std::string> gpu_ids =
+      ReadNvidiaGpuIds(*sources_.env, config_.nvidia_gpu_list);
   {
     absl::MutexLock lock(&mu_);
     SwapSnapshot(*snapshot);
@@ -207,13 +208,13 @@ bool NodeState::Poll() {
     if (found.ok()) {
       fresh = *found;
     } else {
-      Log()->warn("re-discovery failed, using the sysfs scan alone: {}",
+      Log()->warn("re-discovery failed, using the sysfs scan placed as last discovered: {}",
                   found.status().ToString());
-      fresh = std::make_shared<const topology::Topology>(current->numa_nodes(), scanned,
-                                                         current->gpus());
+      fresh = topology::WithScannedHcas(*current, scanned);
     }
   }
-  std::map<std::string, std::string> gpu_ids = ReadNvidiaGpuIds(*sources_.env);
+  std::map<std::string, std::string> gpu_ids =
+      ReadNvidiaGpuIds(*sources_.env, config_.nvidia_gpu_list);
 
   bool changed = false;
   {
@@ -309,9 +310,11 @@ bool NodeState::pods_known() const {
 }
 
 void NodeState::StartList(std::function<void()> finished) {
+  const std::uint64_t registrations = metrics_.registrations.value();
   sources_.pod_resources->List(config_.pod_resources_timeout,
-                               [this, finished](absl::StatusOr<PodList> pods) {
+                               [this, finished, registrations](absl::StatusOr<PodList> pods) {
                                  OnPods(std::move(pods));
+                                 if (last_list_ok_) last_list_registrations_ = registrations;
                                  finished();
                                });
 }

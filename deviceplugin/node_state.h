@@ -93,6 +93,15 @@ class NodeState {
   bool pod_list_failing() const { return sources_.pod_resources && !last_list_ok_; }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
+  // The latest List succeeded and began after the latest registration with the kubelet. The
+  // kubelet keeps one endpoint per resource: once we are registered, every container that gets
+  // rdma/hca is admitted through us, so such a list already shows every container another plugin
+  // (the other mode's, before a relabel) admitted. Allocate reads a new List only when this is
+  // false: one List per admission, not two, against the kubelet's pod-resources budget.
+  bool list_since_registration() const {
+    return has_pod_resources() && last_list_ok_ &&
+           last_list_registrations_ >= metrics_.registrations.value();
+  }
 
   struct DeviceList {
     std::uint64_t version = 0;
@@ -165,6 +174,8 @@ class NodeState {
   NodeSources sources_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
+  // Registrations counted when the latest successful List began.
+  std::atomic<std::uint64_t> last_list_registrations_{0};
   mutable PluginMetrics metrics_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.

@@ -255,17 +255,11 @@ void PluginServer::LifecycleLoop() {
 
     bool restart = (*ready)[0] && DrainInotify();
     // The watch must be on the directory that is there now: re-watch one that came back or was
-    // replaced. A directory removed and made again may get the old one's inode number, so a lost
-    // watch alone says it too. Re-watching is not itself a restart: what happened unseen is
-    // judged below, by the identities of the two sockets, read after the new watch is in place
-    // so that nothing falls between. (The lost watch of a directory already replaced, read after
-    // this thread served and registered in the new one, used to re-serve under the kubelet's
-    // calls.)
+    // replaced (that is a restart: whatever happened in it was not seen). A directory removed
+    // and made again may get the old one's inode number, so a lost watch alone says it too.
     if ((kubelet_watch_ < 0 || serving::DirId(config_.kubelet_dir) != watched_dir_) &&
-        WatchKubeletDir() && !registered) {
-      // The directory is back while we wait to serve or register: try now, not after back-off.
-      next_register = absl::Now();
-      backoff = config_.register_backoff_min;
+        WatchKubeletDir()) {
+      restart = true;
     }
     // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
     // with. A kubelet.sock that is gone is a kubelet on its way down: registering before the new

@@ -386,7 +386,9 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   auto answer = [reactor, node = node_, request, response] {
     reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
   };
-  if (node_->pod_list_failing()) {
+  // A list that began after our registration already shows every container admitted through
+  // another plugin (NodeState::list_since_registration): then no new List is needed.
+  if (node_->pod_list_failing() || node_->list_since_registration()) {
     answer();
   } else {
     node_->RefreshPods(std::move(answer));

@@ -3,7 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -12,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "serving/atomic_file.h"
 
 namespace rdp::dra {
@@ -184,6 +189,52 @@ absl::Status CdiStore::Remove(const std::string& claim_uid) const {
 bool CdiStore::Exists(const std::string& claim_uid) const {
   struct stat st;
   return ::stat(PathOf(claim_uid).c_str(), &st) == 0;
+}
+
+absl::StatusOr<nlohmann::json> CdiStore::Read(const std::string& claim_uid) const {
+  const std::string path = PathOf(claim_uid);
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no CDI spec ", path));
+    return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json spec = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (spec.is_discarded()) return absl::DataLossError(absl::StrCat(path, " is not JSON"));
+  return spec;
+}
+
+namespace {
+
+// The claim uid of one of the driver's spec file names ("<driver>-hca_<uid>.json"), or "".
+std::string ClaimOfSpecFile(const std::string& driver, std::string_view file) {
+  absl::string_view name(file.data(), file.size());
+  const std::string prefix = absl::StrCat(driver, "-", kCdiClass, "_");
+  if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, ".json")) return "";
+  return ValidateClaimUid(std::string_view(name.data(), name.size())).ok() ? std::string(name) : "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> CdiStore::ListClaims() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir_, ec);
+  if (ec == std::errc::no_such_file_or_directory) return out;
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    std::string uid = ClaimOfSpecFile(driver_, it->path().filename().string());
+    if (!uid.empty()) out.push_back(std::move(uid));
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir_, ": ", ec.message()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> CdiStore::RemoveTemporaryFiles() const {
+  return serving::RemoveTemporaryFiles(dir_, [this](std::string_view target) {
+    return !ClaimOfSpecFile(driver_, target).empty();
+  });
 }
 
 }  // namespace rdp::dra

@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "base/env.h"
 #include "nlohmann/json.hpp"
 #include "hca/hca.h"
@@ -95,6 +96,15 @@ class CdiStore {
   // Removes the claim's spec file; one that is not there is OK.
   absl::Status Remove(const std::string& claim_uid) const;
   bool Exists(const std::string& claim_uid) const;
+  // The claim's spec as the file holds it: NotFound when there is none, DataLoss when it is not
+  // JSON, Internal when it cannot be read.
+  absl::StatusOr<nlohmann::json> Read(const std::string& claim_uid) const;
+  // The claim UIDs of this driver's spec files in the directory (none when it does not exist),
+  // sorted. Internal when it cannot be listed.
+  absl::StatusOr<std::vector<std::string>> ListClaims() const;
+  // Removes the temporary files of this driver's spec writes that a crash interrupted; returns
+  // their paths. Only while no Write runs (at start).
+  absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles() const;
   std::string PathOf(const std::string& claim_uid) const;
   const std::string& dir() const { return dir_; }
 

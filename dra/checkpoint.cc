@@ -90,6 +90,14 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
 Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {}
 
 absl::StatusOr<PreparedClaims> Checkpoint::Load() {
+  const std::filesystem::path path(path_);
+  const std::string name = path.filename().string();
+  absl::StatusOr<std::vector<std::string>> leftovers = serving::RemoveTemporaryFiles(
+      path.parent_path().string(), [&name](std::string_view target) { return target == name; });
+  if (!leftovers.ok()) return leftovers.status();
+  for (const std::string& file : *leftovers) {
+    Log()->warn("removed {}: the temporary file of a checkpoint write that did not finish", file);
+  }
   std::ifstream in(path_);
   if (!in) {
     if (errno == ENOENT) return PreparedClaims{};

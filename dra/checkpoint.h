@@ -52,6 +52,8 @@ class Checkpoint {
   // to "<path>.corrupt-<unix-nanos>" with an error log naming both paths, and what could be
   // read from it (each valid entry) is returned: nothing is silently lost, and the plugin starts.
   // Errors only when the file cannot be read or renamed.
+  // First removes the temporary files of a Save that a crash interrupted (a process that holds
+  // the plugin directory's lock is the only writer).
   absl::StatusOr<PreparedClaims> Load();
 
   // Replaces the file with `claims`, atomically and durably (fsync of the file and directory);

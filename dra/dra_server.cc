@@ -10,10 +10,12 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "dra/plugin_lock.h"
 #include "serving/event_fd.h"
 #include "serving/file_watch.h"
 #include "serving/unix_server.h"
@@ -45,6 +47,10 @@ std::string DraServerConfig::RegistrationDir() const {
 std::string DraServerConfig::RegistrationSocket() const {
   return (std::filesystem::path(RegistrationDir()) / absl::StrCat(driver_name, "-reg.sock"))
       .string();
+}
+
+std::string DraServerConfig::HandoverFile() const {
+  return (std::filesystem::path(PluginDir()) / kHandoverFile).string();
 }
 
 DraServer::DraServer(DraServerConfig config, Driver* driver)
@@ -194,6 +200,14 @@ void DraServer::Loop() {
         Log()->debug("inotify: {} mask={:#x}", name, mask);
         if (mask & (IN_IGNORED | IN_Q_OVERFLOW)) lost_watch = true;
       });
+    }
+    if (config_.handover && serving::FileId(config_.HandoverFile()) != 0) {
+      std::string pid;
+      std::ifstream(config_.HandoverFile()) >> pid;
+      const std::string who = absl::StrCat("another driver instance (pid ", pid.empty() ? "?" : pid,
+                                           ") asks for ", config_.PluginDir());
+      if (fatal_.Raise(absl::AbortedError(who))) Log()->info("{}: handing over", who);
+      return;
     }
     absl::MutexLock lock(&mu_);
     bool failed = false;

@@ -36,11 +36,15 @@ struct DraServerConfig {
   std::string driver_name = kDefaultDriverName;
   absl::Duration recheck = absl::Seconds(5);
   absl::Duration retry_min = absl::Milliseconds(100);  // serving again after a failure
+  // Hand over when another instance asks for the plugin directory (its HandoverFile appears,
+  // dra/plugin_lock.h): Wait then returns Aborted, and the caller stops and releases the lock.
+  bool handover = false;
 
   std::string PluginDir() const;           // <kubelet_dir>/plugins/<driver>
   std::string DraSocket() const;           // <PluginDir>/dra.sock
   std::string RegistrationDir() const;     // <kubelet_dir>/plugins_registry
   std::string RegistrationSocket() const;  // <RegistrationDir>/<driver>-reg.sock
+  std::string HandoverFile() const;        // <PluginDir>/handover
 };
 
 class DraServer {
@@ -57,7 +61,9 @@ class DraServer {
   // Removes the registration socket (the kubelet unregisters us), stops serving, removes the
   // DRA socket, joins the thread. Idempotent.
   void Stop();
-  // Blocks until `stop_fd` is readable (OK) or the lifecycle thread failed (its error).
+  // Blocks until `stop_fd` is readable (OK) or the lifecycle thread failed (its error), or, with
+  // config.handover, another instance asked for the plugin directory (Aborted naming its pid;
+  // the sockets are still served: the caller stops the server).
   absl::Status Wait(int stop_fd);
 
   // Times the sockets were (re)created so far; both count 1 after Start.

@@ -84,6 +84,68 @@ absl::Status Driver::Start() {
   if (absl::Status s = checkpoint_.Save(prepared_); !s.ok()) return s;
   Log()->info("DRA driver {}: {} prepared claim(s) in checkpoint {}", config_.driver_name,
               prepared_.size(), checkpoint_.path());
+  return Reconcile();
+}
+
+absl::Status Driver::Reconcile() {
+  absl::StatusOr<std::vector<std::string>> temporaries = cdi_.RemoveTemporaryFiles();
+  if (!temporaries.ok()) return temporaries.status();
+  for (const std::string& file : *temporaries) {
+    Log()->warn("removed {}: the temporary file of a CDI spec write that did not finish", file);
+  }
+  absl::StatusOr<std::vector<std::string>> on_disk = cdi_.ListClaims();
+  if (!on_disk.ok()) return on_disk.status();
+  int orphans = 0, written = 0, dropped = 0;
+  for (const std::string& uid : *on_disk) {
+    if (prepared_.count(uid)) continue;
+    if (absl::Status s = cdi_.Remove(uid); !s.ok()) {
+      Log()->error("orphan CDI spec of claim uid {} (not in the checkpoint) left: {}", uid,
+                   s.ToString());
+      continue;
+    }
+    ++orphans;
+    Log()->warn("removed {}: a CDI spec of claim uid {}, which the checkpoint does not hold (a "
+                "crash between the spec and the checkpoint)",
+                cdi_.PathOf(uid), uid);
+  }
+  for (const auto& [uid, claim] : prepared_) {
+    absl::StatusOr<nlohmann::json> spec;
+    try {
+      spec = SpecFor(claim, /*require_usable=*/false);
+    } catch (const std::exception& e) {  // a library's throw is this claim's alone
+      spec = absl::InternalError(e.what());
+    }
+    absl::StatusOr<nlohmann::json> file = cdi_.Read(uid);
+    if (!spec.ok()) {
+      if (absl::IsNotFound(file.status())) continue;
+      absl::Status s = cdi_.Remove(uid);
+      Log()->error("claim {}: its CDI spec cannot be built now ({}): {}; its containers cannot "
+                   "start until the kubelet unprepares it",
+                   Describe(claim.ref), spec.status().ToString(),
+                   s.ok() ? "removed the old one, whose device nodes may name another HCA now"
+                          : absl::StrCat("removing the old one failed: ", s.ToString()));
+      dropped += s.ok();
+      continue;
+    }
+    if (file.ok() && *file == *spec) continue;
+    if (absl::Status s = cdi_.Write(uid, *spec); !s.ok()) {
+      Log()->error("claim {}: re-writing its CDI spec failed: {}", Describe(claim.ref),
+                   s.ToString());
+      continue;
+    }
+    ++written;
+    if (file.ok()) {
+      Log()->warn("claim {}: CDI spec re-written: it differed from what the node needs now (a "
+                  "reload of the HCA driver renumbers uverbs nodes and their major:minor)",
+                  Describe(claim.ref));
+    } else {
+      Log()->warn("claim {}: CDI spec written again ({})", Describe(claim.ref),
+                  std::string(file.status().message()));
+    }
+  }
+  Log()->info("CDI specs in {} agree with the checkpoint: {} (re)written, {} orphan(s) and {} "
+              "temporary file(s) removed, {} left without a spec",
+              cdi_.dir(), written, orphans, temporaries->size(), dropped);
   return absl::OkStatus();
 }
 
@@ -369,7 +431,8 @@ absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& sp
   return absl::OkStatus();
 }
 
-absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim) {
+absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
+                                               bool require_usable) {
   const ClaimRef& ref = claim.ref;
   for (const AllocatedDevice& d : claim.devices) {
     if (d.pool != config_.node_name) {
@@ -405,7 +468,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim) {
     const topology::Hca& h =
         now.emplace(idx, hca::WithDeviceNodesNow(snapshot->hcas()[idx], *env_)).first->second;
     const hca::Verdict verdict = hca::Assess(h);
-    if (!verdict.usable) {
+    if (require_usable && !verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
                                                         " (", DeviceName(h),
                                                         ") is unusable: ", verdict.reason));

@@ -77,8 +77,21 @@ class Driver {
          std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
          std::function<topology::TopologyPtr()> rediscover = nullptr);
 
-  // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered. Errors when
-  // it cannot be read or written.
+  // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered, then makes
+  // the CDI directory agree with it (before any call, while this instance holds the plugin
+  // directory; a crash or a driver reload since the last run left it otherwise):
+  //   - temporary files of spec writes a crash interrupted are removed;
+  //   - a spec file of this driver for a claim the checkpoint does not hold is removed (a crash
+  //     between the spec and the checkpoint: the kubelet got no answer and asks again);
+  //   - each claim of the checkpoint gets its spec as built now: a missing one (/var/run/cdi after
+  //     a reboot) is written, one that differs (an HCA's uverbs node or major:minor changed when
+  //     the kernel module was reloaded, or the file is not JSON) is re-written. An HCA that is
+  //     known but not usable now (a port DOWN) keeps its device nodes in the spec; a claim naming
+  //     a device the node no longer has loses its spec file (its old device nodes may name
+  //     another HCA now): its containers cannot start until it is unprepared. The entry stays
+  //     (the kubelet unprepares it).
+  // A failure to write or remove one file is logged and the others go on. Errors when the
+  // checkpoint cannot be read or written, or the CDI directory cannot be listed.
   absl::Status Start();
 
   // Each claim's devices, or its error, by UID (a claim listed twice is answered once).
@@ -109,8 +122,10 @@ class Driver {
   void WithdrawConflicts(const Commons& commons, const std::set<std::string>& batch);
   // The answer of a claim in the checkpoint; its CDI spec written again if it is gone.
   absl::StatusOr<std::vector<PreparedDevice>> AnswerKnown(const PreparedClaim& claim);
-  // The claim's CDI spec: its HCAs checked in the snapshot, usable now.
-  absl::StatusOr<nlohmann::json> SpecFor(const PreparedClaim& claim);
+  // The claim's CDI spec: its HCAs checked in the snapshot and, with `require_usable`, usable now.
+  absl::StatusOr<nlohmann::json> SpecFor(const PreparedClaim& claim, bool require_usable = true);
+  // Start's agreement of the CDI directory with prepared_.
+  absl::Status Reconcile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the spec, then the checkpoint entry; on failure neither is left.
   absl::Status Commit(const PreparedClaim& claim, const nlohmann::json& spec);
   std::vector<PreparedDevice> Answer(const PreparedClaim& claim) const;

@@ -84,10 +84,12 @@ absl::StatusOr<KubeConfig> InClusterConfig(const std::string& root, const GetEnv
 // The current context of a kubeconfig file: its cluster's server, certificate-authority(-data),
 // tls-server-name, insecure-skip-tls-verify and its user's token, tokenFile,
 // client-certificate(-data), client-key(-data). Relative file names are relative to the
-// kubeconfig's directory, as kubectl reads them. The file must be JSON (a YAML subset that
-// kubectl reads too: `kubectl config view --raw -o json`); there is no YAML parser here.
-// Errors name the file and the field: NotFound (no file), InvalidArgument (not JSON, a missing
-// context, cluster or user, bad base64), Unimplemented (exec and auth-provider users).
+// kubeconfig's directory, as kubectl reads them. The file is YAML, as kubectl writes it, or JSON
+// (yaml-cpp; plain true/false/yes/no/on/off are booleans, every other scalar a string; a build
+// without yaml-cpp, the arm64 cross build, reads JSON only and says so).
+// Errors name the file and the field: NotFound (no file), InvalidArgument (neither JSON nor YAML,
+// with the line; not a mapping; a missing context, cluster or user, bad base64), Unimplemented
+// (exec and auth-provider users).
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path);
 
 // One HTTP exchange.

@@ -10,12 +10,75 @@
 #include "absl/strings/strip.h"
 #include "dra/internal/files.h"
 #include "dra/kube_client.h"
+#ifdef RDP_HAVE_YAML_CPP
+#include "yaml-cpp/yaml.h"
+#endif
 
 namespace rdp::dra {
 
 namespace {
 
 constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+#ifdef RDP_HAVE_YAML_CPP
+// A YAML document as JSON: mappings as objects (keys as strings), sequences as arrays, null as
+// null, a plain (unquoted) scalar that YAML 1.1 reads as a boolean (true/false, yes/no, on/off,
+// as kubectl's sigs.k8s.io/yaml does) as a boolean, every other scalar as a string: a kubeconfig
+// has no field that is a number.
+nlohmann::json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::json out = nlohmann::json::object();
+      for (const auto& kv : node) out[kv.first.Scalar()] = YamlToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& item : node) out.push_back(YamlToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "?") {  // plain, not quoted
+        const std::string lower = absl::AsciiStrToLower(text);
+        if (lower == "true" || lower == "yes" || lower == "on") return true;
+        if (lower == "false" || lower == "no" || lower == "off") return false;
+        if (lower == "null" || text == "~") return nullptr;
+      }
+      return text;
+    }
+    default:  // Null, Undefined
+      return nullptr;
+  }
+}
+#endif
+
+// The kubeconfig as JSON: JSON as it is, else YAML (what kubectl writes).
+absl::StatusOr<nlohmann::json> ParseKubeconfig(const std::string& text, const std::string& path) {
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_discarded()) {
+    if (doc.is_object()) return doc;
+    return absl::InvalidArgumentError(
+        absl::StrCat("kubeconfig ", path, " is JSON but not an object"));
+  }
+#ifdef RDP_HAVE_YAML_CPP
+  try {
+    doc = YamlToJson(YAML::Load(text));
+  } catch (const YAML::Exception& e) {  // yaml-cpp reports malformed YAML by throwing
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kubeconfig ", path, " is neither JSON nor YAML: line ", e.mark.line + 1, ": ", e.msg));
+  }
+#else
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kubeconfig ", path, " is not JSON, and this build (without yaml-cpp) reads no YAML: write "
+      "one with `kubectl config view --raw --minify -o json`"));
+#endif
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kubeconfig ", path, " is not a YAML mapping (a kubeconfig has kind Config)"));
+  }
+  return doc;
+}
 
 std::optional<std::string> RealGetEnv(const std::string& name) {
   const char* value = std::getenv(name.c_str());
@@ -116,13 +179,9 @@ absl::StatusOr<KubeConfig> InClusterConfig(const std::string& root, const GetEnv
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
   auto text = internal::ReadSmallFile(path);
   if (!text.ok()) return text.status();
-  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kubeconfig ", path,
-        " is not a JSON object: only JSON kubeconfigs are read (write one with "
-        "`kubectl config view --raw --minify -o json`)"));
-  }
+  absl::StatusOr<nlohmann::json> parsed = ParseKubeconfig(*text, path);
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& doc = *parsed;
   auto current = StringField(doc, "current-context", "kubeconfig " + path);
   if (!current.ok()) return current.status();
   if (current->empty()) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/log.h"
+#include "serving/atomic_file.h"
 
 namespace rdp::dra {
 
@@ -31,10 +32,13 @@ std::string Holder(int fd) {
 
 absl::StatusOr<PluginDirLock> PluginDirLock::Acquire(const std::string& dir,
                                                      const std::function<bool()>& stopped,
-                                                     absl::Duration retry) {
+                                                     absl::Duration retry,
+                                                     bool request_handover) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string path = (std::filesystem::path(dir) / "lock").string();
+  const std::string path = (std::filesystem::path(dir) / kLockFile).string();
+  const std::string handover = (std::filesystem::path(dir) / kHandoverFile).string();
+  const std::string own_pid = absl::StrCat(::getpid(), "\n");
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int err = errno;
@@ -52,9 +56,17 @@ absl::StatusOr<PluginDirLock> PluginDirLock::Acquire(const std::string& dir,
     if (!said) {
       said = true;
       const std::string pid = Holder(fd);
-      Logger("dra")->warn("another driver instance{} holds {}: waiting for it to exit before "
+      Logger("dra")->warn("another driver instance{} holds {}: waiting for it to {} before "
                           "reading the checkpoint and serving the kubelet",
-                          pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"), path);
+                          pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"), path,
+                          request_handover ? "hand over (asked in " + handover + ") or exit"
+                                           : "exit");
+    }
+    if (request_handover && !std::filesystem::exists(handover, ec)) {
+      // Best effort: a holder that cannot see it still releases the lock when it exits.
+      if (absl::Status s = serving::WriteFileAtomically(handover, own_pid, 0644); !s.ok()) {
+        Logger("dra")->warn("cannot ask for a handover: {}", s.ToString());
+      }
     }
     if (stopped && stopped()) {
       ::close(fd);
@@ -62,9 +74,14 @@ absl::StatusOr<PluginDirLock> PluginDirLock::Acquire(const std::string& dir,
     }
     absl::SleepFor(retry);  // no notification exists for a released flock
   }
-  if (said) Logger("dra")->info("took {}: the other instance has exited", path);
-  const std::string pid = absl::StrCat(::getpid(), "\n");
-  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  if (said) Logger("dra")->info("took {}: the other instance has released it", path);
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, own_pid.data(), own_pid.size(), 0);
+  if (absl::Status s = serving::RemoveFile(handover); !s.ok()) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot remove ", handover, " (another instance would be asked to hand over): ",
+        s.message()));
+  }
   return PluginDirLock(fd, path);
 }
 

@@ -17,7 +17,13 @@
 #     the chart's liveness command (`probe`) answers inside the container; the process runs
 #     with no capabilities, no new privileges and a read-only root; `topology --json` inside
 #     equals the host-built binary's; SIGTERM (podman stop) ends it with exit 0 and its socket
-#     removed.
+#     removed;
+#  5. the linux/arm64 image (built by scripts/build-image.sh --arm64 with the amd64 one: the
+#     same Dockerfile, `--platform linux/arm64 --target runtime-copied`, on an arm64
+#     bookworm-slim made with `debootstrap --arch arm64 --foreign`): its `rdma-device-plugin
+#     --version` and `topology --json` on the GB200 fixture run in it under qemu-aarch64-static
+#     and equal the host binary's; both images in one manifest list (podman manifest inspect
+#     printed).
 # Exit 0 passed, 1 failed, 77 skipped (not root, or podman/runc/debootstrap/helm missing or
 # podman unable to run: the reason is printed). Every wait has a deadline; nothing sleeps for a
 # fixed time to synchronise.
@@ -51,21 +57,12 @@ if [[ -z $helm ]]; then
   [[ -x $helm ]] || helm=$(command -v helm || true)
 fi
 
-t_start=$(date +%s)
-say() { echo "image-test: $*"; }
-skip() { say "SKIP: $*"; exit 77; }
-fail() { say "FAIL: $*"; exit 1; }
-phase_start=$t_start
-phase() {  # the time the previous phase took
-  local now
-  now=$(date +%s)
-  say "-- $1: $((now - phase_start)) s"
-  phase_start=$now
-}
+# shellcheck source=scripts/lib/log.sh
+source scripts/lib/log.sh image-test
 
 # --- Preconditions ----------------------------------------------------------------------------
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman, bind-mounted sockets in root-owned directories as on a node"
-for tool in podman runc debootstrap python3; do
+for tool in podman runc debootstrap python3 qemu-aarch64-static; do
   command -v "$tool" >/dev/null || skip "$tool not installed (scripts/install-deps.sh installs it)"
 done
 [[ -n $helm && -x $helm ]] || skip "helm not found (scripts/get-helm.sh $build/tools/bin)"
@@ -94,7 +91,7 @@ cleanup() {
 trap cleanup EXIT
 
 # --- 1, 2. Base images and the image, from the Dockerfile unchanged (scripts/build-image.sh) --
-RDP_IMAGE_LOCK_HELD=1 scripts/build-image.sh --image "$image" --work "$work" || {
+RDP_IMAGE_LOCK_HELD=1 scripts/build-image.sh --arm64 --image "$image" --work "$work" || {
   rc=$?
   ((rc == 77)) && skip "scripts/build-image.sh cannot run here"
   fail "scripts/build-image.sh failed"
@@ -102,7 +99,8 @@ RDP_IMAGE_LOCK_HELD=1 scripts/build-image.sh --image "$image" --work "$work" || 
 version=$(cat VERSION)
 slim=docker.io/library/debian:bookworm-slim
 id=$(pm image inspect --format '{{.Id}}' "$image")
-phase "base images and image build"
+image_arm64=${image%:*}:${image##*:}-arm64 list=${image%:*}:${image##*:}-multiarch
+phase "base images and image builds (amd64, arm64)"
 
 # --- 3. Only what the runtime needs ----------------------------------------------------------
 size=$(pm image inspect --format '{{.Size}}' "$image")
@@ -306,4 +304,49 @@ for mode in $modes; do
   exec 8<&-
 done
 phase "run as the chart runs it"
-say "passed in $(($(date +%s) - t_start)) s (image $((size / 1000000)) MB)"
+
+# --- 5. linux/arm64, and the manifest list ----------------------------------------------------
+# The arm64 image's program runs only under qemu-aarch64-static (a static amd64 program, mounted
+# and given as the entrypoint) inside the image's own root filesystem.
+qemu=$(command -v qemu-aarch64-static)
+under_qemu() {
+  pm run --rm --network=none "${ulimits[@]}" --user 0:0 --read-only --cap-drop ALL \
+    -v "$qemu:/usr/libexec/qemu-aarch64-static:ro" --entrypoint /usr/libexec/qemu-aarch64-static \
+    "$@"
+}
+got=$(under_qemu "$image_arm64" /usr/bin/rdma-device-plugin --version 2>"$work/arm64.log") ||
+  { cat "$work/arm64.log"; fail "$image_arm64: rdma-device-plugin --version failed under qemu"; }
+[[ $got == "rdma-device-plugin $version" ]] || fail "$image_arm64 --version said '$got'"
+grace=$work/grace
+rm -rf "$grace"
+"$binary" fixture --topology-xml test/data/gb200-tray.xml --out "$grace" --log-level warn >/dev/null
+cp test/data/gb200-tray.xml "$grace/node.xml"
+hosted() {  # $@: flags naming /node/...; the same flags naming the fixture on the host
+  local a
+  for a in "$@"; do echo "${a/=\/node/=$grace}"; done
+}
+for args in "--topology-xml=/node/node.xml" "--topology-xml=/node/node.xml --sysfs-root=/node --dev-root=/node"; do
+  read -r -a a <<<"$args"
+  inside=$(under_qemu -v "$grace/sys:/node/sys:ro" -v "$grace/dev:/node/dev:ro" \
+           -v "$grace/node.xml:/node/node.xml:ro" "$image_arm64" \
+           /usr/bin/rdma-device-plugin topology --json "${a[@]}" --log-level off 2>>"$work/arm64.log") ||
+    { tail "$work/arm64.log"; fail "$image_arm64: topology --json $args failed under qemu"; }
+  mapfile -t h < <(hosted "${a[@]}")
+  outside=$("$binary" topology --json "${h[@]}" --log-level off)
+  [[ $inside == "$outside" ]] ||
+    { diff <(echo "$outside") <(echo "$inside") | head -20; fail "arm64 image: topology --json $args differs"; }
+done
+if under_qemu "$image_arm64" /usr/bin/rdma-device-plugin topology --topology-xml /dev/null \
+     --log-level off >/dev/null 2>&1; then
+  fail "arm64 image: topology on an empty XML did not fail (the comparisons above could not either)"
+fi
+say "arm64 image $image_arm64: '$got'; topology --json on the GB200 fixture (XML, and sysfs + XML)" \
+    "under qemu equals the host's"
+
+pm manifest inspect "$list" >"$work/manifest.json"
+platforms=$(python3 -c 'import json, sys; print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"] for m in json.load(sys.stdin)["manifests"])))' <"$work/manifest.json")
+[[ $platforms == "linux/amd64 linux/arm64" ]] || { cat "$work/manifest.json"; fail "manifest list $list: platforms '$platforms'"; }
+cat "$work/manifest.json"
+say "manifest list $list: $platforms"
+phase "arm64 image and manifest list"
+say "passed in $(elapsed) s (image $((size / 1000000)) MB)"

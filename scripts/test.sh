@@ -2,7 +2,9 @@
 # Every test: installs what is missing (Debian packages, Helm for the chart checks), builds with
 # tests, and runs the whole suite with ctest; then the C++ tests again under
 # ASan+UBSan (with a deterministic fixed-seed run of every fuzz target) and under TSan
-# (docs/reliability.md). RDP_SANITIZERS=0 stops after the first suite.
+# (docs/reliability.md); between them the arm64 cross build's tests under qemu
+# (scripts/test-arm64.sh; RDP_ARM64=0 leaves it out). RDP_SANITIZERS=0 stops after the first
+# suite (and the arm64 one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -13,6 +15,14 @@ scripts/get-helm.sh "$PWD/$build/tools/bin"
 scripts/build.sh -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=OFF
 export PATH="$PWD/$build/tools/bin:$PATH"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300
+
+# linux/arm64: the cross build and its tests under qemu (scripts/test-arm64.sh, docs/install.md).
+# RDP_ARM64=0 leaves it out; exit 77 (no cross compiler or qemu) is a skip.
+if [[ ${RDP_ARM64:-1} != 0 ]]; then
+  rc=0
+  RDP_NATIVE_BUILD=$build scripts/test-arm64.sh || rc=$?
+  if ((rc == 77)); then echo "test.sh: arm64 tests skipped"; elif ((rc != 0)); then exit "$rc"; fi
+fi
 
 if [[ ${RDP_SANITIZERS:-1} != 0 ]]; then
   scripts/sanitize.sh address

@@ -9,6 +9,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 
 namespace rdp::serving {
@@ -74,6 +79,43 @@ absl::Status RemoveFile(const std::string& path) {
     return Errno("remove", path);
   }
   return SyncDir(std::filesystem::path(path).parent_path().string());
+}
+
+std::string TemporaryFileTarget(std::string_view text) {
+  // ".<name>.<pid>.<n>.tmp"
+  absl::string_view name(text.data(), text.size());
+  if (!absl::ConsumePrefix(&name, ".") || !absl::ConsumeSuffix(&name, ".tmp")) return "";
+  for (int field = 0; field < 2; ++field) {  // <n>, then <pid>
+    const std::size_t dot = name.rfind('.');
+    if (dot == absl::string_view::npos || dot + 1 == name.size()) return "";
+    for (const char c : name.substr(dot + 1)) {
+      if (!absl::ascii_isdigit(c)) return "";
+    }
+    name = name.substr(0, dot);
+  }
+  return std::string(name);
+}
+
+absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles(
+    const std::string& dir, const std::function<bool(std::string_view)>& ours) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec == std::errc::no_such_file_or_directory) return removed;
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string target = TemporaryFileTarget(it->path().filename().string());
+    if (target.empty() || !ours(target)) continue;
+    if (::unlink(it->path().c_str()) != 0 && errno != ENOENT) {
+      return Errno("remove", it->path().string());
+    }
+    removed.push_back(it->path().string());
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  if (!removed.empty()) {
+    if (absl::Status s = SyncDir(dir); !s.ok()) return s;
+  }
+  return removed;
 }
 
 }  // namespace rdp::serving

@@ -4,9 +4,13 @@
 // sees the old content or the new, never a part: a temporary file beside it, fsync, rename,
 // fsync of the directory.
 
+#include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace rdp::serving {
 
@@ -19,5 +23,16 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 
 // Removes `path` and syncs its directory; a missing file is OK.
 absl::Status RemoveFile(const std::string& path);
+
+// The final name a temporary file of WriteFileAtomically stands for (".x.json.12.0.tmp" ->
+// "x.json"), or "" when `name` is not one.
+std::string TemporaryFileTarget(std::string_view name);
+
+// Removes the temporary files that writes interrupted before their rename (a crash, a kill) left
+// in `dir`, those whose final name `ours` accepts; returns their paths. For a directory whose
+// files of that kind no one else writes at the time (the caller holds the plugin directory's
+// lock). A missing directory has none; Internal when it cannot be listed.
+absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles(
+    const std::string& dir, const std::function<bool(std::string_view)>& ours);
 
 }  // namespace rdp::serving

@@ -16,8 +16,10 @@
 
 namespace rdp::serving {
 
-// Identity of a file: inode plus change time, since tmpfs reuses a freed inode number at once.
-// 0 when the file does not exist.
+// Identity of a file: its device and inode, 0 when it does not exist. No time is in it: a chmod
+// or chown (which moves the change time) leaves a socket the same socket. A file removed and
+// made again may get the old inode number back (ext4, xfs); callers that must see that watch
+// for the removal itself (inotify IN_DELETE): a socket of ours that is gone reads 0.
 std::uint64_t FileId(const std::string& path);
 
 // Identity of a directory (device and inode), 0 when there is none (or it is no directory).

@@ -76,6 +76,11 @@ int PhysStateNumber(const std::string& s) {
   return 0;
 }
 
+// A device's root for the layout: its own, or "pci<domain>:<bus>" of its address.
+std::string LaidOutRoot(const topology::PciPlacement& place) {
+  return place.pcie_root.empty() ? "pci" + place.pci.substr(0, 7) : place.pcie_root;
+}
+
 #define RDP_RETURN_IF_ERROR(expr)      \
   do {                                 \
     absl::Status _st = (expr);         \
@@ -122,6 +127,7 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
   RDP_RETURN_IF_ERROR(Write(dev_dir / "device", "0x1021"));
   RDP_RETURN_IF_ERROR(Write(dev_dir / "class", "0x020700"));
 
+  RDP_RETURN_IF_ERROR(Symlink(dev_dir, sys / "bus" / "pci" / "devices" / hca.pci));
   const fs::path ib = dev_dir / "infiniband" / hca.name;
   RDP_RETURN_IF_ERROR(Symlink(dev_dir, ib / "device"));
   for (const FixturePort& p : hca.ports) {
@@ -242,6 +248,7 @@ absl::Status SysfsFixture::RemoveHca(const std::string& name) {
   std::error_code ec;
   // Class links first, as the kernel's device_del does, then the device directory.
   fs::remove(sys / "class" / "infiniband" / name, ec);
+  fs::remove(sys / "bus" / "pci" / "devices" / l->hca.pci, ec);
   fs::remove(sys / "class" / "infiniband_verbs" / fmt::format("uverbs{}", l->uverbs), ec);
   fs::remove(devib / fmt::format("uverbs{}", l->uverbs), ec);
   for (int n : l->mads) {
@@ -287,13 +294,44 @@ std::string Ipv4Gid(const std::string& ipv4) {
   return fmt::format("0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}", a, b, c, d);
 }
 
+absl::Status SysfsFixture::AddGpu(const topology::Gpu& gpu) {
+  RDP_RETURN_IF_ERROR(OneEntry("PCI address", gpu.place.pci));
+  const fs::path sys = fs::path(root_) / "sys";
+  fs::path dev_dir = sys / "devices" / LaidOutRoot(gpu.place);
+  RDP_RETURN_IF_ERROR(OneEntry("PCIe root", LaidOutRoot(gpu.place)));
+  for (const topology::Bridge& b : gpu.place.bridges) {
+    RDP_RETURN_IF_ERROR(OneEntry("bridge", b.pci));
+    dev_dir /= b.pci;
+  }
+  dev_dir /= gpu.place.pci;
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "numa_node", std::to_string(gpu.place.numa.value_or(-1))));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "vendor", "0x" + gpu.vendor));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "device", "0x" + gpu.device));
+  if (!gpu.pci_class.empty()) {
+    RDP_RETURN_IF_ERROR(Write(dev_dir / "class", "0x" + gpu.pci_class + "00"));
+  }
+  return Symlink(dev_dir, sys / "bus" / "pci" / "devices" / gpu.place.pci);
+}
+
+absl::Status SysfsFixture::AddNumaNodes(const std::vector<topology::NumaNode>& nodes) {
+  const fs::path dir = fs::path(root_) / "sys" / "devices" / "system" / "node";
+  for (const topology::NumaNode& n : nodes) {
+    if (n.has_cpus && n.cpus.empty()) continue;  // its CPUs are not known
+    RDP_RETURN_IF_ERROR(
+        Write(dir / fmt::format("node{}", n.id) / "cpulist", n.has_cpus ? n.cpus : ""));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SysfsFixture::AddTopology(const topology::Topology& topology) {
+  for (const topology::Gpu& g : topology.gpus()) RDP_RETURN_IF_ERROR(AddGpu(g));
+  RDP_RETURN_IF_ERROR(AddNumaNodes(topology.all_numa_nodes()));
   for (const topology::Hca& h : topology.hcas()) {
     FixtureHca f;
     f.name = h.name;
     f.pci = h.place.pci;
     f.numa = h.place.numa.value_or(-1);
-    f.pcie_root = h.place.pcie_root.empty() ? "pci" + h.place.pci.substr(0, 7) : h.place.pcie_root;
+    f.pcie_root = LaidOutRoot(h.place);
     for (const topology::Bridge& b : h.place.bridges) f.bridges.push_back(b.pci);
     f.netdevs = h.netdevs;
     f.ports.clear();

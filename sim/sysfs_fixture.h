@@ -20,6 +20,11 @@
 //   R/sys/class/infiniband_verbs/uverbsN -> ../../devices/.../infiniband_verbs/uverbsN
 //   R/sys/class/infiniband_mad/{umadN,issmN} -> ...
 //   R/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}  (regular files standing in for char devices)
+//   R/sys/bus/pci/devices/<pci> -> ../../../devices/.../<pci>  (every HCA; AddTopology: GPUs too)
+// and by AddTopology, what the kernel also shows of the node's GPUs and NUMA nodes:
+//   R/sys/devices/<pcie_root>/<bridge>/.../<gpu pci>/{numa_node,vendor,device,class}
+//   R/sys/devices/system/node/node<N>/cpulist  ("" for a node without CPUs; a node with CPUs
+//     whose CPUs are not known, as in a hand-built snapshot, is not laid out)
 // Not thread-safe; each instance owns its root's contents.
 
 #include <cstdint>
@@ -116,8 +121,14 @@ class SysfsFixture {
   // Lays out what the node says about GPUDirect RDMA (not part of AddTopology's layout).
   absl::Status AddGpuDirect(const FixtureGpuDirect& gpudirect);
 
-  // Lays out every HCA of a snapshot (placement, ports, netdevs) plus rdma_cm; used to turn an
-  // hwloc XML fixture into a full node.
+  // Lays out a GPU's PCI function: its device directory (numa_node -1 when unknown) and its
+  // /sys/bus/pci/devices link.
+  absl::Status AddGpu(const topology::Gpu& gpu);
+  // Writes node<N>/cpulist of every NUMA node whose CPUs are known or that has none.
+  absl::Status AddNumaNodes(const std::vector<topology::NumaNode>& nodes);
+
+  // Lays out every HCA of a snapshot (placement, ports, netdevs) plus rdma_cm, its GPUs and its
+  // NUMA nodes; used to turn an hwloc XML fixture into a full node.
   absl::Status AddTopology(const topology::Topology& topology);
 
  private:

@@ -8,8 +8,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "topology/internal/hwloc_tree.h"
 #include "base/log.h"
+#include "topology/internal/hwloc_tree.h"
+#include "topology/internal/numa.h"
 #include "topology/internal/sysfs_util.h"
 
 namespace rdp::topology {
@@ -40,24 +41,40 @@ void LogHca(spdlog::logger& log, const Hca& h) {
       h.place.pcie_root.empty() ? "unknown" : h.place.pcie_root);
 }
 
-// sysfs knows the devices; hwloc knows the tree. Take hwloc's placement for each sysfs HCA, but
-// the kernel's numa_node when it has one.
-void PlaceFromTree(std::vector<Hca>& hcas, const HwlocTree& tree) {
-  std::map<std::string, const PciPlacement*> by_pci;
-  for (const auto& d : tree.pci) by_pci[d.place.pci] = &d.place;
+using TreeIndex = std::map<std::string_view, const HwlocPciDevice*>;
+
+// sysfs knows the devices; hwloc knows the tree. Take hwloc's placement for each sysfs HCA; its
+// NUMA node is the kernel's numa_node unless that is a node without CPUs (DeviceNuma).
+void PlaceFromTree(std::vector<Hca>& hcas, const TreeIndex& tree, const std::vector<int>& cpuless) {
   for (Hca& h : hcas) {
-    auto it = by_pci.find(h.place.pci);
-    if (it == by_pci.end()) {
+    const std::optional<int> kernel = h.place.numa;
+    auto it = tree.find(h.place.pci);
+    if (it == tree.end()) {
       Logger("topology")->debug("HCA {} ({}) is not in hwloc's PCI tree; placing it from sysfs",
                                 h.name, h.place.pci);
+      h.place.numa = DeviceNuma(kernel, {}, cpuless);
       continue;
     }
-    std::optional<int> sysfs_numa = h.place.numa;
     std::string sysfs_root = h.place.pcie_root;
-    h.place = *it->second;
-    if (sysfs_numa) h.place.numa = sysfs_numa;
+    h.place = it->second->place;
+    h.place.numa = DeviceNuma(kernel, it->second->locality, cpuless);
     if (h.place.pcie_root.empty()) h.place.pcie_root = sysfs_root;
   }
+}
+
+// Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
+// (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
+void AddDeviceNodes(std::vector<NumaNode>& numa, const std::vector<Hca>& hcas,
+                    const std::vector<Gpu>& gpus) {
+  auto add = [&numa](const std::optional<int>& id) {
+    if (!id) return;
+    for (const NumaNode& n : numa) {
+      if (n.id == *id) return;
+    }
+    numa.push_back(NumaNode{*id, true, "", ""});
+  };
+  for (const Hca& h : hcas) add(h.place.numa);
+  for (const Gpu& g : gpus) add(g.place.numa);
 }
 
 }  // namespace
@@ -116,6 +133,13 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
   }
   absl::StatusOr<std::shared_ptr<HwlocTree>> tree = Tree();
   if (!tree.ok()) return tree.status();
+  // Which NUMA nodes have CPUs: the kernel says where it is read (--sysfs-root or the live node),
+  // hwloc's tree elsewhere.
+  std::vector<NumaNode> numa = MergeNumaNodes(
+      (*tree)->numa_nodes, env_ ? ReadKernelNumaNodes(*env_) : std::map<int, std::string>{});
+  const std::vector<int> cpuless = CpulessIds(numa);
+  TreeIndex by_pci;  // of two functions with one address, the last
+  for (const HwlocPciDevice& d : (*tree)->pci) by_pci[d.place.pci] = &d;
   if (hcas_from_xml) {
     // A tree loaded for this call alone is ours to take from; the kept one is copied.
     if (tree->use_count() == 1) {
@@ -123,32 +147,48 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
     } else {
       hcas = (*tree)->openfabrics;
     }
+    for (std::size_t i = 0; i < hcas.size(); ++i) {
+      hcas[i].place.numa = DeviceNuma(std::nullopt, (*tree)->openfabrics_locality[i], cpuless);
+    }
     DropDuplicatePci(hcas, "HCA", [](const Hca& h) { return h.name; });
   } else {
-    PlaceFromTree(hcas, **tree);
+    PlaceFromTree(hcas, by_pci, cpuless);
   }
 
   std::vector<Gpu> gpus;
   for (const HwlocPciDevice& d : (*tree)->pci) {
     if (!IsGpu(d, options)) continue;
-    gpus.push_back(Gpu{d.place, Hex4(d.vendor), Hex4(d.device)});
+    Gpu gpu{d.place, Hex4(d.vendor), Hex4(d.device), Hex4(d.class_id)};
+    gpu.place.numa = DeviceNuma(env_ ? ReadKernelPciNuma(*env_, d.place.pci) : std::nullopt,
+                                d.locality, cpuless);
+    gpus.push_back(std::move(gpu));
   }
   DropDuplicatePci(gpus, "GPU", [](const Gpu& g) { return g.vendor + ":" + g.device; });
-  std::vector<int> numa = (*tree)->numa_nodes;
-  // Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
-  // (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
-  for (const Hca& h : hcas) {
-    if (h.place.numa) numa.push_back(*h.place.numa);
-  }
-  for (const Gpu& g : gpus) {
-    if (g.place.numa) numa.push_back(*g.place.numa);
-  }
-  auto topo = std::make_shared<const Topology>(std::move(numa), std::move(hcas), std::move(gpus));
+  AddDeviceNodes(numa, hcas, gpus);
+  auto topo = std::make_shared<const Topology>(
+      Topology::WithNumaNodes(std::move(numa), std::move(hcas), std::move(gpus)));
   const std::shared_ptr<spdlog::logger> log = Logger("topology");
   for (const Hca& h : topo->hcas()) LogHca(*log, h);
-  log->info("snapshot: hcas={} gpus={} numa_nodes={}", topo->hcas().size(), topo->gpus().size(),
-            topo->numa_nodes().size());
+  log->info("snapshot: hcas={} gpus={} numa_nodes={} memory_only_numa_nodes={}",
+            topo->hcas().size(), topo->gpus().size(), topo->numa_nodes().size(),
+            topo->all_numa_nodes().size() - topo->numa_nodes().size());
   return topo;
+}
+
+TopologyPtr WithScannedHcas(const Topology& last, std::vector<Hca> scanned) {
+  const std::vector<int> cpuless = CpulessIds(last.all_numa_nodes());
+  for (Hca& h : scanned) {
+    const int known = last.HcaIndex(h.place.pci);
+    if (known >= 0) {
+      h.place = last.hcas()[known].place;
+    } else {
+      h.place.numa = DeviceNuma(h.place.numa, {}, cpuless);
+    }
+  }
+  std::vector<NumaNode> numa = last.all_numa_nodes();
+  AddDeviceNodes(numa, scanned, {});
+  return std::make_shared<const Topology>(
+      Topology::WithNumaNodes(std::move(numa), std::move(scanned), last.gpus()));
 }
 
 absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text) {

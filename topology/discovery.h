@@ -101,6 +101,14 @@ absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(const std::string& sysfs_root,
 // order. A health poll runs a full discovery only when the fingerprints differ.
 std::string HcaFingerprint(const std::vector<Hca>& hcas);
 
+// The snapshot to go on with when a health scan saw the HCAs change and the discovery that
+// should follow failed: the scanned HCAs (ReadSysfsHcas) placed as `last` placed those it had
+// (hwloc's PCIe path, the CPU NUMA node of their locality), a new one as sysfs places it, with
+// the kernel's numa_node unless `last` knows that node has no CPUs (then unknown); `last`'s NUMA
+// nodes (those without CPUs too) and GPUs. Without it, the raw scan would put an HCA on a node of
+// GPU memory and forget every PCIe path until a discovery succeeds.
+TopologyPtr WithScannedHcas(const Topology& last, std::vector<Hca> scanned);
+
 // Parses "0x0302,0x0300" / "10de,1002" style lists for the --gpu-classes / --gpu-vendors flags.
 absl::StatusOr<std::vector<std::uint32_t>> ParseHexList(const std::string& text);
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 
 namespace rdp::topology {
 namespace {
@@ -16,6 +17,22 @@ nlohmann::ordered_json OrNull(const std::optional<int>& v) {
 }
 std::string NumaText(const std::optional<int>& v) { return v ? std::to_string(*v) : "N/A"; }
 std::string OrNA(const std::string& s) { return s.empty() ? "N/A" : s; }
+
+// "NUMA nodes: 0 (CPUs 0-71), 1 (CPUs 72-143); without CPUs: 2 (GPUMemory), 3 (GPUMemory)"
+std::string NumaLine(const Topology& t) {
+  std::vector<std::string> cpu, memory;
+  for (const NumaNode& n : t.all_numa_nodes()) {
+    if (n.has_cpus) {
+      cpu.push_back(n.cpus.empty() ? std::to_string(n.id) : fmt::format("{} (CPUs {})", n.id, n.cpus));
+    } else {
+      memory.push_back(n.memory_kind.empty() ? std::to_string(n.id)
+                                             : fmt::format("{} ({})", n.id, n.memory_kind));
+    }
+  }
+  std::string out = "NUMA nodes: " + (cpu.empty() ? std::string("none known") : fmt::format("{}", fmt::join(cpu, ", ")));
+  if (!memory.empty()) out += fmt::format("; without CPUs: {}", fmt::join(memory, ", "));
+  return out + "\n";
+}
 
 }  // namespace
 
@@ -87,6 +104,7 @@ std::string RenderMatrix(const Topology& t) {
                        gpu.vendor, NumaText(gpu.place.numa), OrNA(gpu.place.pcie_root),
                        OrNA(gpu.place.Switch()));
   }
+  out += "\n" + NumaLine(t);
   out +=
       "\nLegend:\n"
       "  PIX  = path crosses at most a single PCIe switch\n"

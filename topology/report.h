@@ -11,13 +11,13 @@ namespace rdp::topology {
 
 // The snapshot in the documented JSON schema (keys in schema order, null where unknown, arrays
 // in PCI-address order):
-// {"numa_nodes":[..], "gpus":[{pci,vendor,numa,pcie_root,switch}],
+// {"numa_nodes":[..] (those with CPUs), "gpus":[{pci,vendor,numa,pcie_root,switch}],
 //  "hcas":[{name,pci,numa,pcie_root,switch,uverbs,ports:[{port,state,link_layer}],healthy}],
 //  "paths":{"<hca name>":{"<gpu pci>":"PIX"}}}
 nlohmann::ordered_json ToJson(const Topology& topology);
 
 // A matrix like `nvidia-smi topo -m`: rows HCAs, columns GPUs, then NUMA and PCIe-root columns,
-// a GPU index and a legend.
+// a GPU index, the NUMA nodes (with their CPUs, and those without) and a legend.
 std::string RenderMatrix(const Topology& topology);
 
 // Graphviz: NUMA nodes contain PCIe roots, roots contain switches, devices hang below.

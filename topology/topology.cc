@@ -81,6 +81,16 @@ template <typename T>
 int IndexByPci(const std::vector<T>& v, std::string_view pci) {
   auto norm = NormalizePci(pci);
   if (!norm) return -1;
+  if (std::count(pci.begin(), pci.end(), ':') < 2) {
+    const std::string_view bdf = std::string_view(*norm).substr(5);  // "01:00.0"
+    int found = -1;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (std::string_view(v[i].place.pci).substr(5) != bdf) continue;
+      if (found >= 0) return -1;
+      found = static_cast<int>(i);
+    }
+    return found;
+  }
   auto it = std::lower_bound(v.begin(), v.end(), *norm,
                              [](const T& x, const std::string& p) { return x.place.pci < p; });
   if (it == v.end() || it->place.pci != *norm) return -1;
@@ -89,10 +99,36 @@ int IndexByPci(const std::vector<T>& v, std::string_view pci) {
 
 }  // namespace
 
+namespace {
+
+std::vector<NumaNode> WithCpus(const std::vector<int>& ids) {
+  std::vector<NumaNode> out;
+  out.reserve(ids.size());
+  for (int id : ids) out.push_back(NumaNode{id, true, "", ""});
+  return out;
+}
+
+}  // namespace
+
 Topology::Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus)
+    : Topology(NodesTag{}, WithCpus(numa_nodes), std::move(hcas), std::move(gpus)) {}
+
+Topology Topology::WithNumaNodes(std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+                                 std::vector<Gpu> gpus) {
+  return Topology(NodesTag{}, std::move(numa_nodes), std::move(hcas), std::move(gpus));
+}
+
+Topology::Topology(NodesTag, std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+                   std::vector<Gpu> gpus)
     : numa_nodes_(std::move(numa_nodes)), hcas_(std::move(hcas)), gpus_(std::move(gpus)) {
-  std::sort(numa_nodes_.begin(), numa_nodes_.end());
-  numa_nodes_.erase(std::unique(numa_nodes_.begin(), numa_nodes_.end()), numa_nodes_.end());
+  std::stable_sort(numa_nodes_.begin(), numa_nodes_.end(),
+                   [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
+  numa_nodes_.erase(std::unique(numa_nodes_.begin(), numa_nodes_.end(),
+                                [](const NumaNode& a, const NumaNode& b) { return a.id == b.id; }),
+                    numa_nodes_.end());
+  for (const NumaNode& n : numa_nodes_) {
+    if (n.has_cpus) cpu_numa_nodes_.push_back(n.id);
+  }
   SortByPci(hcas_);
   SortByPci(gpus_);
   paths_.reserve(hcas_.size() * gpus_.size());

@@ -76,8 +76,24 @@ struct Hca {
 
 struct Gpu {
   PciPlacement place;
-  std::string vendor;  // PCI vendor ID, 4 lower-case hex digits: "10de"
-  std::string device;  // PCI device ID, "2330"
+  std::string vendor;     // PCI vendor ID, 4 lower-case hex digits: "10de"
+  std::string device;     // PCI device ID, "2330"
+  std::string pci_class;  // PCI class, 4 lower-case hex digits: "0302"; "" when unknown
+};
+
+// One NUMA node of the machine.
+struct NumaNode {
+  int id = 0;
+  // False for memory without CPUs: a GPU's memory on Grace (hwloc's subtype GPUMemory), the
+  // empty nodes a Grace GPU's driver keeps for MIG partitions, CXL or HBM memory. Such a node is
+  // never a device's NUMA node and never advertised to the kubelet, whose Topology Manager
+  // aligns CPUs with devices: a pod cannot be pinned to it.
+  bool has_cpus = true;
+  // Its CPUs as the kernel's cpulist spells them ("0-71"); "" when it has none or they are not
+  // known (a hand-built snapshot).
+  std::string cpus;
+  // What hwloc calls the memory of a node without CPUs ("GPUMemory", "HBM", ...); "" otherwise.
+  std::string memory_kind;
 };
 
 // nvidia-smi topo -m classes, best first. PIX: the path crosses at most one PCIe switch (or one
@@ -92,14 +108,24 @@ PathClass Classify(const PciPlacement& a, const PciPlacement& b);
 class Topology {
  public:
   // Sorts hcas and gpus by PCI address and computes every HCA x GPU path class.
-  // numa_nodes: the node's NUMA node OS indices (sorted and deduplicated here).
+  // numa_nodes: the node's NUMA nodes, all with CPUs, by OS index (sorted and deduplicated here).
   Topology(std::vector<int> numa_nodes, std::vector<Hca> hcas, std::vector<Gpu> gpus);
+  // The same with NUMA nodes that may have no CPUs (sorted by id here; of several with one id,
+  // the first). A factory, so that Topology({}, ...) and Topology({0, 1}, ...) stay unambiguous.
+  static Topology WithNumaNodes(std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+                                std::vector<Gpu> gpus);
 
-  const std::vector<int>& numa_nodes() const { return numa_nodes_; }
+  // The OS indices of the NUMA nodes that have CPUs, ascending: the ones a device can sit on
+  // and the kubelet can be told about.
+  const std::vector<int>& numa_nodes() const { return cpu_numa_nodes_; }
+  // Every NUMA node, those without CPUs included, by id.
+  const std::vector<NumaNode>& all_numa_nodes() const { return numa_nodes_; }
   const std::vector<Hca>& hcas() const { return hcas_; }
   const std::vector<Gpu>& gpus() const { return gpus_; }
 
-  // Index into hcas()/gpus() by PCI address (any case), or -1.
+  // Index into hcas()/gpus() by PCI address (any case), or -1. An address without a domain
+  // ("1a:00.0") names the one device that has that bus:dev.fn in any domain, and none when
+  // several have it: on a node with a PCI domain per root complex (Grace), 01:00.0 is in each.
   int HcaIndex(std::string_view pci) const;
   int GpuIndex(std::string_view pci) const;
 
@@ -109,7 +135,12 @@ class Topology {
   }
 
  private:
-  std::vector<int> numa_nodes_;
+  struct NodesTag {};
+  Topology(NodesTag, std::vector<NumaNode> numa_nodes, std::vector<Hca> hcas,
+           std::vector<Gpu> gpus);
+
+  std::vector<NumaNode> numa_nodes_;
+  std::vector<int> cpu_numa_nodes_;
   std::vector<Hca> hcas_;
   std::vector<Gpu> gpus_;
   std::vector<PathClass> paths_;  // row-major: hca x gpu

@@ -452,6 +452,27 @@ def check_default(r, helm):
     check_test_pod(r, docs, "rdma/hca")
 
 
+ARCH_LABELS = ("kubernetes.io/arch", "beta.kubernetes.io/arch")
+
+
+def check_no_architecture(r, helm):
+    """The image is a manifest list for linux/amd64 and linux/arm64 (docs/install.md): no
+    rendered DaemonSet, in either driver or mode, pins its pods to an architecture, and each
+    runs on an RDMA node of either one."""
+    for label, values in (("device plugin", None), ("DRA", DRA_VALUES)):
+        for mode, ds in sorted(by_mode(helm.template(values)).items()):
+            spec = pod_spec(ds)
+            text = yaml.safe_dump({"nodeSelector": spec.get("nodeSelector"),
+                                   "affinity": spec.get("affinity")})
+            r.check(f"architecture ({label}/{mode}): no node selector or affinity on an "
+                    "architecture label", not any(a in text for a in ARCH_LABELS), text[:300])
+            nodes = [dict(RDMA_LABEL, **{"kubernetes.io/arch": arch, "kubernetes.io/os": "linux"},
+                          **({DEFAULT_KEY: "true"} if mode == "exclusive" else {}))
+                     for arch in ("amd64", "arm64")]
+            r.check(f"architecture ({label}/{mode}): schedulable on amd64 and arm64 RDMA nodes",
+                    all(schedulable_on(ds, n) for n in nodes), str(nodes))
+
+
 def ds_surge(ds):
     return ds["spec"].get("updateStrategy", {}).get("rollingUpdate", {}).get("maxSurge")
 
@@ -735,6 +756,11 @@ def check_rejections(r, helm):
                                               "rollingUpdate": {"maxUnavailable": "10%",
                                                                 "maxSurge": "0%"}}})
     r.check("template accepts maxSurge 0%", rc == 0, err.strip()[:300])
+    # The DRA driver hands the node over (docs/dra.md, "Upgrades"): maxSurge is its choice.
+    surge = {"updateStrategy": {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}}
+    rc, out, err = helm.run(["template", RELEASE], dict(DRA_VALUES, **surge))
+    r.check("DRA: template accepts maxSurge 1", rc == 0 and "maxSurge: 1" in out, err.strip()[:300])
 
 
 def check_dra(r, helm):
@@ -819,19 +845,31 @@ def check_dra(r, helm):
             and bindings[0]["roleRef"]["name"] == roles[0]["metadata"]["name"]
             and bindings[0]["subjects"] == [{"kind": "ServiceAccount", "name": account,
                                              "namespace": NAMESPACE}], str(bindings))
-    classes = [d for d in docs if d.get("kind") == "DeviceClass"]
-    r.check("DRA: a DeviceClass selecting the driver's devices, extendedResourceName rdma/hca",
-            len(classes) == 1 and classes[0]["apiVersion"] == "resource.k8s.io/v1"
-            and classes[0]["metadata"]["name"] == "hca." + DRA_DRIVER
-            and classes[0]["spec"]["selectors"] == [
+    classes = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "DeviceClass"}
+    every = classes.get("hca." + DRA_DRIVER, {})
+    r.check("DRA: a DeviceClass selecting every device of the driver, for claims, no extended "
+            "resource", every.get("apiVersion") == "resource.k8s.io/v1"
+            and every.get("spec", {}).get("selectors") == [
                 {"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]
-            and classes[0]["spec"].get("extendedResourceName") == "rdma/hca", str(classes))
+            and "extendedResourceName" not in every.get("spec", {}), str(classes))
+    # A device-plugin shared unit gives every HCA, one DRA device one HCA: rdma/hca is served by
+    # exclusive-mode devices only (docs/dra.md, "Shared mode").
+    exclusive = classes.get("hca-exclusive." + DRA_DRIVER, {})
+    r.check("DRA: the extended resource's DeviceClass selects exclusive-mode devices only",
+            len(classes) == 2 and exclusive.get("apiVersion") == "resource.k8s.io/v1"
+            and exclusive.get("spec", {}).get("selectors") == [
+                {"cel": {"expression": f'device.driver == "{DRA_DRIVER}" && '
+                                       f'device.attributes["{DRA_DRIVER}"].mode == "exclusive"'}}]
+            and exclusive["spec"].get("extendedResourceName") == "rdma/hca", str(classes))
     r.check("DRA: the helm test pod (rdma/hca through the DeviceClass)", len(test_pods(docs)) == 1)
+    docs = helm.template(dict(DRA_VALUES, test={"mode": "shared"}))
+    r.check("DRA: no helm test pod on shared-mode nodes (rdma/hca is not served there)",
+            not test_pods(docs))
 
     docs = helm.template(dict(DRA_VALUES, dra={"driverName": DRA_DRIVER, "deviceClass": {
         "create": True, "extendedResource": False}}))
     classes = [d for d in docs if d.get("kind") == "DeviceClass"]
-    r.check("DRA: extendedResource false: the class without extendedResourceName, no test pod",
+    r.check("DRA: extendedResource false: one class, without extendedResourceName, no test pod",
             len(classes) == 1 and "extendedResourceName" not in classes[0]["spec"]
             and not test_pods(docs), str(classes))
     docs = helm.template()
@@ -1157,7 +1195,7 @@ def main():
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
                   check_test_pod_modes, check_image_required, check_dra, check_metrics,
-                  check_nri, check_allocation_files]
+                  check_nri, check_allocation_files, check_no_architecture]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

@@ -96,24 +96,7 @@ class Writer:
             self.hcas += 1
             self.pcidev(depth, busid, "0207 [15b3:1021] [15b3:0041] 00", "Mellanox Technologies",
                         "MT2910 Family [ConnectX-7]")
-            guid = f"a088:c203:{0x1000 + bus:04x}:{n:04x}"
-            gid_bytes = guid.replace(":", "")
-            address = "00:00:10:29:fe:80:00:00:00:00:00:00:" + ":".join(
-                gid_bytes[i:i + 2] for i in range(0, 16, 2))
-            self.line(depth + 1, f'<object type="OSDev" gp_index="{self.next_index()}" '
-                                 f'name="ibp{bus}s0" osdev_type="2">')
-            self.line(depth + 2, f'<info name="Address" value="{address}"/>')
-            self.line(depth + 2, '<info name="Port" value="1"/>')
-            self.line(depth + 1, "</object>")
-            self.line(depth + 1, f'<object type="OSDev" gp_index="{self.next_index()}" '
-                                 f'name="mlx5_{n}" osdev_type="3">')
-            self.line(depth + 2, f'<info name="NodeGUID" value="{guid}"/>')
-            self.line(depth + 2, f'<info name="SysImageGUID" value="{guid}"/>')
-            self.line(depth + 2, '<info name="Port1State" value="4"/>')
-            self.line(depth + 2, f'<info name="Port1LID" value="0x{n + 1:x}"/>')
-            self.line(depth + 2, '<info name="Port1LMC" value="0"/>')
-            self.line(depth + 2, f'<info name="Port1GID0" value="fe80:0000:0000:0000:{guid}"/>')
-            self.line(depth + 1, "</object>")
+            hca_osdevs(self, depth + 1, f"ibp{bus}s0", n, f"a088:c203:{0x1000 + bus:04x}:{n:04x}")
             self.line(depth, "</object>")
         else:
             # A switch: upstream port on `bus`, downstream ports on the next bus, one per child.
@@ -155,6 +138,26 @@ class Writer:
             child_bus += size
         self.line(depth, "</object>")
         return total
+
+
+def hca_osdevs(w, depth, netdev, n, guid):
+    """The OS devices of the n-th HCA (an InfiniBand port up): its netdev and its OpenFabrics
+    device mlx5_<n>, whose port 1 is ACTIVE. w: a writer with line() and next_index()."""
+    gid_bytes = guid.replace(":", "")
+    address = "00:00:10:29:fe:80:00:00:00:00:00:00:" + ":".join(
+        gid_bytes[i:i + 2] for i in range(0, 16, 2))
+    w.line(depth, f'<object type="OSDev" gp_index="{w.next_index()}" name="{netdev}" osdev_type="2">')
+    w.line(depth + 1, f'<info name="Address" value="{address}"/>')
+    w.line(depth + 1, '<info name="Port" value="1"/>')
+    w.line(depth, "</object>")
+    w.line(depth, f'<object type="OSDev" gp_index="{w.next_index()}" name="mlx5_{n}" osdev_type="3">')
+    w.line(depth + 1, f'<info name="NodeGUID" value="{guid}"/>')
+    w.line(depth + 1, f'<info name="SysImageGUID" value="{guid}"/>')
+    w.line(depth + 1, '<info name="Port1State" value="4"/>')
+    w.line(depth + 1, f'<info name="Port1LID" value="0x{n + 1:x}"/>')
+    w.line(depth + 1, '<info name="Port1LMC" value="0"/>')
+    w.line(depth + 1, f'<info name="Port1GID0" value="fe80:0000:0000:0000:{guid}"/>')
+    w.line(depth, "</object>")
 
 
 def mask(bits):

@@ -406,6 +406,9 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   const int port = ServedPort(plugin.output());
   ASSERT_GT(port, 0) << plugin.output();
   ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
+  // The kubelet has the registration before the plugin has its answer and counts it: the log
+  // line follows the count.
+  ASSERT_TRUE(plugin.WaitForOutput("Registered device plugin with Kubelet", kWait));
   // A GetPreferredAllocation and an Allocate, so that their latencies are measured.
   auto stub = kubelet.PluginStub();
   {

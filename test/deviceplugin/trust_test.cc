@@ -8,12 +8,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -442,10 +447,12 @@ TEST_F(TrustTest, AVerySlowPodListDoesNotHoldGetPreferredAllocation) {
   EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
 }
 
-// Exclusive Allocate checks withholding against a pod list at least as new as the call: the
-// kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
-// relabel overlap the periodic list may not show a shared container admitted a moment ago.
-// Before (issue 25) Allocate read the list of the last health interval and handed the HCA out.
+// Exclusive Allocate checks withholding against a pod list that began after our registration
+// (every container another plugin admitted is in it; the kubelet skips GetPreferredAllocation
+// when the aligned set equals the request, so that call cannot be relied on to refresh it): here
+// the only list is the one from before the registration, and a shared container was admitted
+// since. Before (issue 25) Allocate read the list of the last health interval and handed the
+// HCA out.
 TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
@@ -558,6 +565,103 @@ TEST_F(TrustTest, ListAndWatchStreamsAreCapped) {
   ASSERT_TRUE(node_.fixture().SetPortState("mlx5_3", 1, "DOWN").ok());
   EXPECT_TRUE(kubelet_->WaitForDevices(
       [](const Devices& d) { return d.size() == 4 && HealthyCount(d) == 3; }, kWait));
+}
+
+// The lifecycle thread's waits, seen through the poll(2) seam: its poll is the one on an inotify
+// descriptor (the pods thread, the other one watching a directory, runs only with a
+// pod-resources socket, which these tests do not give).
+class LifecycleWaits {
+ public:
+  // The poll(2) to give the plugin; it keeps `waits` alive as long as the plugin's threads may
+  // call it.
+  static std::function<int(struct pollfd*, nfds_t, int)> Poll(
+      std::shared_ptr<LifecycleWaits> waits) {
+    return [waits](struct pollfd* fds, nfds_t n, int timeout) {
+      return waits->Wait(fds, n, timeout);
+    };
+  }
+  int Wait(struct pollfd* fds, nfds_t n, int timeout) {
+    const bool lifecycle = WatchesADirectory(fds, n);
+    if (lifecycle) {
+      absl::MutexLock lock(&mu_);
+      ++entered_;
+      waiting_ = true;
+    }
+    const int ready = ::poll(fds, n, timeout);
+    const int saved = errno;
+    if (lifecycle) {
+      absl::MutexLock lock(&mu_);
+      waiting_ = false;
+    }
+    errno = saved;
+    return ready;
+  }
+  // Waits until the lifecycle thread is in poll(2); how many times it entered it so far.
+  std::optional<int> WaitUntilWaiting(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&waiting_), deadline)) return std::nullopt;
+    return entered_;
+  }
+  // Waits until the lifecycle thread entered poll(2) more than `n` times: the iteration after
+  // the wait it was in at `n` has run to its end.
+  bool WaitUntilEnteredMoreThan(int n, absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto more = [this, n]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return entered_ > n; };
+    return mu_.AwaitWithDeadline(absl::Condition(&more), deadline);
+  }
+
+ private:
+  static bool WatchesADirectory(const struct pollfd* fds, nfds_t n) {
+    for (nfds_t i = 0; i < n; ++i) {
+      char target[64] = {};
+      const std::string link = absl::StrCat("/proc/self/fd/", fds[i].fd);
+      if (::readlink(link.c_str(), target, sizeof(target) - 1) > 0 &&
+          std::string(target) == "anon_inode:inotify") {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  absl::Mutex mu_;
+  int entered_ ABSL_GUARDED_BY(mu_) = 0;
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A chmod of a socket in the kubelet's directory (ours, or kubelet.sock: an admin, a security
+// agent, a `chmod -R`) is no kubelet restart: the plugin neither serves again nor registers
+// again, and kubelet_restarts_total stays. Before, a file's identity mixed in its change time,
+// which a chmod moves: each chmod re-served, re-registered and counted a restart.
+TEST_F(TrustTest, AChmodOfASocketIsNoRestart) {
+  auto waits = std::make_shared<LifecycleWaits>();
+  NodeSources sources = node_.Sources();
+  sources.poll = LifecycleWaits::Poll(waits);
+  StartAll(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  const int serves = plugin_->serves();
+  const int registrations = kubelet_->registrations();
+  const std::uint64_t restarts = plugin_->node().metrics().kubelet_restarts.value();
+  const std::string kubelet_sock = config_.kubelet_dir + "/kubelet.sock";
+  for (const std::string& path : {config_.SocketPath(), kubelet_sock}) {
+    SCOPED_TRACE(path);
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << std::strerror(errno);
+    ASSERT_EQ(::chmod(path.c_str(), 0640), 0) << std::strerror(errno);
+    ASSERT_EQ(::chmod(path.c_str(), st.st_mode & 07777), 0) << std::strerror(errno);
+    // The lifecycle thread checks both sockets' identities on each wake-up: once it waits
+    // (after the chmod), a file created in the directory wakes it, and its next wait follows
+    // the check.
+    const std::optional<int> entered = waits->WaitUntilWaiting(absl::Now() + kWait);
+    ASSERT_TRUE(entered.has_value());
+    const std::string other = absl::StrCat(config_.kubelet_dir, "/not-a-socket-", *entered);
+    { std::ofstream touch(other); }
+    ASSERT_TRUE(waits->WaitUntilEnteredMoreThan(*entered, absl::Now() + kWait));
+    ::unlink(other.c_str());
+    EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts);
+    EXPECT_EQ(plugin_->serves(), serves);
+    EXPECT_EQ(kubelet_->registrations(), registrations);
+  }
+  v1beta1::AllocateResponse response;
+  EXPECT_TRUE(Allocate({kPcis[0]}, &response).ok());
 }
 
 // The socket is the owner's alone (0600), whatever the umask. Before, its mode came from the

@@ -146,6 +146,74 @@ TEST(DRADriverTest, CorruptCheckpointStartsWithWhatCanBeRecovered) {
   EXPECT_FALSE(n.driver().Prepare({{"ns", kUid2, "b"}}).at(kUid2).ok());
 }
 
+// Start made no effort to agree with the CDI directory: a spec a crash left between the spec
+// and the checkpoint stayed for ever, so did the temporary files of interrupted writes, and a
+// spec written before the HCA driver was reloaded kept naming the old uverbs node and
+// major:minor, so a restarted container got another HCA's node or none.
+TEST(DRADriverTest, StartReconcilesTheCdiDirectoryWithTheCheckpoint) {
+  DraNode n;
+  constexpr char kUid4[] = "0c1a1e00-0000-4000-8000-000000000004";
+  constexpr char kUid5[] = "0c1a1e00-0000-4000-8000-000000000005";
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
+  n.reader().Set(kUid3, std::vector<AllocatedDevice>{Dev(kHca1)});
+  const auto first = n.driver().Prepare({{"ns", kUid1, "a"}, {"ns", kUid2, "b"}, {"ns", kUid3, "c"}});
+  for (const char* uid : {kUid1, kUid2, kUid3}) ASSERT_TRUE(first.at(uid).ok()) << uid;
+  const std::string fresh2 = ReadJson(n.cdi().PathOf(kUid2)).dump();
+
+  // kUid1: the kernel module was reloaded; uverbs0 has another minor now.
+  std::ofstream(n.root() + "/node/sys/class/infiniband_verbs/uverbs0/dev", std::ios::trunc)
+      << "231:200\n";
+  // kUid2: a spec from before the reload, naming a uverbs node that is another HCA's now.
+  {
+    std::string old = ReadJson(n.cdi().PathOf(kUid2)).dump();
+    for (std::size_t at; (at = old.find("uverbs1")) != std::string::npos;) old.replace(at, 7, "uverbs0");
+    std::ofstream(n.cdi().PathOf(kUid2), std::ios::trunc) << old;
+  }
+  // kUid3: its spec is gone (/var/run/cdi is a tmpfs).
+  std::filesystem::remove(n.cdi().PathOf(kUid3));
+  // kUid4: a spec without an entry (a crash before the checkpoint was written).
+  std::filesystem::copy_file(n.cdi().PathOf(kUid1), n.cdi().PathOf(kUid4));
+  // kUid5: an entry naming a device the node no longer has, and its old spec.
+  {
+    nlohmann::json cp = ReadJson(n.checkpoint_path());
+    cp["claims"][kUid5] = cp["claims"][kUid1];
+    cp["claims"][kUid5]["devices"][0]["device"] = "hca-0000-ff-00-0";
+    std::ofstream(n.checkpoint_path(), std::ios::trunc) << cp.dump();
+    std::filesystem::copy_file(n.cdi().PathOf(kUid1), n.cdi().PathOf(kUid5));
+  }
+  // Writes a crash interrupted, ours and another driver's (left alone, as is its spec).
+  const std::string ours_tmp =
+      n.cdi_dir() + "/." + CdiSpecFileName(kDriver, kUid1) + ".4242.0.tmp";
+  const std::string checkpoint_tmp = n.plugin_dir() + "/." + kCheckpointFile + ".4242.7.tmp";
+  const std::string other_tmp =
+      n.cdi_dir() + "/." + CdiSpecFileName("other.example.com", kUid1) + ".4242.0.tmp";
+  const std::string other_spec = n.cdi_dir() + "/" + CdiSpecFileName("other.example.com", kUid4);
+  for (const std::string& f : {ours_tmp, checkpoint_tmp, other_tmp, other_spec}) {
+    std::ofstream(f) << "{";
+  }
+
+  n.reader().SetDown(true);
+  n.NewDriver();
+
+  EXPECT_EQ(n.CdiFiles(),
+            (std::vector<std::string>{"." + CdiSpecFileName("other.example.com", kUid1) + ".4242.0.tmp",
+                                      CdiSpecFileName("other.example.com", kUid4),
+                                      CdiSpecFileName(kDriver, kUid1),
+                                      CdiSpecFileName(kDriver, kUid2),
+                                      CdiSpecFileName(kDriver, kUid3)}));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_tmp));
+  const nlohmann::json uverbs0 = SpecDevice(n, kUid1, "hca")["containerEdits"]["deviceNodes"][0];
+  EXPECT_EQ(uverbs0["path"], "/dev/infiniband/uverbs0");
+  EXPECT_EQ(uverbs0["minor"], 200) << uverbs0.dump();
+  EXPECT_EQ(ReadJson(n.cdi().PathOf(kUid2)).dump(), fresh2);
+  EXPECT_EQ(SpecPaths(n, kUid3)[0], "/dev/infiniband/uverbs1");
+  // The entry without a device stays for the kubelet to unprepare; nothing else is lost.
+  EXPECT_EQ(n.driver().Prepared().size(), 4u);
+  EXPECT_FALSE(n.driver().Prepare({{"ns", kUid5, "e"}}).at(kUid5).ok());
+  EXPECT_TRUE(n.driver().Unprepare({{"ns", kUid5, "e"}}).at(kUid5).ok());
+}
+
 TEST(DRADriverTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
   DraNode n;
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0)});

@@ -9,8 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
 #include "test/support/child.h"
+#include "test/support/http_get.h"
 
 namespace rdp::dra {
 namespace {
@@ -166,6 +166,81 @@ TEST_F(DRAServeCmdTest, ASecondInstanceWaitsForTheFirstToExit) {
   EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "no socket while the other instance runs";
   ::close(fd);  // the first exits
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+}
+
+// An upgrade with maxSurge starts the new pod while the old one serves: the new one waited for
+// the old to exit and the old waited to be replaced by a ready new one, so the rollout never
+// ended (the chart refused maxSurge for that). Now the new one asks, the old one stops serving,
+// releases the plugin directory and idles until it is stopped; the new one answers the claims
+// the old one prepared, from the checkpoint; stopping the old one leaves the new one's sockets.
+TEST_F(DRAServeCmdTest, ASecondInstanceIsHandedTheNodeOver) {
+  constexpr char kUid[] = "0c1a1e00-0000-4000-8000-00000000000c";
+  std::vector<std::string> local = {"dra", "prepare-local"};
+  for (const std::string& a : Flags()) local.push_back(a);
+  for (const char* a : {"--claim-uid", kUid, "--device", kHca1}) local.push_back(a);
+  rdp::testing::Child prep(RDP_BINARY, local);
+  ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
+
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  rdp::testing::Child old_one(RDP_BINARY, serve);
+  ASSERT_TRUE(old_one.WaitForOutput("serving Registration on", kTimeout)) << old_one.output();
+  rdp::testing::Child new_one(RDP_BINARY, serve);
+  ASSERT_TRUE(old_one.WaitForOutput("waiting to be stopped", kTimeout)) << old_one.output();
+  ASSERT_TRUE(new_one.WaitForOutput("serving Registration on", kTimeout)) << new_one.output();
+  EXPECT_NE(old_one.output().find("handing over"), std::string::npos) << old_one.output();
+  EXPECT_FALSE(old_one.Exited()) << "exiting would only have the kubelet restart it";
+  struct stat st;
+  EXPECT_NE(::stat((kubelet_dir_ + "/plugins/" + kDriver + "/handover").c_str(), &st), 0);
+
+  auto prepare = [&] {
+    auto dra = drapb::DRAPlugin::NewStub(
+        serving::UnixChannel(kubelet_dir_ + "/plugins/" + kDriver + "/dra.sock"));
+    drapb::NodePrepareResourcesRequest req;
+    drapb::Claim* claim = req.add_claims();
+    claim->set_namespace_("default");
+    claim->set_uid(kUid);
+    claim->set_name("local");
+    drapb::NodePrepareResourcesResponse resp;
+    grpc::ClientContext c;
+    c.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+    const grpc::Status s = dra->NodePrepareResources(&c, req, &resp);
+    return s.ok() && resp.claims().count(kUid) && resp.claims().at(kUid).error().empty() &&
+           resp.claims().at(kUid).devices_size() == 1;
+  };
+  EXPECT_TRUE(prepare());
+  old_one.Signal(SIGTERM);
+  EXPECT_EQ(old_one.Wait(kTimeout), 0) << old_one.output();
+  EXPECT_EQ(::stat(RegSocket().c_str(), &st), 0) << "the old one removed the new one's socket";
+  EXPECT_TRUE(prepare());
+  new_one.Signal(SIGTERM);
+  EXPECT_EQ(new_one.Wait(kTimeout), 0) << new_one.output();
+}
+
+// Whether the watch on the node's slices was up was in no metric: a driver that had fallen back
+// to resyncing by timer looked like one that repairs an edited slice at once. The gauge is there
+// from the first scrape, 0 while the API server is away (here it never comes).
+TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("metrics: serving on", kTimeout)) << driver.output();
+  std::smatch m;
+  const std::string out = driver.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(metrics: serving on (127\.0\.0\.1:\d+))")))
+      << out;
+  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + m[1].str() + "/metrics");
+  ASSERT_EQ(scrape.code, 200);
+  EXPECT_TRUE(rdp::testing::HasLine(scrape.body, "# TYPE rdma_device_plugin_dra_slice_watch_up gauge"))
+      << scrape.body;
+  EXPECT_TRUE(rdp::testing::HasLine(scrape.body, "rdma_device_plugin_dra_slice_watch_up 0"))
+      << scrape.body;
+  EXPECT_TRUE(
+      rdp::testing::HasLine(scrape.body, "rdma_device_plugin_dra_slice_watch_failures_total 0"))
+      << scrape.body;
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
 }
 
 }  // namespace

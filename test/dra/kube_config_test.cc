@@ -168,14 +168,64 @@ TEST(DRAKubeConfigTest, KubeconfigErrorsNameTheFileAndTheField) {
   }
 }
 
-TEST(DRAKubeConfigTest, YamlKubeconfigIsRefusedNamingThePath) {
+// kubectl writes kubeconfigs in YAML (~/.kube/config, kubeadm's admin.conf, every cloud's
+// `get-credentials`); only JSON was read, so --kubeconfig with any of them failed at start.
+TEST(DRAKubeConfigTest, YamlKubeconfigIsRead) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("config");
-  WriteFile(path, "apiVersion: v1\nkind: Config\ncurrent-context: ctx\n");
+  WriteFile(path, R"(apiVersion: v1
+kind: Config
+current-context: ctx
+preferences: {}
+clusters:
+- cluster:
+    certificate-authority-data: )" + absl::Base64Escape("PEM CA") + R"(
+    server: https://10.0.0.1:6443
+    tls-server-name: kubernetes.default
+    insecure-skip-tls-verify: false
+  name: c1
+contexts:
+- context:
+    cluster: c1
+    user: u1
+  name: ctx
+users:
+- name: u1
+  user:
+    token: "0123456789"   # quoted: stays a string
+    client-certificate: certs/client.crt
+    client-key-data: )" + absl::Base64Escape("KEY") + "\n");
   auto config = LoadKubeconfig(path);
-  EXPECT_TRUE(absl::IsInvalidArgument(config.status()));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server, "https://10.0.0.1:6443");
+  EXPECT_EQ(config->ca_data, "PEM CA");
+  EXPECT_EQ(config->tls_server_name, "kubernetes.default");
+  EXPECT_FALSE(config->insecure_skip_tls_verify);
+  EXPECT_EQ(config->token, "0123456789");
+  EXPECT_EQ(config->client_cert_file, dir.Sub("certs/client.crt"));
+  EXPECT_EQ(config->client_key_data, "KEY");
+
+  // A plain `true` is a boolean, as kubectl reads it; an unquoted number a string.
+  WriteFile(path, "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                  "clusters: [{name: c, cluster: {server: 'https://h:1', "
+                  "insecure-skip-tls-verify: yes}}]\nusers: [{name: u, user: {token: 42}}]\n");
+  config = LoadKubeconfig(path);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->insecure_skip_tls_verify);
+  EXPECT_EQ(config->token, "42");
+}
+
+TEST(DRAKubeConfigTest, MalformedKubeconfigNamesThePathAndTheLine) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("config");
+  WriteFile(path, "apiVersion: v1\nclusters:\n- name: c\n  cluster: [unclosed\n");
+  auto config = LoadKubeconfig(path);
+  EXPECT_TRUE(absl::IsInvalidArgument(config.status())) << config.status();
   EXPECT_THAT(config.status().message(), HasSubstr(path));
-  EXPECT_THAT(config.status().message(), HasSubstr("JSON"));
+  EXPECT_THAT(config.status().message(), HasSubstr("neither JSON nor YAML: line "));
+  WriteFile(path, "- just\n- a list\n");
+  config = LoadKubeconfig(path);
+  EXPECT_THAT(config.status().message(), HasSubstr("not a YAML mapping"));
 }
 
 TEST(DRAKubeConfigTest, MissingKubeconfigIsNotFound) {

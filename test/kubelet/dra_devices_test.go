@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -42,9 +41,8 @@ const (
 	stdPrefix   = deviceattribute.StandardDeviceAttributePrefix
 )
 
-// draFixture is a node laid out as the harness lays nodes out (WriteSysfs), completed with what a
-// kernel also has and the DRA helpers read: /sys/bus/pci/devices/<BDF> links and the GPUs'
-// device directories with numa_node.
+// draFixture is a node laid out as the harness lays nodes out (WriteSysfs), with what the DRA
+// helpers read: /sys/bus/pci/devices/<BDF> links and the GPUs' device directories with numa_node.
 type draFixture struct {
 	Name string
 	Node *Node
@@ -69,38 +67,8 @@ func newDRAFixture(t *testing.T, xml string, edit func(*Node)) draFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := addKernelPCI(root, n); err != nil {
-		t.Fatal(err)
-	}
 	return draFixture{Name: strings.TrimSuffix(filepath.Base(xml), ".xml"), Node: n, Root: root, Sys: s,
 		Args: []string{"--topology-xml", xml, "--sysfs-root", root, "--dev-root", root, "--log-level", "warn"}}
-}
-
-// addKernelPCI adds the /sys/bus/pci/devices links of the node's HCAs and GPUs, relative as the
-// kernel makes them (../../../devices/pci0000:15/.../0000:1a:00.0), and the GPUs' directories.
-func addKernelPCI(root string, n *Node) error {
-	sys := filepath.Join(root, "sys")
-	link := func(pciRoot string, bridges []string, pci string) error {
-		dev := filepath.Join(append([]string{sys, "devices", pciRoot}, append(bridges, pci)...)...)
-		return symlink(dev, filepath.Join(sys, "bus", "pci", "devices", pci))
-	}
-	for _, h := range n.HCAs {
-		if err := link(h.PCIeRoot, h.Bridges, h.PCI); err != nil {
-			return err
-		}
-	}
-	for _, g := range n.GPUs {
-		dev := filepath.Join(append([]string{sys, "devices", g.PCIeRoot}, append(g.Bridges, g.PCI)...)...)
-		for f, c := range map[string]string{"numa_node": strconv.Itoa(g.NUMA), "vendor": "0x10de", "class": "0x030200"} {
-			if err := writeFile(filepath.Join(dev, f), c); err != nil {
-				return err
-			}
-		}
-		if err := link(g.PCIeRoot, g.Bridges, g.PCI); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // draXMLs are the nodes every DRA test runs on: dgx-h100-like, the two real machines' exports and

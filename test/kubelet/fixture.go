@@ -3,7 +3,7 @@ package kubelet
 import (
 	"encoding/xml"
 	"fmt"
-	"math/bits"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,17 +17,28 @@ import (
 // plugin all see one machine.
 type Node struct {
 	XML       string
-	NUMANodes []int
+	NUMANodes []int      // the NUMA nodes that have CPUs: the Topology Manager's machine
+	NUMA      []NUMANode // every NUMA node, CPU-less ones included, by ID
 	GPUs      []GPU
 	HCAs      []HCA
+}
+
+// NUMANode is one NUMA node of the fixture, decided as topology/internal/hwloc_tree.cc decides.
+type NUMANode struct {
+	ID      int
+	HasCPUs bool   // false: memory alone (GPU memory on Grace, MIG reserve, CXL, HBM)
+	CPUs    string // its cpuset as a kernel cpulist ("0-71"); "" when it has no CPUs
 }
 
 // GPU is one GPU of the fixture; its device-plugin ID is its PCI address.
 type GPU struct {
 	PCI      string
-	NUMA     int
+	NUMA     int      // the CPU NUMA node its locality names, -1 when none or several
 	PCIeRoot string   // pci0000:15
 	Bridges  []string // bridge BDFs from the root port down to the GPU's parent
+	Vendor   string   // 10de
+	Device   string   // 2330
+	Class    string   // 0302
 }
 
 // HCA is one RDMA device of the fixture, with what the sysfs layout needs.
@@ -56,17 +67,20 @@ type xmlInfo struct {
 }
 
 type xmlObject struct {
-	Type       string      `xml:"type,attr"`
-	Name       string      `xml:"name,attr"`
-	OSIndex    string      `xml:"os_index,attr"`
-	Nodeset    string      `xml:"nodeset,attr"`
-	BusID      string      `xml:"pci_busid,attr"`
-	PCIType    string      `xml:"pci_type,attr"`
-	OSDevType  string      `xml:"osdev_type,attr"`
-	BridgeType string      `xml:"bridge_type,attr"`
-	BridgePCI  string      `xml:"bridge_pci,attr"`
-	Infos      []xmlInfo   `xml:"info"`
-	Children   []xmlObject `xml:"object"`
+	Type           string      `xml:"type,attr"`
+	Name           string      `xml:"name,attr"`
+	Subtype        string      `xml:"subtype,attr"`
+	OSIndex        string      `xml:"os_index,attr"`
+	CPUSet         string      `xml:"cpuset,attr"`
+	CompleteCPUSet string      `xml:"complete_cpuset,attr"`
+	Nodeset        string      `xml:"nodeset,attr"`
+	BusID          string      `xml:"pci_busid,attr"`
+	PCIType        string      `xml:"pci_type,attr"`
+	OSDevType      string      `xml:"osdev_type,attr"`
+	BridgeType     string      `xml:"bridge_type,attr"`
+	BridgePCI      string      `xml:"bridge_pci,attr"`
+	Infos          []xmlInfo   `xml:"info"`
+	Children       []xmlObject `xml:"object"`
 }
 
 // LoadNode reads an hwloc 2 XML export.
@@ -82,11 +96,16 @@ func LoadNode(path string) (*Node, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	n := &Node{XML: path}
-	w := walker{node: n}
+	w := walker{node: n, cpuless: cpulessNodes(top.Objects)}
 	for _, o := range top.Objects {
-		w.walk(o, -1, "", nil)
+		w.walk(o, nil, "", nil)
 	}
-	sort.Ints(n.NUMANodes)
+	sort.Slice(n.NUMA, func(i, j int) bool { return n.NUMA[i].ID < n.NUMA[j].ID })
+	for _, m := range n.NUMA {
+		if m.HasCPUs {
+			n.NUMANodes = append(n.NUMANodes, m.ID)
+		}
+	}
 	sort.Slice(n.GPUs, func(i, j int) bool { return n.GPUs[i].PCI < n.GPUs[j].PCI })
 	sort.Slice(n.HCAs, func(i, j int) bool { return n.HCAs[i].PCI < n.HCAs[j].PCI })
 	if len(n.HCAs) == 0 {
@@ -95,25 +114,150 @@ func LoadNode(path string) (*Node, error) {
 	return n, nil
 }
 
-type walker struct{ node *Node }
-
-func singleNUMA(nodeset string) int {
-	v, err := strconv.ParseUint(strings.TrimPrefix(nodeset, "0x"), 16, 64)
-	if err != nil || bits.OnesCount64(v) != 1 {
-		return -1
-	}
-	return bits.TrailingZeros64(v)
+type walker struct {
+	node    *Node
+	cpuless map[int]bool // NUMA nodes without CPUs
 }
 
-func (w *walker) walk(o xmlObject, numa int, root string, bridges []string) {
+// bitmap parses an hwloc bitmap: "0x0000ffff,0xffffffff", 32-bit words most significant first.
+func bitmap(text string) *big.Int {
+	v := new(big.Int)
+	for _, word := range strings.Split(text, ",") {
+		w, err := strconv.ParseUint(strings.TrimPrefix(word, "0x"), 16, 32)
+		if err != nil {
+			return new(big.Int)
+		}
+		v.Lsh(v, 32).Or(v, new(big.Int).SetUint64(w))
+	}
+	return v
+}
+
+// cpulist spells a bitmap as the kernel's cpulist files do: "0-71", "0,2-3"; "" when empty.
+func cpulist(v *big.Int) string {
+	var parts []string
+	for i := 0; i < v.BitLen(); i++ {
+		if v.Bit(i) == 0 {
+			continue
+		}
+		j := i
+		for j+1 < v.BitLen() && v.Bit(j+1) == 1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(i))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", i, j))
+		}
+		i = j
+	}
+	return strings.Join(parts, ",")
+}
+
+// memoryOnlyKind reports whether hwloc's subtype of a NUMA node names memory that has no CPUs,
+// as topology/internal/hwloc_tree.cc's list does.
+func memoryOnlyKind(subtype string) bool {
+	switch subtype {
+	case "GPUMemory", "MCDRAM", "HBM", "NVM", "SPM":
+		return true
+	}
+	return strings.HasPrefix(subtype, "CXL-")
+}
+
+// numaObject is a NUMANode of the XML and where it hangs: the serials of the objects from the
+// root down to the object it is attached to.
+type numaObject struct {
+	id      int
+	cpus    *big.Int
+	kind    bool // memoryOnlyKind or an empty complete cpuset
+	parents []int
+}
+
+// cpulessNodes decides which NUMA nodes have no CPUs, by topology/internal/hwloc_tree.cc's rules:
+// an empty complete cpuset, a memory-only subtype (GPUMemory, ...), or a cpuset whose every CPU
+// belongs to NUMA nodes with CPUs attached deeper below its own parent (hwloc attaches a node
+// with CPUs to the smallest object holding them, and nodes' CPUs never overlap on Linux: one
+// attached higher over theirs was attached by something else, like the Machine for the nodes a
+// Grace GPU's driver keeps for MIG).
+func cpulessNodes(objects []xmlObject) map[int]bool {
+	var nodes []numaObject
+	serial := 0
+	var visit func(o xmlObject, parents []int)
+	visit = func(o xmlObject, parents []int) {
+		serial++
+		here := append(append([]int(nil), parents...), serial)
+		for _, c := range o.Children {
+			if c.Type != "NUMANode" {
+				visit(c, here)
+				continue
+			}
+			id, err := strconv.Atoi(c.OSIndex)
+			if err != nil {
+				continue
+			}
+			complete := c.CompleteCPUSet
+			if complete == "" {
+				complete = c.CPUSet
+			}
+			nodes = append(nodes, numaObject{id: id, cpus: bitmap(c.CPUSet), parents: here,
+				kind: memoryOnlyKind(c.Subtype) || bitmap(complete).Sign() == 0})
+		}
+	}
+	for _, o := range objects {
+		visit(o, nil)
+	}
+	out := map[int]bool{}
+	for _, n := range nodes {
+		if n.kind {
+			out[n.id] = true
+			continue
+		}
+		parent := n.parents[len(n.parents)-1]
+		below := new(big.Int)
+		for _, m := range nodes {
+			if m.kind || len(m.parents) <= len(n.parents) || m.parents[len(n.parents)-1] != parent {
+				continue
+			}
+			below.Or(below, m.cpus)
+		}
+		if n.cpus.Sign() != 0 && new(big.Int).AndNot(n.cpus, below).Sign() == 0 {
+			out[n.id] = true
+		}
+	}
+	return out
+}
+
+// cpuNUMA is the one NUMA node with CPUs in a nodeset (an object's locality), or -1.
+func (w *walker) cpuNUMA(nodeset *big.Int) int {
+	found := -1
+	for i := 0; i < nodeset.BitLen(); i++ {
+		if nodeset.Bit(i) == 0 || w.cpuless[i] {
+			continue
+		}
+		if found >= 0 {
+			return -1
+		}
+		found = i
+	}
+	return found
+}
+
+func (w *walker) walk(o xmlObject, nodeset *big.Int, root string, bridges []string) {
+	numa := -1
+	if nodeset != nil {
+		numa = w.cpuNUMA(nodeset)
+	}
 	switch o.Type {
 	case "NUMANode":
 		if id, err := strconv.Atoi(o.OSIndex); err == nil {
-			w.node.NUMANodes = append(w.node.NUMANodes, id)
+			m := NUMANode{ID: id, HasCPUs: !w.cpuless[id]}
+			if m.HasCPUs {
+				m.CPUs = cpulist(bitmap(o.CPUSet))
+			}
+			w.node.NUMA = append(w.node.NUMA, m)
 		}
 	case "Machine", "Package", "Group", "Die", "L3Cache", "L2Cache":
 		if o.Nodeset != "" {
-			numa = singleNUMA(o.Nodeset)
+			nodeset = bitmap(o.Nodeset)
 		}
 	case "Bridge":
 		if o.BridgeType == "0-1" || o.BusID == "" { // host bridge: bridge_pci="0000:[15-1b]"
@@ -127,7 +271,7 @@ func (w *walker) walk(o xmlObject, numa int, root string, bridges []string) {
 		w.pciDevice(o, numa, root, bridges)
 	}
 	for _, c := range o.Children {
-		w.walk(c, numa, root, bridges)
+		w.walk(c, nodeset, root, bridges)
 	}
 }
 
@@ -147,7 +291,9 @@ func (w *walker) pciDevice(o xmlObject, numa int, root string, bridges []string)
 		if gpuRoot == "" {
 			gpuRoot = "pci" + o.BusID[:7]
 		}
-		w.node.GPUs = append(w.node.GPUs, GPU{PCI: o.BusID, NUMA: numa, PCIeRoot: gpuRoot, Bridges: bridges})
+		device := strings.TrimPrefix(id, vendor+":")
+		w.node.GPUs = append(w.node.GPUs, GPU{PCI: o.BusID, NUMA: numa, PCIeRoot: gpuRoot,
+			Bridges: bridges, Vendor: vendor, Device: device, Class: class})
 	}
 	var hca *HCA
 	var netdevs []string
@@ -263,6 +409,9 @@ func (n *Node) HCAByPCI(pci string) (HCA, bool) {
 //	R/sys/class/infiniband_verbs/uverbsN -> ../../devices/.../infiniband_verbs/uverbsN
 //	R/sys/class/infiniband_mad/{umadN,issmN} -> ...
 //	R/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}  (regular files standing in for char devices)
+//	R/sys/devices/<pcie_root>/<bridge>/.../<gpu pci>/{numa_node,vendor,device,class}
+//	R/sys/bus/pci/devices/<pci> -> ../../../devices/.../<pci>  (every HCA and GPU)
+//	R/sys/devices/system/node/node<N>/cpulist  ("" for a NUMA node without CPUs)
 //
 // uverbs and umad/issm numbers are assigned in PCI-address order, as SysfsFixture::AddTopology
 // does with the snapshot's HCAs.
@@ -284,6 +433,9 @@ func WriteSysfs(root string, n *Node) (*Sysfs, error) {
 			return nil, err
 		}
 	}
+	if err := writeKernelPCI(root, n); err != nil {
+		return nil, err
+	}
 	misc := filepath.Join(root, "sys", "devices", "virtual", "misc", "rdma_cm")
 	if err := writeFile(filepath.Join(misc, "dev"), RdmaCmDev); err != nil {
 		return nil, err
@@ -292,6 +444,41 @@ func WriteSysfs(root string, n *Node) (*Sysfs, error) {
 		return nil, err
 	}
 	return s, writeFile(filepath.Join(root, "dev", "infiniband", "rdma_cm"), "")
+}
+
+// writeKernelPCI lays out what the kernel also shows of the node beside its RDMA devices, as
+// sim/sysfs_fixture.cc's AddTopology does: the GPUs' device directories, the /sys/bus/pci/devices
+// link of every HCA and GPU (relative, ../../../devices/pci0000:15/.../0000:1a:00.0) and the NUMA
+// nodes' cpulists.
+func writeKernelPCI(root string, n *Node) error {
+	sys := filepath.Join(root, "sys")
+	devDir := func(pciRoot string, bridges []string, pci string) string {
+		return filepath.Join(append([]string{sys, "devices", pciRoot}, append(bridges, pci)...)...)
+	}
+	for _, g := range n.GPUs {
+		dev := devDir(g.PCIeRoot, g.Bridges, g.PCI)
+		for f, c := range map[string]string{"numa_node": strconv.Itoa(g.NUMA), "vendor": "0x" + g.Vendor,
+			"device": "0x" + g.Device, "class": "0x" + g.Class + "00"} {
+			if err := writeFile(filepath.Join(dev, f), c); err != nil {
+				return err
+			}
+		}
+		if err := symlink(dev, filepath.Join(sys, "bus", "pci", "devices", g.PCI)); err != nil {
+			return err
+		}
+	}
+	for _, h := range n.HCAs {
+		if err := symlink(devDir(h.PCIeRoot, h.Bridges, h.PCI), filepath.Join(sys, "bus", "pci", "devices", h.PCI)); err != nil {
+			return err
+		}
+	}
+	for _, m := range n.NUMA {
+		cpus := filepath.Join(sys, "devices", "system", "node", fmt.Sprintf("node%d", m.ID), "cpulist")
+		if err := writeFile(cpus, m.CPUs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Device numbers the fixture gives the nodes, as the kernel numbers them: ib_uverbs and ib_umad

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,14 +43,19 @@ var otherNodes = []string{"32em64t-2n8c2t-pci-normalio.xml", "24em64t-2n6c2t-pci
 // quality replay uses beside dgx-h100-like.
 var syntheticNodes = []string{"two-level-switches", "four-numa", "fewer-hcas-than-gpus"}
 
-// allXMLs are the fixture XMLs the harness reads: dgx-h100-like, the real machines' and the
-// synthetic nodes.
+// graceNodes are test/data/gen_grace_nodes.py's nodes: a GB200 compute tray and a GH200 node
+// (CPU-less NUMA nodes of GPU memory, a PCI domain per root complex) and a POWER9 node whose
+// NUMA IDs are 0 and 8.
+var graceNodes = []string{"gb200-tray", "gh200", "power9-numa-0-8"}
+
+// allXMLs are the fixture XMLs the harness reads: dgx-h100-like, the real machines', the
+// synthetic and the Grace-class nodes.
 func allXMLs() []string {
 	xmls := []string{fixtureXML()}
 	for _, f := range otherNodes {
 		xmls = append(xmls, filepath.Join(repoRoot(), "test", "data", f))
 	}
-	for _, f := range syntheticNodes {
+	for _, f := range append(append([]string(nil), syntheticNodes...), graceNodes...) {
 		xmls = append(xmls, filepath.Join(repoRoot(), "test", "data", f+".xml"))
 	}
 	return xmls
@@ -249,22 +255,91 @@ func TestQualityNodes(t *testing.T) {
 			t.Errorf("%s: NUMA nodes, GPUs, HCAs = %v, want %v", f, got, want[f])
 		}
 	}
+	sameAsGenerator(t, "gen_quality_nodes.py", syntheticNodes)
+}
+
+// sameAsGenerator checks that test/data/<name>.xml is what the generator writes, for each name.
+func sameAsGenerator(t *testing.T, generator string, names []string) {
+	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("no python3: generated XMLs not compared with the generator")
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command(python, filepath.Join(repoRoot(), "test", "data", "gen_quality_nodes.py"), dir).CombinedOutput(); err != nil {
-		t.Fatalf("gen_quality_nodes.py: %v\n%s", err, out)
+	if out, err := exec.Command(python, filepath.Join(repoRoot(), "test", "data", generator), dir).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", generator, err, out)
 	}
-	for _, f := range syntheticNodes {
+	for _, f := range names {
 		committed, err1 := os.ReadFile(filepath.Join(repoRoot(), "test", "data", f+".xml"))
 		generated, err2 := os.ReadFile(filepath.Join(dir, f+".xml"))
 		if err1 != nil || err2 != nil {
 			t.Fatalf("%s: %v %v", f, err1, err2)
 		}
 		if string(committed) != string(generated) {
-			t.Errorf("test/data/%s.xml differs from what gen_quality_nodes.py writes: run it again", f)
+			t.Errorf("test/data/%s.xml differs from what %s writes: run it again", f, generator)
 		}
 	}
+}
+
+// The Grace-class nodes as the harness reads them: only the NUMA nodes with CPUs are the
+// machine's (the GPU memory and MIG nodes are not), every device's NUMA node is its socket's
+// CPU node, and devices that share bus:dev.fn 01:00.0 in different domains stay apart.
+func TestGraceNodes(t *testing.T) {
+	type want struct {
+		cpuNodes, allNodes []int
+		cpus               map[int]string
+		gpus, hcas         map[string]int // PCI address -> NUMA node
+	}
+	wants := map[string]want{
+		"gb200-tray": {[]int{0, 1}, []int{0, 1, 2, 3, 4, 5}, map[int]string{0: "0-71", 1: "72-143"},
+			map[string]int{"0008:01:00.0": 0, "0009:01:00.0": 0, "0018:01:00.0": 1, "0019:01:00.0": 1},
+			map[string]int{"0000:01:00.0": 0, "0002:01:00.0": 0, "0010:01:00.0": 1, "0012:01:00.0": 1}},
+		"gh200": {[]int{0}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, map[int]string{0: "0-71"},
+			map[string]int{"0009:01:00.0": 0},
+			map[string]int{"0000:01:00.0": 0, "0002:01:00.0": 0}},
+		"power9-numa-0-8": {[]int{0, 8}, []int{0, 8}, map[int]string{0: "0-63", 8: "64-127"},
+			map[string]int{"0004:01:00.0": 0, "0005:01:00.0": 0, "0034:01:00.0": 8, "0035:01:00.0": 8},
+			map[string]int{"0003:01:00.0": 0, "0033:01:00.0": 8}},
+	}
+	for _, f := range graceNodes {
+		n, err := LoadNode(filepath.Join(repoRoot(), "test", "data", f+".xml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := wants[f]
+		if fmt.Sprint(n.NUMANodes) != fmt.Sprint(w.cpuNodes) {
+			t.Errorf("%s: NUMA nodes with CPUs %v, want %v", f, n.NUMANodes, w.cpuNodes)
+		}
+		var all []int
+		for _, m := range n.NUMA {
+			all = append(all, m.ID)
+			if m.HasCPUs != (w.cpus[m.ID] != "") || m.CPUs != w.cpus[m.ID] {
+				t.Errorf("%s: NUMA node %d: %+v, want CPUs %q", f, m.ID, m, w.cpus[m.ID])
+			}
+		}
+		if fmt.Sprint(all) != fmt.Sprint(w.allNodes) {
+			t.Errorf("%s: NUMA nodes %v, want %v", f, all, w.allNodes)
+		}
+		got := map[string]int{}
+		for _, g := range n.GPUs {
+			got[g.PCI] = g.NUMA
+			if g.PCIeRoot != "pci"+g.PCI[:4]+":00" || len(g.Bridges) != 1 {
+				t.Errorf("%s: GPU %s under %s %v, want alone under its own root complex", f, g.PCI, g.PCIeRoot, g.Bridges)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(w.gpus) {
+			t.Errorf("%s: GPUs' NUMA nodes %v, want %v", f, got, w.gpus)
+		}
+		got = map[string]int{}
+		for _, h := range n.HCAs {
+			got[h.PCI] = h.NUMA
+			if h.PCIeRoot != "pci"+h.PCI[:4]+":00" {
+				t.Errorf("%s: %s under %s", f, h.Name, h.PCIeRoot)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(w.hcas) {
+			t.Errorf("%s: HCAs' NUMA nodes %v, want %v", f, got, w.hcas)
+		}
+	}
+	sameAsGenerator(t, "gen_grace_nodes.py", graceNodes)
 }

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
+#include "topology/internal/numa.h"
 #include "topology/internal/sysfs_util.h"
 
 extern char** environ;
@@ -102,16 +103,84 @@ std::vector<Bridge> ClassifyChain(const std::vector<hwloc_obj_t>& chain) {
   return out;
 }
 
-std::optional<int> NumaOf(hwloc_topology_t topo, hwloc_obj_t o) {
-  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, o);
-  if (!anc || !anc->nodeset || hwloc_bitmap_weight(anc->nodeset) != 1) return std::nullopt;
-  return hwloc_bitmap_first(anc->nodeset);
+struct BitmapDeleter {
+  void operator()(hwloc_bitmap_t b) const { hwloc_bitmap_free(b); }
+};
+using Bitmap = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
+
+// The ids of a nodeset, ascending.
+std::vector<int> Ids(hwloc_const_bitmap_t set) {
+  std::vector<int> out;
+  if (set == nullptr || hwloc_bitmap_weight(set) < 0) return out;  // infinite: nothing to name
+  for (int id = hwloc_bitmap_first(set); id >= 0; id = hwloc_bitmap_next(set, id)) {
+    out.push_back(id);
+  }
+  return out;
 }
 
-PciPlacement PlacementOf(hwloc_topology_t topo, hwloc_obj_t dev) {
+std::vector<int> LocalityOf(hwloc_topology_t topo, hwloc_obj_t o) {
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, o);
+  return anc ? Ids(anc->nodeset) : std::vector<int>{};
+}
+
+bool StrictlyBelow(hwloc_obj_t obj, hwloc_obj_t ancestor) {
+  for (hwloc_obj_t p = obj ? obj->parent : nullptr; p; p = p->parent) {
+    if (p == ancestor) return true;
+  }
+  return false;
+}
+
+// HwlocTree::numa_nodes (see there for the rules).
+std::vector<NumaNode> NumaNodesOf(hwloc_topology_t topo) {
+  std::vector<hwloc_obj_t> objs;
+  for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n));) {
+    objs.push_back(n);
+  }
+  std::vector<char> memory_only(objs.size(), 0);
+  for (std::size_t i = 0; i < objs.size(); ++i) {
+    const hwloc_obj_t n = objs[i];
+    const hwloc_const_bitmap_t complete = n->complete_cpuset ? n->complete_cpuset : n->cpuset;
+    memory_only[i] = complete == nullptr || hwloc_bitmap_iszero(complete) ||
+                     (n->subtype != nullptr && IsMemoryOnlyKind(n->subtype));
+  }
+  std::vector<NumaNode> out;
+  out.reserve(objs.size());
+  Bitmap below(hwloc_bitmap_alloc());
+  for (std::size_t i = 0; i < objs.size(); ++i) {
+    const hwloc_obj_t n = objs[i];
+    NumaNode node;
+    node.id = static_cast<int>(n->os_index);
+    bool cpuless = memory_only[i] != 0;
+    if (!cpuless && n->cpuset != nullptr && !hwloc_bitmap_iszero(n->cpuset)) {
+      hwloc_bitmap_zero(below.get());
+      for (std::size_t j = 0; j < objs.size(); ++j) {
+        if (memory_only[j] || objs[j]->cpuset == nullptr ||
+            !StrictlyBelow(objs[j], n->parent) || objs[j]->parent == n->parent) {
+          continue;
+        }
+        hwloc_bitmap_or(below.get(), below.get(), objs[j]->cpuset);
+      }
+      cpuless = hwloc_bitmap_isincluded(n->cpuset, below.get());
+    }
+    node.has_cpus = !cpuless;
+    if (node.has_cpus) {
+      char* list = nullptr;
+      if (hwloc_bitmap_list_asprintf(&list, n->cpuset) >= 0 && list != nullptr) node.cpus = list;
+      std::free(list);
+    } else if (n->subtype != nullptr) {
+      node.memory_kind = n->subtype;
+    }
+    out.push_back(std::move(node));
+  }
+  return out;
+}
+
+PciPlacement PlacementOf(hwloc_topology_t topo, hwloc_obj_t dev, const std::vector<int>& cpuless,
+                         std::vector<int>* locality) {
   PciPlacement place;
   place.pci = BusId(dev->attr->pcidev);
-  place.numa = NumaOf(topo, dev);
+  *locality = LocalityOf(topo, dev);
+  place.numa = DeviceNuma(std::nullopt, *locality, cpuless);
   place.bridges_known = true;
   thread_local std::vector<hwloc_obj_t> up;  // reused: one per PCI function of every discovery
   up.clear();
@@ -394,14 +463,13 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
   HwlocTree tree;
   tree.pci.reserve(static_cast<std::size_t>(
       std::max(0, hwloc_get_nbobjs_by_type(raw, HWLOC_OBJ_PCI_DEVICE))));
-  for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(raw, HWLOC_OBJ_NUMANODE, n));) {
-    tree.numa_nodes.push_back(static_cast<int>(n->os_index));
-  }
+  tree.numa_nodes = NumaNodesOf(raw);
+  const std::vector<int> cpuless = CpulessIds(tree.numa_nodes);
   // Each PCI function's placement is computed once; an OS device's parent finds its own through
   // userdata (the topology is ours and dies with this call).
   for (hwloc_obj_t d = nullptr; (d = hwloc_get_next_pcidev(raw, d));) {
     HwlocPciDevice dev;
-    dev.place = PlacementOf(raw, d);
+    dev.place = PlacementOf(raw, d, cpuless, &dev.locality);
     dev.class_id = d->attr->pcidev.class_id;
     dev.vendor = d->attr->pcidev.vendor_id;
     dev.device = d->attr->pcidev.device_id;
@@ -413,8 +481,11 @@ absl::StatusOr<HwlocTree> LoadHwlocTree(const std::string& xml, const std::strin
     hwloc_obj_t parent = os->parent;
     if (!parent || parent->type != HWLOC_OBJ_PCI_DEVICE) continue;  // not a PCI function
     const auto index = reinterpret_cast<std::size_t>(parent->userdata);
-    tree.openfabrics.push_back(HcaFromOsdev(
-        os, parent, index > 0 ? tree.pci[index - 1].place : PlacementOf(raw, parent)));
+    std::vector<int> locality;
+    const PciPlacement place = index > 0 ? tree.pci[index - 1].place
+                                         : PlacementOf(raw, parent, cpuless, &locality);
+    tree.openfabrics.push_back(HcaFromOsdev(os, parent, place));
+    tree.openfabrics_locality.push_back(index > 0 ? tree.pci[index - 1].locality : locality);
   }
   return tree;
 }

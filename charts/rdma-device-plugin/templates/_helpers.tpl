@@ -121,12 +121,16 @@ readiness probe (.ready) also wants the kubelet to have registered the driver. 1
 {{- end }}
 {{- end }}
 
-{{/* A DaemonSet's maxSurge would start the new pod beside the old one on one socket. */}}
+{{/*
+In device-plugin mode a DaemonSet's maxSurge would start the new pod beside the old one on one
+socket. The DRA driver hands over instead (docs/dra.md, "Upgrades"): the new pod asks, the old
+one stops serving and releases the plugin directory.
+*/}}
 {{- define "rdp.validate" -}}
 {{- $rolling := .Values.updateStrategy.rollingUpdate | default dict }}
 {{- $surge := toString (get $rolling "maxSurge" | default 0) }}
-{{- if not (has $surge (list "0" "0%")) }}
-{{- fail (printf "updateStrategy.rollingUpdate.maxSurge must be 0 (got %s): two plugin pods on one node would share one socket" $surge) }}
+{{- if and (ne .Values.driver "dra") (not (has $surge (list "0" "0%"))) }}
+{{- fail (printf "updateStrategy.rollingUpdate.maxSurge must be 0 (got %s) with driver: deviceplugin: two plugin pods on one node would share one socket (driver: dra hands over and allows it)" $surge) }}
 {{- end }}
 {{- if not .Values.modes }}
 {{- fail "modes is empty: list shared, exclusive or both" }}

@@ -74,23 +74,27 @@ func draNodeSlices(t *testing.T, node, mode string, discovery []string) []resour
 	return list.Items
 }
 
-// chartDeviceClass is the DeviceClass the chart installs in DRA mode, rendered by helm.
-func chartDeviceClass(t *testing.T, h *helm) *resourcev1.DeviceClass {
+// chartDeviceClasses are the DeviceClasses the chart installs in DRA mode, rendered by helm:
+// hca.<driver> (every HCA, for claims) and hca-exclusive.<driver> (the extended resource).
+func chartDeviceClasses(t *testing.T, h *helm) []*resourcev1.DeviceClass {
 	t.Helper()
 	out := h.must("template", "rdp", h.chart, "--set", "image.repository="+testRepository,
 		"--set", "driver=dra", "--show-only", "templates/dra.yaml")
+	var classes []*resourcev1.DeviceClass
 	for _, doc := range strings.Split(out, "\n---") {
 		var class resourcev1.DeviceClass
 		if err := yaml.Unmarshal([]byte(doc), &class); err == nil && class.Kind == "DeviceClass" {
-			return &class
+			classes = append(classes, &class)
 		}
 	}
-	t.Fatalf("the chart renders no DeviceClass in DRA mode:\n%s", out)
-	return nil
+	if len(classes) != 2 {
+		t.Fatalf("the chart renders %d DeviceClasses in DRA mode, want 2:\n%s", len(classes), out)
+	}
+	return classes
 }
 
 // draControlPlane starts a control plane with the Ready nodes given (no rdma/hca capacity: DRA
-// serves them) and the DeviceClass the chart installs in DRA mode.
+// serves them) and the DeviceClasses the chart installs in DRA mode.
 func draControlPlane(t *testing.T, nodes ...string) *ControlPlane {
 	t.Helper()
 	helmBinary(t)
@@ -98,9 +102,10 @@ func draControlPlane(t *testing.T, nodes ...string) *ControlPlane {
 	for _, n := range nodes {
 		addDRANode(t, cp.Client, n)
 	}
-	class := chartDeviceClass(t, newHelm(t, cp))
-	if _, err := cp.Client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("DeviceClass: %v", err)
+	for _, class := range chartDeviceClasses(t, newHelm(t, cp)) {
+		if _, err := cp.Client.ResourceV1().DeviceClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("DeviceClass %s: %v", class.Name, err)
+		}
 	}
 	return cp
 }
@@ -183,4 +188,75 @@ func TestDRAExtendedResource(t *testing.T) {
 		}
 		t.Logf("%s: node %s, claim %s, devices %v", tc.pod, p.Spec.NodeName, claimName, seen)
 	}
+}
+
+// TestDRASharedNodeServesNoExtendedResource: a device-plugin shared unit of rdma/hca gives every
+// HCA of the node; one DRA device is one HCA. Through the chart's DeviceClass a pod that asked
+// rdma/hca: 1 on a shared-mode node was allocated one HCA and ran on 1 of 8 (NCCL silently
+// slower). The extended resource now selects exclusive-mode devices only: on a node of shared
+// mode alone such a pod is unschedulable, by the real scheduler, and a claim with
+// allocationMode: All through hca.<driver> gets every HCA there.
+func TestDRASharedNodeServesNoExtendedResource(t *testing.T) {
+	const node = "dra-shared"
+	cp := draControlPlane(t, node)
+	c := cp.Client
+	ctx := context.Background()
+	slices := draNodeSlices(t, node, "shared", draFixtureNode(t, "dgx-h100-like.xml"))
+	devices := 0
+	for i := range slices {
+		devices += len(slices[i].Spec.Devices)
+		if _, err := c.ResourceV1().ResourceSlices().Create(ctx, &slices[i], metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create slice %s: %v", slices[i].Name, err)
+		}
+	}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, rdmaPod("one-unit", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settle, "one-unit unschedulable", func(ctx context.Context) (bool, string, error) {
+		p, err := c.CoreV1().Pods("default").Get(ctx, "one-unit", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if p.Spec.NodeName != "" {
+			return false, "", fmt.Errorf("bound to %s: a shared node served rdma/hca: 1 with one HCA", p.Spec.NodeName)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && cond.Reason == v1.PodReasonUnschedulable {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
+	})
+
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "every-hca", Namespace: "default"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "hca", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "hca." + draDriver,
+				AllocationMode: resourcev1.DeviceAllocationModeAll}}}}},
+	}
+	if _, err := c.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "every-hca", Namespace: "default"},
+		Spec: v1.PodSpec{
+			Containers: []v1.Container{{Name: "c", Image: "localhost/x",
+				Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "hcas"}}}}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "hcas", ResourceClaimName: &claim.Name}},
+		},
+	}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settle, "every-hca allocated every HCA of the shared node", func(ctx context.Context) (bool, string, error) {
+		got, err := c.ResourceV1().ResourceClaims("default").Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if got.Status.Allocation == nil {
+			return false, "not allocated", nil
+		}
+		n := len(got.Status.Allocation.Devices.Results)
+		return n == devices, fmt.Sprintf("%d of %d devices", n, devices), nil
+	})
 }

@@ -734,12 +734,20 @@ func TestHelmControlPlaneDRA(t *testing.T) {
 		}
 		return ""
 	})
-	class, err := c.ResourceV1().DeviceClasses().Get(ctx, "hca.rdma.network.alibabacloud.com", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("DeviceClass: %v", err)
-	}
-	if class.Spec.ExtendedResourceName == nil || *class.Spec.ExtendedResourceName != "rdma/hca" {
-		t.Errorf("DeviceClass extendedResourceName = %v, want rdma/hca", class.Spec.ExtendedResourceName)
+	// hca.<driver> for claims (every HCA); hca-exclusive.<driver> carries the extended resource
+	// (exclusive-mode HCAs only: docs/dra.md, "Shared mode").
+	for name, want := range map[string]string{"hca.rdma.network.alibabacloud.com": "", "hca-exclusive.rdma.network.alibabacloud.com": "rdma/hca"} {
+		class, err := c.ResourceV1().DeviceClasses().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("DeviceClass %s: %v", name, err)
+		}
+		got := ""
+		if class.Spec.ExtendedResourceName != nil {
+			got = *class.Spec.ExtendedResourceName
+		}
+		if got != want {
+			t.Errorf("DeviceClass %s extendedResourceName = %q, want %q", name, got, want)
+		}
 	}
 	sa := "system:serviceaccount:kube-system:rdp-rdma-device-plugin"
 	for _, tc := range []struct {
