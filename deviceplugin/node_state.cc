@@ -573,7 +573,7 @@ void NodeState::AddAllocationFile(hca::ContainerAllocation& allocation) const {
     written = serving::WriteFileAtomically(path, allocation.file, 0644);
   }
   if (!written.ok()) {
-    Log()->error("Allocate: {}: the container gets no {}", written.message(),
+    Log()->error("Allocate: {}: the container gets no {}", std::string(written.message()),
                  hca::kAllocationFile);
     return;
   }

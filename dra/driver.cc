@@ -1,8 +1,6 @@
 #include "dra/driver.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <system_error>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -531,7 +529,7 @@ std::optional<std::string> Driver::AllocationFile(const std::string& content) co
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) return path;
   if (absl::Status s = serving::WriteFileAtomically(path, content, 0644); !s.ok()) {
-    Log()->error("{}: containers get no {}", s.message(), hca::kAllocationFile);
+    Log()->error("{}: containers get no {}", std::string(s.message()), hca::kAllocationFile);
     return std::nullopt;
   }
   return path;

@@ -396,8 +396,8 @@ TEST_F(PluginServerTest, SameHcasSameValuesAndOneAllocationFile) {
   ASSERT_EQ(response.container_responses_size(), 3);
   const auto& a = response.container_responses(0);
   const auto& b = response.container_responses(1);
-  EXPECT_EQ(std::map<std::string, std::string>(a.envs().begin(), a.envs().end()),
-            std::map<std::string, std::string>(b.envs().begin(), b.envs().end()));
+  using Envs = std::map<std::string, std::string>;
+  EXPECT_EQ(Envs(a.envs().begin(), a.envs().end()), Envs(b.envs().begin(), b.envs().end()));
   ASSERT_EQ(a.mounts_size(), 1);
   ASSERT_EQ(b.mounts_size(), 1);
   EXPECT_EQ(a.mounts(0).container_path(), "/etc/rdma/allocation.json");
@@ -422,7 +422,7 @@ TEST_F(PluginServerTest, SameHcasSameValuesAndOneAllocationFile) {
 TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
   auto card = [](const std::string& name, const std::string& pci, const std::string& netdev,
                  std::vector<sim::FixtureGid> gids) {
-    sim::FixtureHca h = FixtureCard(name, pci, 0, "pci0000:" + pci.substr(5, 2));
+    sim::FixtureHca h = testing::FixtureCard(name, pci, 0, "pci0000:" + pci.substr(5, 2));
     h.ports[0].link_layer = "Ethernet";
     h.ports[0].gids = std::move(gids);
     h.umad = false;
