@@ -42,6 +42,7 @@ KNOWN_FLAGS = {
     "--pod-resources-socket", "--sysfs-root", "--dev-root", "--proc-root", "--topology-xml",
     "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
+    "--allocation-dir",
 }
 
 # The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
@@ -52,7 +53,7 @@ KNOWN_NRI_FLAGS = {"--nri-socket", "--memlock", "--nri-plugin-name", "--nri-plug
 KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
-    "--gpu-vendors", "--metrics-address", "--proc-root",
+    "--gpu-vendors", "--metrics-address", "--proc-root", "--allocation-dir",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
