@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
 #include "cmd/dra_cmd.h"
+#include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
@@ -57,7 +58,7 @@ struct DraFlags {
   std::string mode = "exclusive";
   std::string health_interval = "5s";
   std::string resync = "30s";
-  std::string metrics_address;  // empty: no metrics endpoint
+  MetricsFlags metrics;
   std::string proc_root = "/";  // GPUDirect RDMA's signals (/proc/modules, /proc/driver/nvidia)
   std::string allocation_dir;   // /etc/rdma/allocation.json's host files; empty: none
   // dra prepare-local
@@ -99,6 +100,7 @@ struct Resolved {
   absl::Duration resync;
   dra::DriverConfig driver;
   dra::DraServerConfig server;
+  metrics::HttpOptions metrics;
 };
 
 absl::StatusOr<Resolved> Resolve(DraFlags& f) {
@@ -111,6 +113,9 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
   if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   r.mode = *mode;
+  absl::StatusOr<metrics::HttpOptions> http = f.metrics.Options();
+  if (!http.ok()) return http.status();
+  r.metrics = *http;
   for (auto [flag, text, out] : {std::make_tuple("--health-interval", &f.health_interval,
                                                  &r.health_interval),
                                  std::make_tuple("--slice-resync", &f.resync, &r.resync)}) {
@@ -268,6 +273,7 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
 // from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
 // driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
 std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env,
+                             metrics::PortCounterCache& counters,
                              bool registered, const dra::SliceSync::Status& sync,
                              std::map<std::string, std::uint64_t> dropped) {
   metrics::NodeMetricsInput in;
@@ -283,7 +289,7 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
     in.hcas.push_back(std::move(health));
   }
   metrics::Exposition out;
-  metrics::WriteNodeMetrics(in, env, out);
+  metrics::WriteNodeMetrics(in, env, counters, out);
   using Type = metrics::Exposition::Type;
   out.Family("rdma_device_plugin_dra_registered",
              "1 while the kubelet has the DRA driver registered (its last NotifyRegistrationStatus)",
@@ -429,26 +435,31 @@ int Serve(const DraFlags& f, const Resolved& r) {
     absl::Status s = server.Wait(signals);
     if (!absl::IsAborted(s)) return s;
     // Another instance asks for the plugin directory (an upgrade with maxSurge, a relabel): stop
-    // serving (the kubelet unregisters us; calls in flight finish) and publishing, release the
-    // lock, and idle until stopped: exiting now would only have the kubelet restart this
+    // serving (the kubelet unregisters us; calls in flight finish), release the lock, stop
+    // publishing, and idle until stopped: exiting now would only have the kubelet restart this
     // container, which would then ask the new instance to hand back.
     const absl::Time asked = absl::Now();
-    stop();
+    server.Stop();  // calls in flight finish: nothing writes the checkpoint or a CDI spec after
     handed_over = true;
-    node.lock.reset();
-    Log()->info("handed over in {}: not serving; waiting to be stopped",
-                absl::FormatDuration(absl::Now() - asked));
+    node.lock.reset();  // the new instance goes on from here
+    Log()->info("handed over in {}: not serving", absl::FormatDuration(absl::Now() - asked));
+    // Then publishing: a publish in flight ends within its timeout (the new instance's watch
+    // repairs what it wrote), and the health poll.
+    stop();
+    Log()->info("not publishing either; waiting to be stopped");
     serving::FatalLatch idle;  // never raised: waits for the stop signal alone
     return idle.Wait(signals);
   };
   run.stop = stop;
   run.stopped = absl::StrCat("stopped; removed ", r.server.RegistrationSocket(), " and ",
                              r.server.DraSocket());
-  run.metrics_address = f.metrics_address;
+  run.metrics = r.metrics;
   run.node = env;
-  run.render_metrics = [&r, snapshot, env, &server, &sync, &publisher, &handed_over] {
-    return RenderDraMetrics(r, snapshot->Current(), *env, server.registered() && !handed_over,
-                            sync.status(), publisher.DroppedCounts());
+  auto counters = std::make_shared<metrics::PortCounterCache>();
+  run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher, &handed_over] {
+    return RenderDraMetrics(r, snapshot->Current(), *env, *counters,
+                            server.registered() && !handed_over, sync.status(),
+                            publisher.DroppedCounts());
   };
   run.health = [&server, &sync, &handed_over]() -> absl::Status {
     if (handed_over) {
@@ -516,9 +527,7 @@ void AddDraServeFlags(CLI::App* dra) {
                   "How often the HCAs are discovered again (health as device taints, hotplug)")
       ->envname("RDP_HEALTH_INTERVAL")
       ->capture_default_str();
-  dra->add_option("--metrics-address", f->metrics_address,
-                  "Serve /metrics and /healthz on HOST:PORT (docs/metrics.md); empty: off")
-      ->envname("RDP_METRICS_ADDRESS");
+  f->metrics.Register(dra);
   dra->add_option("--proc-root", f->proc_root,
                   "Root under which proc/ is read (GPUDirect RDMA: modules, driver/nvidia)")
       ->envname("RDP_PROC_ROOT")

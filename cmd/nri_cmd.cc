@@ -46,7 +46,7 @@ int RunNri(const NriFlags& f) {
   run.wait = [&plugin](int signals) { return plugin.Wait(signals); };
   run.stop = [&plugin] { plugin.Stop(); };
   run.stopped = "stopped; disconnected from " + f.config.socket_path;
-  run.metrics_address = f.metrics_address;
+  run.metrics.address = f.metrics_address;
   run.render_metrics = [&metrics] {
     metrics::Exposition out;
     metrics.Write(out);

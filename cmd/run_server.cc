@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
 #include "metrics/http_server.h"
+#include "metrics/metrics.h"
 #include "serving/stop_signals.h"
 #include "topology/gpudirect.h"
 
@@ -22,27 +23,36 @@ int RunServer(const ServerRun& run) {
     log->error("cannot start: signalfd: {}", std::strerror(errno));
     return 1;
   }
-  if (absl::Status s = run.start(); !s.ok()) {
-    log->error("cannot start: {}", s.ToString());
-    run.stop();
-    ::close(signals);
-    return 1;
-  }
-  if (run.node) log->info("{}", topology::ReadGpuDirect(*run.node).Summary());
-  // Scrapes run on the HTTP server's threads and read the door through snapshots.
+  // Scrapes run on the HTTP server's threads and read the door through snapshots. The port is
+  // taken first: one in use ends the run before anything registered.
   std::unique_ptr<metrics::MetricsHttpServer> endpoint;
-  if (!run.metrics_address.empty()) {
-    auto started = metrics::MetricsHttpServer::Start(run.metrics_address, run.render_metrics,
-                                                      run.health);
+  if (!run.metrics.address.empty()) {
+    const std::string subcommand = run.logger == "server" ? "serve" : run.logger;
+    auto render = [&run, subcommand] {
+      metrics::Exposition out;
+      out.Family(metrics::Name("build_info"),
+                 "The running build: its version and subcommand. Always 1.",
+                 metrics::Exposition::Type::kInfo);
+      out.Sample({{"version", RDP_VERSION}, {"subcommand", subcommand}}, 1);
+      return out.Take() + run.render_metrics();
+    };
+    auto started = metrics::MetricsHttpServer::Start(run.metrics, render, run.health);
     if (!started.ok()) {
       log->error("cannot start: {}", std::string(started.status().message()));
-      run.stop();
       ::close(signals);
       return kExitUsage;
     }
     endpoint = std::move(*started);
     log->info("metrics: serving on {}", endpoint->address());
   }
+  if (absl::Status s = run.start(); !s.ok()) {
+    log->error("cannot start: {}", s.ToString());
+    endpoint.reset();
+    run.stop();
+    ::close(signals);
+    return 1;
+  }
+  if (run.node) log->info("{}", topology::ReadGpuDirect(*run.node).Summary());
   const absl::Status why = run.wait(signals);
   if (why.ok()) log->info("{} received: stopping", serving::ReadStopSignal(signals));
   ::close(signals);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "metrics/http_server.h"
 #include "base/env.h"
 
 namespace rdp::cmd {
@@ -22,9 +23,10 @@ struct ServerRun {
   std::function<void()> stop;
   // The line logged once stopped ("stopped; removed ...").
   std::string stopped;
-  // --metrics-address (empty: no endpoint) and what a scrape returns, called on the endpoint's
-  // threads: it must never wait on what a kubelet RPC holds.
-  std::string metrics_address;
+  // The metrics endpoint (address empty: none) and what a scrape returns beside build_info,
+  // called on the endpoint's threads, from before `start` (it must answer then too) until after
+  // `stop`: it must never wait on what a kubelet RPC holds.
+  metrics::HttpOptions metrics;
   std::function<std::string()> render_metrics;
   // The node's trees (not owned; null: none): once started, the GPUDirect RDMA line is logged
   // from them (topology::ReadGpuDirect).
@@ -33,10 +35,12 @@ struct ServerRun {
   std::function<absl::Status()> health;
 };
 
-// Blocks SIGTERM and SIGINT (before any thread starts), starts `run`, serves its metrics, waits,
+// Blocks SIGTERM and SIGINT (before any thread starts), listens for metrics, starts `run`, waits,
 // stops. Returns the exit code: 0 after a stop signal; 1 when it could not start or a background
 // thread could not go on (so that the kubelet restarts the pod rather than it serving stale
-// state); kExitUsage when the metrics endpoint cannot listen on its address.
+// state); kExitUsage when the metrics endpoint cannot listen on its address, before anything
+// started (a plugin that registered and then exited would be restarted into a loop of
+// registrations).
 int RunServer(const ServerRun& run);
 
 }  // namespace rdp::cmd

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/plugin_server.h"
@@ -27,13 +28,13 @@ struct ServeFlags {
   std::string health_interval = "5s";
   std::string admission_window = "10s";
   std::string gpu_resources = "nvidia.com/gpu,amd.com/gpu";
-  std::string metrics_address;  // empty: no metrics endpoint
+  MetricsFlags metrics;
 };
 
 // What Serve() needs beside the Config.
 struct Resolved {
   deviceplugin::Config config;
-  std::string metrics_address;
+  metrics::HttpOptions metrics;
 };
 
 absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag,
@@ -74,12 +75,9 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
     if (::gethostname(host, sizeof(host) - 1) == 0) c.node_name = host;
   }
   if (absl::Status s = deviceplugin::Validate(c); !s.ok()) return s;
-  if (!f.metrics_address.empty()) {
-    if (auto parsed = metrics::ParseListenAddress(f.metrics_address); !parsed.ok()) {
-      return parsed.status();
-    }
-  }
-  return Resolved{c, f.metrics_address};
+  absl::StatusOr<metrics::HttpOptions> http = f.metrics.Options();
+  if (!http.ok()) return http.status();
+  return Resolved{c, *http};
 }
 
 int Serve(const Resolved& resolved) {
@@ -93,7 +91,7 @@ int Serve(const Resolved& resolved) {
   run.wait = [&plugin](int signals) { return plugin.Wait(signals); };
   run.stop = [&plugin] { plugin.Stop(); };
   run.stopped = "stopped; removed " + config.SocketPath();
-  run.metrics_address = resolved.metrics_address;
+  run.metrics = resolved.metrics;
   // NodeState::WriteMetrics reads a snapshot: the kubelet's RPCs never wait for a scrape.
   run.render_metrics = [&plugin] {
     metrics::Exposition out;
@@ -165,10 +163,7 @@ void AddServeCommand(CLI::App& app) {
                   "How recently a container must have got its GPUs to count as being admitted")
       ->envname("RDP_ADMISSION_WINDOW")
       ->capture_default_str();
-  sub->add_option("--metrics-address", f->metrics_address,
-                  "HOST:PORT to serve Prometheus metrics (/metrics) and /healthz on, e.g. "
-                  ":9402 or 127.0.0.1:0 (an ephemeral port, logged); empty: off")
-      ->envname("RDP_METRICS_ADDRESS");
+  f->metrics.Register(sub);
   sub->callback([f] {
     absl::StatusOr<Resolved> config = Resolve(*f);
     if (!config.ok()) {

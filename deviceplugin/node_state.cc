@@ -109,6 +109,8 @@ NodeSources DefaultSources(const Config& config) {
 NodeState::NodeState(Config config, NodeSources sources)
     : config_(std::move(config)),
       sources_(WithEnv(std::move(sources), config_)),
+      port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
+                                                        sources_.now}),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 NodeState::~NodeState() {
@@ -600,7 +602,7 @@ metrics::NodeMetricsInput NodeState::MetricsInput() const {
 
 void NodeState::WriteMetrics(metrics::Exposition& out) const {
   metrics_.Write(out);
-  metrics::WriteNodeMetrics(MetricsInput(), *sources_.env, out);
+  metrics::WriteNodeMetrics(MetricsInput(), *sources_.env, port_counters_, out);
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,

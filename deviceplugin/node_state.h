@@ -177,6 +177,7 @@ class NodeState {
   // Registrations counted when the latest successful List began.
   std::atomic<std::uint64_t> last_list_registrations_{0};
   mutable PluginMetrics metrics_;
+  mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);

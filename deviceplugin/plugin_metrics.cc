@@ -64,11 +64,10 @@ void PluginMetrics::Write(metrics::Exposition& out) const {
              metrics::Exposition::Type::kCounter);
   for (int i = 0; i < kRpcCount; ++i) {
     for (int code = 1; code < kCodes; ++code) {
-      const std::uint64_t n = rpc_errors_[i][code].value();
-      if (n > 0) {
-        out.Sample({{"method", RpcName(static_cast<Rpc>(i))}, {"code", kCodeNames[code]}},
-                   static_cast<double>(n));
-      }
+      // Every series from the start, zeros included: rate() and increase() see the first
+      // error of a series that already exists.
+      out.Sample({{"method", RpcName(static_cast<Rpc>(i))}, {"code", kCodeNames[code]}},
+                 static_cast<double>(rpc_errors_[i][code].value()));
     }
   }
   out.Family(Name("allocation_alignment_total"),

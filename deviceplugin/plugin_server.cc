@@ -221,9 +221,17 @@ bool PluginServer::DrainInotify() {
   bool lost_watch = false;
   const std::uint64_t kubelet_id = kubelet_id_;
   const std::uint64_t socket_id = socket_id_;
-  serving::ReadInotifyEvents(kubelet_inotify_, [&](std::uint32_t mask, const std::string& name) {
-    Log()->debug("inotify: {} mask={:#x}", name.empty() ? config_.kubelet_dir : name, mask);
-    if (mask & IN_IGNORED) lost_watch = true;  // the directory itself went away
+  const int watch = kubelet_watch_;
+  serving::ReadInotifyEvents(kubelet_inotify_, [&](const serving::InotifyEvent& ev) {
+    const std::uint32_t mask = ev.mask;
+    const std::string& name = ev.name;
+    Log()->debug("inotify: {} wd={} mask={:#x}", name.empty() ? config_.kubelet_dir : name, ev.wd,
+                 mask);
+    // The directory we watch went away. The IN_IGNORED of a watch replaced earlier (a directory
+    // seen replaced is watched again at once, and inotify_rm_watch queues one) is no news: that
+    // replacement was a restart already, and taking it for a new one re-registered under the
+    // kubelet's calls.
+    if ((mask & IN_IGNORED) && ev.wd == watch) lost_watch = true;
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst
     if (name == "kubelet.sock" && (mask & (IN_CREATE | IN_MOVED_TO)) &&
         serving::FileId(config_.KubeletSocketPath()) != kubelet_id) {
@@ -257,8 +265,7 @@ void PluginServer::LifecycleLoop() {
     // The watch must be on the directory that is there now: re-watch one that came back or was
     // replaced (that is a restart: whatever happened in it was not seen). A directory removed
     // and made again may get the old one's inode number, so a lost watch alone says it too.
-    if ((kubelet_watch_ < 0 || serving::DirId(config_.kubelet_dir) != watched_dir_) &&
-        WatchKubeletDir()) {
+    if (!WatchingKubeletDir() && WatchKubeletDir()) {
       restart = true;
     }
     // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
@@ -290,6 +297,19 @@ void PluginServer::LifecycleLoop() {
       }
     }
     if (!registered && !need_serve && absl::Now() >= next_register) {
+      // Never registered without a watch on the directory served in: registered, only an event
+      // wakes this thread. The directory may have come back between the check above and Serve
+      // (a kubelet re-creating it), and what happened in it before the watch was not seen: our
+      // socket must still be there.
+      if (!WatchingKubeletDir() && !WatchKubeletDir()) {
+        next_register = absl::Now() + backoff;
+        backoff = std::min(backoff * 2, config_.register_backoff_max);
+        continue;
+      }
+      if (serving::FileId(config_.SocketPath()) != socket_id_) {
+        need_serve = true;
+        continue;
+      }
       registered = TryRegister();
       if (!registered) {
         next_register = absl::Now() + backoff;
@@ -297,6 +317,10 @@ void PluginServer::LifecycleLoop() {
       }
     }
   }
+}
+
+bool PluginServer::WatchingKubeletDir() const {
+  return kubelet_watch_ >= 0 && serving::DirId(config_.kubelet_dir) == watched_dir_;
 }
 
 bool PluginServer::WatchKubeletDir() {
@@ -342,9 +366,10 @@ bool PluginServer::DrainPodsInotify() {
       std::filesystem::path(config_.pod_resources_socket).filename().string();
   bool appeared = false;
   bool lost_watch = false;
-  serving::ReadInotifyEvents(pods_inotify_, [&](std::uint32_t mask, const std::string& name) {
-    if (mask & IN_IGNORED) lost_watch = true;
-    if (name == socket && (mask & (IN_CREATE | IN_MOVED_TO))) appeared = true;
+  const int watch = pods_watch_;
+  serving::ReadInotifyEvents(pods_inotify_, [&](const serving::InotifyEvent& ev) {
+    if ((ev.mask & IN_IGNORED) && ev.wd == watch) lost_watch = true;
+    if (ev.name == socket && (ev.mask & (IN_CREATE | IN_MOVED_TO))) appeared = true;
   });
   if (lost_watch) pods_watch_ = -1;
   return appeared;

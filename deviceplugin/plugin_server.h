@@ -71,6 +71,8 @@ class PluginServer {
   bool DrainInotify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
   // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
   bool WatchKubeletDir() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // Whether the kubelet directory there now is the one watched.
+  bool WatchingKubeletDir() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
 
   void HealthLoop();
 

@@ -196,9 +196,9 @@ void DraServer::Loop() {
     }
     bool lost_watch = false;  // a watched directory went away: watch it again when back
     if (fds[1].revents & POLLIN) {
-      serving::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t mask, const std::string& name) {
-        Log()->debug("inotify: {} mask={:#x}", name, mask);
-        if (mask & (IN_IGNORED | IN_Q_OVERFLOW)) lost_watch = true;
+      serving::ReadInotifyEvents(inotify_fd_, [&](const serving::InotifyEvent& ev) {
+        Log()->debug("inotify: {} wd={} mask={:#x}", ev.name, ev.wd, ev.mask);
+        if (ev.mask & (IN_IGNORED | IN_Q_OVERFLOW)) lost_watch = true;
       });
     }
     if (config_.handover && serving::FileId(config_.HandoverFile()) != 0) {

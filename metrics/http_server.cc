@@ -16,10 +16,10 @@ namespace rdp::metrics {
 namespace {
 
 constexpr char kFlag[] = "--metrics-address";
-// Worker threads: a Prometheus, a kubelet probe and a person with curl at once, with room.
-constexpr char kThreads[] = "4";
-// A client that sends its request slowly gives up its thread after this long.
-constexpr char kRequestTimeoutMs[] = "5000";
+// The longest request head a client may send (a scrape's is a few hundred bytes).
+constexpr char kMaxRequestBytes[] = "4096";
+// Accepted connections waiting for a thread; more are refused by the kernel.
+constexpr char kQueue[] = "16";
 
 absl::Status Bad(std::string_view address, std::string_view why) {
   return absl::InvalidArgumentError(
@@ -89,29 +89,84 @@ absl::StatusOr<std::string> ParseListenAddress(std::string_view address) {
   return absl::StrCat(h, ":", port);
 }
 
+absl::StatusOr<std::string> ParseAccessList(const std::vector<std::string>& allow) {
+  if (allow.empty()) return std::string();
+  std::string acl = "-0.0.0.0/0";
+  for (const std::string& entry : allow) {
+    const std::size_t slash = entry.find('/');
+    const std::string ip = entry.substr(0, slash);
+    struct in_addr v4;
+    int bits = 32;
+    if (::inet_pton(AF_INET, ip.c_str(), &v4) != 1 ||
+        (slash != std::string::npos &&
+         (entry.size() == slash + 1 ||
+          entry.find_first_not_of("0123456789", slash + 1) != std::string::npos ||
+          !absl::SimpleAtoi(entry.substr(slash + 1), &bits) || bits > 32))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--metrics-allow '", entry, "': not an IPv4 address or CIDR such as 10.0.0.0/8"));
+    }
+    absl::StrAppend(&acl, ",+", ip, "/", bits);
+  }
+  return acl;
+}
+
+absl::Status Validate(const HttpOptions& options) {
+  if (auto ports = ParseListenAddress(options.address); !ports.ok()) return ports.status();
+  if (auto acl = ParseAccessList(options.allow); !acl.ok()) return acl.status();
+  if (options.threads < 1 || options.threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-threads '", options.threads, "': must be from 1 to 64"));
+  }
+  if (options.request_timeout < absl::Milliseconds(100) ||
+      options.request_timeout > absl::Minutes(5)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-request-timeout '", absl::FormatDuration(options.request_timeout),
+                     "': must be from 100ms to 5m"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     std::string_view address, Render render, Health health) {
-  absl::StatusOr<std::string> ports = ParseListenAddress(address);
-  if (!ports.ok()) return ports.status();
+  HttpOptions options;
+  options.address = std::string(address);
+  return Start(options, std::move(render), std::move(health));
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const HttpOptions& options, Render render, Health health) {
+  if (absl::Status s = Validate(options); !s.ok()) return s;
+  const std::string_view address = options.address;
+  const absl::StatusOr<std::string> ports = ParseListenAddress(address);
+  const absl::StatusOr<std::string> acl = ParseAccessList(options.allow);
+  const std::string threads = std::to_string(options.threads);
+  const std::string timeout_ms = std::to_string(absl::ToInt64Milliseconds(options.request_timeout));
   InitLibrary();
   std::string host = "0.0.0.0";
   if (const std::size_t colon = ports->rfind(':'); colon != std::string::npos) {
     host = ports->substr(0, colon);
   }
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render), std::move(health), host));
-  const char* options[] = {"listening_ports",    ports->c_str(),
-                           "num_threads",        kThreads,
-                           "request_timeout_ms", kRequestTimeoutMs,
-                           "enable_keep_alive",  "no",
-                           nullptr};
+  std::vector<const char*> civet = {"listening_ports",    ports->c_str(),
+                                    "num_threads",        threads.c_str(),
+                                    "request_timeout_ms", timeout_ms.c_str(),
+                                    "max_request_size",   kMaxRequestBytes,
+                                    "connection_queue",   kQueue,
+                                    "enable_keep_alive",  "no"};
+  if (!acl->empty()) {
+    civet.push_back("access_control_list");
+    civet.push_back(acl->c_str());
+  }
+  civet.push_back(nullptr);
   struct mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof callbacks);
   callbacks.log_message = LogMessage;
+  callbacks.begin_request = &MetricsHttpServer::Route;  // routes exist before the port listens
   struct mg_init_data init;
   std::memset(&init, 0, sizeof init);
   init.callbacks = &callbacks;
   init.user_data = server.get();
-  init.configuration_options = options;
+  init.configuration_options = civet.data();
   struct mg_error_data error;
   char text[256] = {};
   std::memset(&error, 0, sizeof error);
@@ -130,10 +185,6 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         absl::StrCat(kFlag, " '", std::string(address), "': listening, but on no port civetweb reports"));
   }
   server->port_ = bound[0].port;
-  mg_set_request_handler(server->context_, "/metrics$", &MetricsHttpServer::HandleMetrics,
-                         server.get());
-  mg_set_request_handler(server->context_, "/healthz$", &MetricsHttpServer::HandleHealthz,
-                         server.get());
   return server;
 }
 
@@ -141,11 +192,20 @@ MetricsHttpServer::~MetricsHttpServer() {
   if (context_) mg_stop(context_);
 }
 
-int MetricsHttpServer::HandleMetrics(struct mg_connection* conn, void* self) {
+int MetricsHttpServer::Route(struct mg_connection* conn) {
+  const struct mg_request_info* info = mg_get_request_info(conn);
+  const auto* self = static_cast<const MetricsHttpServer*>(mg_get_user_data(mg_get_context(conn)));
+  if (info == nullptr || info->local_uri == nullptr || self == nullptr) return 0;
+  if (std::strcmp(info->local_uri, "/metrics") == 0) return self->HandleMetrics(conn);
+  if (std::strcmp(info->local_uri, "/healthz") == 0) return self->HandleHealthz(conn);
+  return Reply(conn, 404, "text/plain", "GET /metrics or /healthz\n");
+}
+
+int MetricsHttpServer::HandleMetrics(struct mg_connection* conn) const {
   if (!IsGet(conn)) return Reply(conn, 405, "text/plain", "GET /metrics\n");
   std::string body;
   try {
-    body = static_cast<MetricsHttpServer*>(self)->render_();
+    body = render_();
   } catch (const std::exception& e) {
     Log()->error("metrics: rendering a scrape failed: {}", e.what());
     return Reply(conn, 500, "text/plain", "rendering the metrics failed\n");
@@ -153,9 +213,9 @@ int MetricsHttpServer::HandleMetrics(struct mg_connection* conn, void* self) {
   return Reply(conn, 200, kExpositionContentType, body);
 }
 
-int MetricsHttpServer::HandleHealthz(struct mg_connection* conn, void* self) {
+int MetricsHttpServer::HandleHealthz(struct mg_connection* conn) const {
   if (!IsGet(conn)) return Reply(conn, 405, "text/plain", "GET /healthz\n");
-  const Health& health = static_cast<MetricsHttpServer*>(self)->health_;
+  const Health& health = health_;
   absl::Status status;
   try {
     if (health) status = health();

@@ -4,12 +4,18 @@
 // and GET /healthz ("ok", or 503 and why when a health callback says the process is not well),
 // served by civetweb (Debian's libcivetweb) on a few threads of its
 // own, so that a scrape never runs on, nor waits for, a thread that serves the kubelet.
-// Connections are not kept alive: a scraper holds a worker thread only for one request.
+// Connections are not kept alive: a scraper holds a worker thread only for one request, and a
+// client that sends its request slowly gives its thread up after the request timeout. The routes
+// are in place before the port listens (no request is ever answered 404 for being early), and an
+// access list (--metrics-allow) refuses other clients before any handler runs.
 
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
 
 #include "absl/status/statusor.h"
 
@@ -23,6 +29,23 @@ namespace rdp::metrics {
 // address when civetweb was built with IPv6; PORT is 0..65535, 0 for an ephemeral port.
 // InvalidArgument naming --metrics-address and the value otherwise.
 absl::StatusOr<std::string> ParseListenAddress(std::string_view address);
+
+// --metrics-allow's entries (IPv4 addresses or CIDRs, "10.0.0.0/8") -> civetweb's
+// access_control_list: every other client refused. Empty: "" (every client). InvalidArgument
+// naming --metrics-allow and the entry otherwise.
+absl::StatusOr<std::string> ParseAccessList(const std::vector<std::string>& allow);
+
+// How the endpoint listens and what it lets a client take.
+struct HttpOptions {
+  std::string address;             // --metrics-address (ParseListenAddress)
+  std::vector<std::string> allow;  // --metrics-allow (ParseAccessList); empty: every client
+  int threads = 4;                 // --metrics-threads: requests served at once (1..64)
+  // --metrics-request-timeout: how long a client may take to send its request and read the
+  // answer before its thread is taken back.
+  absl::Duration request_timeout = absl::Seconds(2);
+};
+// InvalidArgument naming the flag of the first bad field.
+absl::Status Validate(const HttpOptions& options);
 
 class MetricsHttpServer {
  public:
@@ -38,6 +61,10 @@ class MetricsHttpServer {
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(std::string_view address,
                                                                    Render render,
                                                                    Health health = nullptr);
+  // The same with every option; InvalidArgument (Validate) names the flag of a bad one.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const HttpOptions& options,
+                                                                   Render render,
+                                                                   Health health = nullptr);
   ~MetricsHttpServer();  // stops listening and waits for requests in flight
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
@@ -49,8 +76,10 @@ class MetricsHttpServer {
  private:
   MetricsHttpServer(Render render, Health health, std::string host)
       : render_(std::move(render)), health_(std::move(health)), host_(std::move(host)) {}
-  static int HandleMetrics(struct mg_connection* conn, void* self);
-  static int HandleHealthz(struct mg_connection* conn, void* self);
+  // civetweb's begin_request: routes a request (set before the server starts).
+  static int Route(struct mg_connection* conn);
+  int HandleMetrics(struct mg_connection* conn) const;
+  int HandleHealthz(struct mg_connection* conn) const;
 
   const Render render_;
   const Health health_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -53,38 +54,44 @@ std::array<std::string, 3> SplitKey(const std::string& key) {
   return parts;
 }
 
-void WritePortCounters(const NodeMetricsInput& node, Env& env, Exposition& out) {
-  if (!node.topology) return;
-  // Read every file once, then write family by family (the format groups a family's samples).
-  struct Read {
-    const topology::Hca* hca;
-    std::string port;
-    std::array<std::optional<std::uint64_t>, std::size(kPortCounters)> values;
-  };
-  std::vector<Read> reads;
-  for (const topology::Hca& hca : node.topology->hcas()) {
-    for (const topology::Port& port : hca.ports) {
-      Read r{&hca, std::to_string(port.number), {}};
-      const std::string dir = absl::StrCat("/sys/class/infiniband/", hca.name, "/ports/",
-                                           port.number, "/counters/");
-      for (std::size_t i = 0; i < std::size(kPortCounters); ++i) {
-        std::optional<std::string> text = ReadAttribute(env, dir + kPortCounters[i].file);
-        std::uint64_t v = 0;
-        if (text && absl::SimpleAtoi(*text, &v)) r.values[i] = v * kPortCounters[i].scale;
-      }
-      reads.push_back(std::move(r));
+static_assert(std::size(kPortCounters) == PortCounterCache::kCounters);
+
+PortCounterCache::PortValues ReadPorts(const topology::Hca& hca, Env& env) {
+  PortCounterCache::PortValues out;
+  for (const topology::Port& port : hca.ports) {
+    auto& [number, values] = out.emplace_back(port.number, decltype(out)::value_type::second_type{});
+    const std::string dir = absl::StrCat("/sys/class/infiniband/", hca.name, "/ports/",
+                                         port.number, "/counters/");
+    for (std::size_t i = 0; i < std::size(kPortCounters); ++i) {
+      std::optional<std::string> text = ReadAttribute(env, dir + kPortCounters[i].file);
+      std::uint64_t v = 0;
+      if (text && absl::SimpleAtoi(*text, &v)) values[i] = v * kPortCounters[i].scale;
     }
   }
+  return out;
+}
+
+void WritePortCounters(const NodeMetricsInput& node, Env& env, PortCounterCache& counters,
+                       Exposition& out) {
+  if (!node.topology) return;
+  const std::map<std::string, PortCounterCache::PortValues> read =
+      counters.Read(*node.topology, env);
+  // Family by family (the format groups a family's samples), HCAs in the snapshot's order.
   for (std::size_t i = 0; i < std::size(kPortCounters); ++i) {
     bool opened = false;
-    for (const Read& r : reads) {
-      if (!r.values[i]) continue;
-      if (!opened) {
-        out.Family(Name(kPortCounters[i].metric), kPortCounters[i].help,
-                   Exposition::Type::kCounter);
-        opened = true;
+    for (const topology::Hca& hca : node.topology->hcas()) {
+      auto it = read.find(hca.name);
+      if (it == read.end()) continue;
+      for (const auto& [port, values] : it->second) {
+        if (!values[i]) continue;
+        if (!opened) {
+          out.Family(Name(kPortCounters[i].metric), kPortCounters[i].help,
+                     Exposition::Type::kCounter);
+          opened = true;
+        }
+        out.Sample({{"hca", hca.name}, {"port", std::to_string(port)}},
+                   static_cast<double>(*values[i]));
       }
-      out.Sample({{"hca", r.hca->name}, {"port", r.port}}, static_cast<double>(*r.values[i]));
     }
   }
 }
@@ -131,7 +138,41 @@ void WriteAllocations(const NodeMetricsInput& node, Exposition& out) {
 
 }  // namespace
 
-void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, Exposition& out) {
+std::map<std::string, PortCounterCache::PortValues> PortCounterCache::Read(
+    const topology::Topology& topology, Env& env) {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, Entry> kept;
+  std::vector<std::pair<absl::Time, const topology::Hca*>> order;
+  for (const topology::Hca& hca : topology.hcas()) {
+    const std::string key = absl::StrCat(hca.place.pci, " ", hca.name);
+    auto it = by_hca_.find(key);
+    Entry& e = kept[key];
+    if (it != by_hca_.end()) e = std::move(it->second);
+    order.emplace_back(e.read, &hca);
+  }
+  by_hca_.swap(kept);
+  // The HCAs read longest ago first, so that a budget too small for all still reaches each.
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  const absl::Time deadline = options_.now() + options_.budget;
+  for (const auto& [when, hca] : order) {
+    const absl::Time now = options_.now();
+    if (now - when < options_.max_age) continue;
+    if (now >= deadline) break;
+    Entry& e = by_hca_[absl::StrCat(hca->place.pci, " ", hca->name)];
+    e.ports = ReadPorts(*hca, env);
+    e.read = options_.now();
+  }
+  std::map<std::string, PortValues> out;
+  for (const topology::Hca& hca : topology.hcas()) {
+    const Entry& e = by_hca_[absl::StrCat(hca.place.pci, " ", hca.name)];
+    if (e.read != absl::InfinitePast()) out[hca.name] = e.ports;
+  }
+  return out;
+}
+
+void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, PortCounterCache& counters,
+                      Exposition& out) {
   out.Family(Name("hca_healthy"),
              "1 when the HCA is present, at least one port is ACTIVE and its device nodes "
              "exist; 0 otherwise (a vanished HCA stays listed until forgotten).",
@@ -180,7 +221,7 @@ void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, Exposition& out) {
              Exposition::Type::kGauge);
   out.Sample({}, node.pods_known ? 1 : 0);
   WriteAllocations(node, out);
-  WritePortCounters(node, env, out);
+  WritePortCounters(node, env, counters, out);
   const topology::GpuDirectState gpudirect = topology::ReadGpuDirect(env);
   out.Family(Name("gpudirect_rdma"),
              "1 when GPUDirect RDMA (an HCA reading and writing GPU memory directly) can work on "

@@ -141,8 +141,8 @@ NriPlugin::Woken NriPlugin::WaitToConnect(absl::Duration timeout) {
     }
     bool appeared = false;
     if (fds[1].revents & POLLIN) {
-      serving::ReadInotifyEvents(inotify_fd_, [&](std::uint32_t, const std::string& file) {
-        appeared = appeared || file == name;
+      serving::ReadInotifyEvents(inotify_fd_, [&](const serving::InotifyEvent& ev) {
+        appeared = appeared || ev.name == name;
       });
     }
     if (appeared) return Woken::kAppeared;

@@ -25,8 +25,17 @@ std::uint64_t FileId(const std::string& path);
 // Identity of a directory (device and inode), 0 when there is none (or it is no directory).
 std::uint64_t DirId(const std::string& path);
 
-// Reads the queued events of a non-blocking inotify descriptor; calls on_event(mask, name) for
-// each (name "" for the watched directory itself).
+// One inotify event: the watch it belongs to (-1 for IN_Q_OVERFLOW), its mask, and the name of
+// the file in the watched directory ("" for the directory itself).
+struct InotifyEvent {
+  int wd;
+  std::uint32_t mask;
+  std::string name;
+};
+
+// Reads the queued events of a non-blocking inotify descriptor; calls on_event(event) for each.
+// An IN_IGNORED can belong to a watch replaced long ago (inotify_rm_watch queues one, and so
+// does the removal of a directory no longer watched for): callers compare wd with their watch.
 template <typename F>
 void ReadInotifyEvents(int fd, F on_event) {
   alignas(struct inotify_event) char buf[8192];
@@ -36,7 +45,8 @@ void ReadInotifyEvents(int fd, F on_event) {
     for (ssize_t off = 0; off < n;) {
       const auto* ev = reinterpret_cast<const struct inotify_event*>(buf + off);
       off += sizeof(struct inotify_event) + ev->len;
-      on_event(ev->mask, ev->len == 0 ? std::string() : std::string(ev->name));
+      on_event(InotifyEvent{ev->wd, ev->mask,
+                            ev->len == 0 ? std::string() : std::string(ev->name)});
     }
   }
 }

@@ -998,6 +998,186 @@ def check_allocation_files(r, helm):
                             and "allocations" not in volumes_by_name(ds))
 
 
+def check_metrics_guard(r, helm):
+    """Who may read the metrics: a NetworkPolicy by default admitting only the scrape namespaces
+    to the metrics port; --metrics-allow from metrics.allow; with metrics.proxy the plugin binds
+    127.0.0.1 and a kube-rbac-proxy sidecar with exactly the RBAC it needs serves the port."""
+    for label, values in [("default", None), ("DRA", DRA_VALUES)]:
+        docs = helm.template(values)
+        policies = [d for d in docs if d.get("kind") == "NetworkPolicy"]
+        pods = [ds["spec"]["template"]["metadata"]["labels"] for ds in by_mode(docs).values()]
+        ok = len(policies) == 1
+        r.check(f"metrics/{label}: one NetworkPolicy by default", ok, str(len(policies)))
+        if ok:
+            spec = policies[0]["spec"]
+            selects = spec["podSelector"]["matchLabels"]
+            r.check(f"metrics/{label}: the NetworkPolicy selects every mode's pods",
+                    all(all(p.get(k) == v for k, v in selects.items()) for p in pods), str(selects))
+            r.check(f"metrics/{label}: only the monitoring namespace, only the metrics ports "
+                    "(the plugin's and the NRI container's)",
+                    spec["policyTypes"] == ["Ingress"] and spec["ingress"] == [{
+                        "from": [{"namespaceSelector": {"matchExpressions": [{
+                            "key": "kubernetes.io/metadata.name", "operator": "In",
+                            "values": ["monitoring"]}]}}],
+                        "ports": [{"port": "metrics", "protocol": "TCP"},
+                                  {"port": "nri-metrics", "protocol": "TCP"}]}], str(spec))
+    docs = helm.template({"nri": {"enabled": False}})
+    policy = [d for d in docs if d.get("kind") == "NetworkPolicy"][0]
+    r.check("metrics: without NRI only the plugin's metrics port",
+            policy["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}],
+            str(policy["spec"]))
+    docs = helm.template({"metrics": {"enabled": True, "port": 9478,
+                                      "serviceMonitor": {"enabled": False},
+                                      "networkPolicy": {"enabled": True,
+                                                        "scrapeNamespaces": ["prom", "ops"]}}})
+    policy = [d for d in docs if d.get("kind") == "NetworkPolicy"][0]
+    r.check("metrics: scrapeNamespaces are the admitted namespaces",
+            policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]
+            ["values"] == ["prom", "ops"], str(policy["spec"]))
+    docs = helm.template({"metrics": {"enabled": True, "port": 9478,
+                                      "serviceMonitor": {"enabled": False},
+                                      "networkPolicy": {"enabled": False}}})
+    r.check("metrics: networkPolicy.enabled=false renders none",
+            not [d for d in docs if d.get("kind") == "NetworkPolicy"])
+    docs = helm.template({"metrics": {"enabled": True, "port": 9478,
+                                      "serviceMonitor": {"enabled": False},
+                                      "allow": ["10.0.0.0/8", "192.168.0.7"]}})
+    for mode, ds in sorted(by_mode(docs).items()):
+        r.check(f"metrics/{mode}: metrics.allow is --metrics-allow",
+                flag(ds, "--metrics-allow") == "10.0.0.0/8,192.168.0.7", str(flags(ds)))
+    r.check("metrics: no --metrics-allow by default",
+            all("--metrics-allow" not in flags(ds) for ds in by_mode(helm.template()).values()))
+    rc, _, err = helm.run(["template", RELEASE], {"metrics": {
+        "enabled": True, "port": 9478, "serviceMonitor": {"enabled": False}, "allow": ["pods"]}})
+    r.check("schema rejects metrics.allow that is no CIDR", rc != 0 and SCHEMA_ERROR in err,
+            err.strip()[:300])
+
+    proxy = {"metrics": {"enabled": True, "port": 9478, "serviceMonitor": {"enabled": True},
+                         "proxy": {"enabled": True, "image": "proxy.example/krp:v1",
+                                   "upstreamPort": 9480}}}
+    for label, values in [("proxy", proxy), ("proxy/DRA", dict(proxy, **DRA_VALUES))]:
+        docs = helm.template(values)
+        for mode, ds in sorted(by_mode(docs).items()):
+            name = f"metrics/{label}/{mode}: "
+            spec = pod_spec(ds)
+            sidecars = [c for c in spec["containers"] if c["name"] == "metrics-proxy"]
+            r.check(name + "the plugin binds 127.0.0.1:9480 and declares no port",
+                    flag(ds, "--metrics-address") == "127.0.0.1:9480"
+                    and not container(ds).get("ports"), str(flags(ds)))
+            ok = len(sidecars) == 1
+            r.check(name + "one kube-rbac-proxy sidecar", ok, str([c["name"] for c in
+                                                                   spec["containers"]]))
+            if ok:
+                s = sidecars[0]
+                r.check(name + "the sidecar serves metrics.port over TLS from the upstream",
+                        s["image"] == "proxy.example/krp:v1"
+                        and "--secure-listen-address=0.0.0.0:9478" in s["args"]
+                        and "--upstream=http://127.0.0.1:9480/" in s["args"]
+                        and s["ports"] == [{"name": "metrics", "containerPort": 9478,
+                                            "protocol": "TCP"}]
+                        and s["securityContext"]["allowPrivilegeEscalation"] is False, str(s))
+            r.check(name + "a ServiceAccount with its token",
+                    spec.get("serviceAccountName") == f"{RELEASE}-rdma-device-plugin"
+                    or spec.get("serviceAccountName", "").endswith("rdma-device-plugin")
+                    and spec.get("automountServiceAccountToken") is True, str(spec.get(
+                        "serviceAccountName")))
+        roles = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ClusterRole"}
+        proxy_roles = [d for n, d in roles.items() if n.endswith("-metrics-proxy")]
+        r.check(f"metrics/{label}: the proxy's ClusterRole creates token and access reviews only",
+                len(proxy_roles) == 1 and proxy_roles[0]["rules"] == [
+                    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                     "verbs": ["create"]},
+                    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+                     "verbs": ["create"]}], str(proxy_roles))
+        accounts = [d for d in docs if d.get("kind") == "ServiceAccount"]
+        r.check(f"metrics/{label}: exactly one ServiceAccount", len(accounts) == 1,
+                str(len(accounts)))
+        monitors = [d for d in docs if d.get("kind") == "ServiceMonitor"]
+        r.check(f"metrics/{label}: the ServiceMonitor scrapes https with its token",
+                len(monitors) == 1 and monitors[0]["spec"]["endpoints"][0].get("scheme") == "https"
+                and "bearerTokenFile" in monitors[0]["spec"]["endpoints"][0], str(monitors))
+    r.check("metrics: no proxy sidecar by default",
+            all("metrics-proxy" not in [c["name"] for c in pod_spec(ds)["containers"]]
+                for ds in by_mode(helm.template()).values()))
+
+
+def documented_metrics():
+    """The metric names of docs/metrics.md's table, and which of them are histograms."""
+    names, histograms = set(), set()
+    with open(os.path.join(REPO, "docs", "metrics.md")) as f:
+        for line in f:
+            m = re.match(r"^\| `([a-z_]+)` \| (\w+)", line)
+            if m and not m.group(1).startswith("-"):
+                names.add("rdma_device_plugin_" + m.group(1))
+                if m.group(2) == "histogram":
+                    histograms.add("rdma_device_plugin_" + m.group(1))
+    return names, histograms
+
+
+def source_metric_suffixes():
+    """Every quoted metric name or Name("...") suffix in the product's C++ sources."""
+    found = set()
+    for d in ("metrics", "deviceplugin", "dra", "cmd"):
+        for root, _, files in os.walk(os.path.join(REPO, d)):
+            for name in files:
+                if name.endswith((".cc", ".h")):
+                    with open(os.path.join(root, name)) as f:
+                        text = f.read()
+                    found |= set(re.findall(r'"rdma_device_plugin_([a-z_]+)"', text))
+                    found |= set(re.findall(r'Name\("([a-z_]+)"\)', text))
+                    found |= set(re.findall(r'\{"[a-z_]+", "([a-z_]+)",', text))  # port counters
+                    found |= set(re.findall(r'WriteCounter\(out, "([a-z_]+)"', text))
+    return {"rdma_device_plugin_" + s for s in found}
+
+
+def check_dashboard(r, helm):
+    """The Grafana dashboard (dashboards/rdma-device-plugin.json) loads, every metric its queries
+    name is one we export (documented in docs/metrics.md and written by the sources; a
+    histogram's _bucket/_sum/_count of a documented histogram), it shows per-pod HCA traffic,
+    health and alignment, and metrics.grafanaDashboard ships it as a ConfigMap unchanged."""
+    path = os.path.join(helm.chart, "dashboards", "rdma-device-plugin.json")
+    with open(path) as f:
+        text = f.read()
+    dash = json.loads(text)
+    exprs = []
+    def walk(panels):
+        for p in panels:
+            exprs.extend(t["expr"] for t in p.get("targets", []) if "expr" in t)
+            walk(p.get("panels", []))
+    walk(dash.get("panels", []))
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    r.check("dashboard: has queries", len(exprs) >= 10, str(len(exprs)))
+    documented, histograms = documented_metrics()
+    in_sources = source_metric_suffixes()
+    used = set()
+    for e in exprs:
+        used |= set(re.findall(r"rdma_device_plugin_[a-z_]+", e))
+    for name in sorted(used):
+        base = name
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix) and name[: -len(suffix)] in histograms:
+                base = name[: -len(suffix)]
+        r.check(f"dashboard: {name} is a documented metric", base in documented)
+        r.check(f"dashboard: {name} is written by the sources", base in in_sources)
+    titles = " ".join(p.get("title", "") for p in dash["panels"]).lower()
+    r.check("dashboard: per-pod traffic, health and alignment",
+            "rdma_device_plugin_hca_allocated" in used and "by pod" in titles
+            and "rdma_device_plugin_hca_healthy" in used
+            and "rdma_device_plugin_allocation_alignment_total" in used, titles)
+    r.check("dashboard: every query reads the chosen data source",
+            all(p.get("datasource", {}).get("uid") == "${datasource}"
+                for p in dash["panels"] if p.get("type") != "row"))
+    r.check("dashboard: no ConfigMap by default",
+            not [d for d in helm.template() if d.get("kind") == "ConfigMap"])
+    docs = helm.template({"metrics": {"enabled": True, "port": 9478,
+                                      "serviceMonitor": {"enabled": False},
+                                      "grafanaDashboard": {"enabled": True}}})
+    maps = [d for d in docs if d.get("kind") == "ConfigMap"]
+    r.check("dashboard: grafanaDashboard ships the JSON in a labelled ConfigMap",
+            len(maps) == 1 and maps[0]["metadata"]["labels"].get("grafana_dashboard") == "1"
+            and json.loads(maps[0]["data"]["rdma-device-plugin.json"]) == dash, str(len(maps)))
+
+
 def check_nri(r, helm):
     """nri (on by default): every pod of every mode and driver has a second container running
     `rdma-device-plugin nri` with the runtime's NRI socket directory mounted from the host, as
@@ -1196,7 +1376,8 @@ def main():
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
                   check_test_pod_modes, check_image_required, check_dra, check_metrics,
-                  check_nri, check_allocation_files, check_no_architecture]
+                  check_metrics_guard, check_dashboard, check_nri, check_allocation_files,
+                  check_no_architecture]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

@@ -4,7 +4,10 @@
 // and the built binary's endpoint fetched with libcurl. The exposition format and the HTTP
 // endpoint alone: test/metrics.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -242,6 +246,94 @@ TEST_F(NodeMetricsTest, CountersThatCannotBeReadHaveNoSeries) {
       text, "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_3\",port=\"1\"} 16000004"));
 }
 
+// A clock the test moves, and an Env that counts the reads of port counter files and may move
+// that clock on each (a firmware query that takes its time).
+struct CounterClock {
+  absl::Mutex mu;
+  absl::Time now = absl::FromUnixSeconds(1000);
+  absl::Time Now() {
+    absl::MutexLock lock(&mu);
+    return now;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu);
+    now += d;
+  }
+};
+class CountingEnv : public EnvWrapper {
+ public:
+  CountingEnv(std::shared_ptr<Env> base, std::shared_ptr<CounterClock> clock)
+      : EnvWrapper(std::move(base)), clock_(std::move(clock)) {}
+  std::optional<std::string> ReadFile(const std::string& path, std::size_t max) override {
+    if (absl::StrContains(path, "/counters/")) {
+      ++counter_reads;
+      clock_->Advance(per_read);
+    }
+    return EnvWrapper::ReadFile(path, max);
+  }
+  std::atomic<int> counter_reads{0};
+  absl::Duration per_read = absl::ZeroDuration();
+
+ private:
+  std::shared_ptr<CounterClock> clock_;
+};
+
+// A scraper polling back to back reads each HCA's counters (on mlx5, firmware queries) at most
+// once a second; the values it gets are a second old at most. Before, every scrape read every
+// file.
+TEST_F(NodeMetricsTest, CounterReadsAreCachedPerHcaForASecond) {
+  auto clock = std::make_shared<CounterClock>();
+  auto env = std::make_shared<CountingEnv>(node_.NodeEnv(), clock);
+  NodeSources sources = node_.Sources(nullptr, env);
+  sources.now = [clock] { return clock->Now(); };
+  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  const std::string first = Scrape(state);
+  const int reads = env->counter_reads.load();
+  ASSERT_GT(reads, 0);
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_1", 1, "symbol_error", 9).ok());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Scrape(state), first);
+  clock->Advance(absl::Milliseconds(999));
+  EXPECT_EQ(Scrape(state), first);
+  EXPECT_EQ(env->counter_reads.load(), reads);
+  clock->Advance(absl::Milliseconds(1));
+  const std::string later = Scrape(state);
+  EXPECT_EQ(env->counter_reads.load(), 2 * reads);
+  EXPECT_TRUE(
+      HasLine(later, "rdma_device_plugin_port_symbol_errors_total{hca=\"mlx5_1\",port=\"1\"} 9"))
+      << later;
+}
+
+// A scrape stops reading counters once its time is spent (500 ms): here each file takes 100 ms,
+// so a scrape reads one HCA (7 files) and writes the others from their last read; the next
+// scrape begins with the HCAs never or longest ago read, so every HCA is reached. Before, a
+// scrape read every file of every HCA however long that took.
+TEST_F(NodeMetricsTest, AScrapeReadsCountersWithinItsTime) {
+  auto clock = std::make_shared<CounterClock>();
+  auto env = std::make_shared<CountingEnv>(node_.NodeEnv(), clock);
+  NodeSources sources = node_.Sources(nullptr, env);
+  sources.now = [clock] { return clock->Now(); };
+  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  env->per_read = absl::Milliseconds(100);
+  auto with_counters = [](const std::string& text) {
+    int n = 0;
+    for (const char* hca : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
+      n += absl::StrContains(
+               text, absl::StrCat("port_data_received_bytes_total{hca=\"", hca, "\",port=\"1\"}"))
+               ? 1
+               : 0;
+    }
+    return n;
+  };
+  for (int scrape = 1; scrape <= 4; ++scrape) {
+    const int before = env->counter_reads.load();
+    const std::string text = Scrape(state);
+    EXPECT_EQ(with_counters(text), scrape) << text;
+    EXPECT_LE(env->counter_reads.load() - before, 14) << "scrape " << scrape;  // 1 HCA, <= 2 ports
+  }
+}
+
 TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
@@ -433,6 +525,11 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   ASSERT_EQ(scrape.code, 200);
   const std::string& text = scrape.body;
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total 1")) << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_build_info{version=\"" RDP_VERSION
+                            "\",subcommand=\"serve\"} 1"));
+  // Error series exist from the start, at zero.
+  EXPECT_TRUE(HasLine(
+      text, "rdma_device_plugin_rpc_errors_total{method=\"Allocate\",code=\"UNAVAILABLE\"} 0"));
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_allocated{hca=\"mlx5_1\",pci=\"0000:3a:00.0\","
                       "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
@@ -460,11 +557,57 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 0);
 }
 
+// The metrics port is taken (another process, a second instance): the plugin exits 2 naming the
+// flag before it has registered, so that a restart loop does not register the resource again and
+// again. Before, it listened only after registering: the kubelet had a registration from each
+// attempt.
+TEST(MetricsBinaryTest, ATakenPortExitsTwoBeforeRegistering) {
+  testing::TestNode node;
+  const Config config = node.MakeConfig(hca::Mode::kShared);
+  KubeletSim kubelet(config.kubelet_dir);
+  ASSERT_TRUE(kubelet.Start().ok());
+  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(taken, 0);
+  struct sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(taken, reinterpret_cast<struct sockaddr*>(&addr), &len), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  rdp::testing::Child plugin(
+      RDP_BINARY, {"--sysfs-root", config.discovery.sysfs_root, "--dev-root",
+                   config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir,
+                   "--pod-resources-socket=", "--metrics-address", address});
+  EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << plugin.output();
+  EXPECT_THAT(plugin.output(), HasSubstr("--metrics-address '" + address + "'"));
+  EXPECT_EQ(kubelet.registrations(), 0) << plugin.output();
+  ::close(taken);
+}
+
 TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
   for (const char* bad : {"nowhere", "127.0.0.1:99999", "example.com:9402"}) {
     rdp::testing::Child plugin(RDP_BINARY, {"--metrics-address", bad});
     EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << bad;
     EXPECT_NE(plugin.output().find("--metrics-address"), std::string::npos) << plugin.output();
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--metrics-allow", "10.0.0.0/33"}, "--metrics-allow"},
+      {{"--metrics-allow", "pods"}, "--metrics-allow"},
+      {{"--metrics-threads", "0"}, "--metrics-threads"},
+      {{"--metrics-request-timeout", "soon"}, "--metrics-request-timeout"},
+  };
+  for (const auto& [args, flag] : cases) {
+    std::vector<std::string> all = {"--metrics-address", "127.0.0.1:0"};
+    all.insert(all.end(), args.begin(), args.end());
+    for (const char* sub : {"serve", "dra"}) {
+      std::vector<std::string> with = all;
+      with.insert(with.begin(), sub);
+      rdp::testing::Child plugin(RDP_BINARY, with);
+      EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << sub << " " << args[1];
+      EXPECT_THAT(plugin.output(), HasSubstr(flag)) << sub;
+    }
   }
 }
 

@@ -3,19 +3,27 @@
 
 #include "deviceplugin/plugin_server.h"
 
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/base_sink.h"
 #include "sim/kubelet_sim.h"
 #include "deviceplugin/probe.h"
 #include "test/deviceplugin/test_node.h"
@@ -47,6 +55,130 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// The lifecycle thread's polls, counted: how many times it has entered poll(2) on the kubelet
+// directory's inotify descriptor, and whether it is inside one now. Lets a test wait until that
+// thread has handled every event and gone back to waiting, without guessing at time.
+class LifecyclePolls {
+ public:
+  // The poll(2) the plugin's threads call (NodeSources::poll); it keeps `polls` alive as long
+  // as the plugin's threads may call it.
+  static std::function<int(struct pollfd*, nfds_t, int)> Poll(
+      std::shared_ptr<LifecyclePolls> polls) {
+    return [polls](struct pollfd* fds, nfds_t n, int timeout) {
+      const bool ours = polls->Watches(fds, n);
+      if (ours) polls->Update(+1, true);
+      const int r = ::poll(fds, n, timeout);
+      if (ours) polls->Update(0, false);
+      if (ours) polls->PassGate();
+      return r;
+    };
+  }
+  // While the gate is closed, the thread stops as it returns from poll, before it reads any
+  // event: a test can then queue several events and have them read in one go.
+  void CloseGate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_open_ = false;
+  }
+  void OpenGate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_open_ = true;
+    cv_.notify_all();
+  }
+  void Track(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fd_ = fd;
+  }
+  // Waits until the thread has entered poll more than `entries` times and is inside one with
+  // no event left unread (each entry and return notifies; an unread event ends the poll).
+  bool WaitForWaitingAfter(int entries, absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] {
+      int unread = 0;
+      return entries_ > entries && inside_ && ::ioctl(fd_, FIONREAD, &unread) == 0 && unread == 0;
+    });
+  }
+  int entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_;
+  }
+
+ private:
+  bool Watches(const struct pollfd* fds, nfds_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (nfds_t i = 0; i < n; ++i) {
+      if (fd_ >= 0 && fds[i].fd == fd_) return true;
+    }
+    return false;
+  }
+  void PassGate() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return gate_open_; });
+  }
+  void Update(int add, bool inside) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_ += add;
+    inside_ = inside;
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int fd_ = -1;
+  int entries_ = 0;
+  bool inside_ = false;
+  bool gate_open_ = true;
+};
+
+// Runs an action, once, on the thread that logs a line containing `text`, at the moment it logs
+// it: a test can act at a precise point of the plugin's own sequence.
+class ActOnLogLine : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  void Arm(std::string text, std::function<void()> action) {
+    std::lock_guard<std::mutex> lock(armed_mu_);
+    text_ = std::move(text);
+    action_ = std::move(action);
+  }
+  void Disarm() { Arm("", nullptr); }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    std::function<void()> action;
+    {
+      std::lock_guard<std::mutex> lock(armed_mu_);
+      if (!action_ || !absl::StrContains(absl::string_view(msg.payload.data(), msg.payload.size()),
+                                         text_)) {
+        return;
+      }
+      action.swap(action_);
+    }
+    action();
+  }
+  void flush_() override {}
+
+ private:
+  std::mutex armed_mu_;
+  std::string text_;
+  std::function<void()> action_;
+};
+
+// This process's inotify descriptor with a watch on `dir`, from /proc/self/fdinfo
+// ("inotify wd:1 ino:<hex> sdev:..."); -1 when there is none.
+int InotifyWatching(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return -1;
+  const std::string ino = absl::StrCat(" ino:", absl::Hex(st.st_ino), " ");
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fdinfo")) {
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("inotify wd:", 0) == 0 && line.find(ino) != std::string::npos) {
+        return std::stoi(e.path().filename().string());
+      }
+    }
+  }
+  return -1;
+}
+
 class PluginServerTest : public ::testing::Test {
  protected:
   void StartAll(hca::Mode mode, std::unique_ptr<PodResourcesSource> pods = nullptr,
@@ -59,6 +191,28 @@ class PluginServerTest : public ::testing::Test {
     ASSERT_TRUE(plugin_->Start().ok());
     ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
     stub_ = kubelet_->PluginStub();
+  }
+
+  // The plugin in exclusive mode with its lifecycle thread's polls counted by `polls` and no
+  // periodic check (only events move that thread), registered, and waiting; *fd (when asked) is
+  // the inotify descriptor it watches the kubelet directory with.
+  void StartWithCountedPolls(std::shared_ptr<LifecyclePolls> polls, int* fd) {
+    config_ = node_.MakeConfig(hca::Mode::kExclusive);
+    config_.register_backoff_max = absl::Hours(1);
+    kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
+    ASSERT_TRUE(kubelet_->Start().ok());
+    NodeSources sources = node_.Sources();
+    sources.poll = LifecyclePolls::Poll(polls);
+    plugin_ = std::make_unique<PluginServer>(config_, std::move(sources));
+    ASSERT_TRUE(plugin_->Start().ok());
+    ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+    const int watching = InotifyWatching(config_.kubelet_dir);
+    ASSERT_GE(watching, 0) << "no inotify watch on " << config_.kubelet_dir;
+    polls->Track(watching);
+    if (fd != nullptr) *fd = watching;
+    // A file of no meaning to the plugin: the thread wakes, ignores it and waits again, counted.
+    { std::ofstream(config_.kubelet_dir + "/unrelated") << "x"; }
+    ASSERT_TRUE(polls->WaitForWaitingAfter(0, kWait));
   }
 
   grpc::Status Allocate(const std::vector<std::vector<std::string>>& containers,
@@ -330,6 +484,103 @@ TEST_F(PluginServerTest, KubeletDirRemovedAndMadeAgain) {
   stub_ = kubelet_->PluginStub();
   v1beta1::AllocateResponse response;
   EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
+}
+
+// A kubelet directory replaced (moved aside, made again, a new kubelet in it) is one restart:
+// one serve, one registration. Seeing the replacement, the plugin watches the new directory, and
+// removing the old watch queues an IN_IGNORED for it; the old code read that late event as the
+// new directory's watch lost and restarted a second time, re-registering under the kubelet's
+// calls (the CI flake of KubeletDirRemovedAndMadeAgain). Every step waits until the lifecycle
+// thread has read all its events and waits again, so nothing depends on timing.
+TEST_F(PluginServerTest, AReplacedKubeletDirectoryIsOneRestart) {
+  auto polls = std::make_shared<LifecyclePolls>();
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(StartWithCountedPolls(polls, &fd));
+
+  const int serves = plugin_->serves();
+  const int registrations = plugin_->registrations();
+  const std::uint64_t restarts = plugin_->node().metrics().kubelet_restarts.value();
+  int entries = polls->entries();
+  kubelet_->Stop();  // kubelet.sock goes: a kubelet on its way down, no restart yet
+  ASSERT_TRUE(polls->WaitForWaitingAfter(entries, kWait));
+  EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts);
+
+  const std::string aside = config_.kubelet_dir + ".old";
+  ASSERT_EQ(::rename(config_.kubelet_dir.c_str(), aside.c_str()), 0) << std::strerror(errno);
+  ASSERT_TRUE(std::filesystem::create_directory(config_.kubelet_dir));
+  ASSERT_TRUE(kubelet_->Start().ok());
+  entries = polls->entries();
+  // An event in the old directory, still watched, wakes the thread: it finds the directory
+  // replaced and its socket gone.
+  { std::ofstream(aside + "/poke") << "x"; }
+  ASSERT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
+  ASSERT_TRUE(polls->WaitForWaitingAfter(entries, kWait));
+
+  EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts + 1);
+  EXPECT_EQ(plugin_->serves(), serves + 1);
+  EXPECT_EQ(plugin_->registrations(), registrations + 1);
+  // The new directory is the one watched: a kubelet restart in it is still seen at once.
+  EXPECT_EQ(InotifyWatching(config_.kubelet_dir), fd);
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  EXPECT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
+  EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), restarts + 2);
+}
+
+// The kubelet directory gone, and back (with a new kubelet in it) between the plugin's check of
+// its watch and its serving again: the plugin must watch the directory before it registers.
+// Registered, only an event wakes it; the old code registered with no watch at all and missed
+// every later kubelet restart (KubeletDirRemovedAndMadeAgain's rare "directory made again N
+// times" under load). The events, the lost watch's included, are queued while the thread is held
+// at its poll, and the directory comes back from inside the plugin's "kubelet restart detected"
+// log line, which it writes after that check and before it serves.
+TEST_F(PluginServerTest, ADirectoryBackDuringARestartIsWatchedBeforeRegistering) {
+  auto polls = std::make_shared<LifecyclePolls>();
+  auto sink = std::make_shared<ActOnLogLine>();
+  std::shared_ptr<spdlog::logger> log = rdp::Logger("server");
+  log->sinks().push_back(sink);
+  struct Disarm {
+    ActOnLogLine* s;
+    ~Disarm() { s->Disarm(); }
+  } disarm{sink.get()};
+  ASSERT_NO_FATAL_FAILURE(StartWithCountedPolls(polls, nullptr));
+
+  int registrations = 0;
+  {
+    polls->CloseGate();
+    struct Open {
+      LifecyclePolls* p;
+      ~Open() { p->OpenGate(); }
+    } open{polls.get()};
+    // Held at the gate: the kubelet stops and its directory goes, all queued. Our socket is
+    // moved out first: a bound socket pins its directory, whose watch would then end only when
+    // the plugin closes that socket; here it ends at once, as when the plugin had closed it
+    // already (a serve that failed a moment before).
+    kubelet_->Stop();
+    const std::string aside = config_.kubelet_dir + ".old";
+    ASSERT_EQ(::rename(config_.kubelet_dir.c_str(), aside.c_str()), 0) << std::strerror(errno);
+    const std::string moved = aside + ".sock";
+    ASSERT_EQ(::rename((aside + "/" + config_.socket_name).c_str(), moved.c_str()), 0)
+        << std::strerror(errno);
+    std::error_code ec;
+    std::filesystem::remove_all(aside, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    KubeletSim* kubelet = kubelet_.get();
+    const std::string dir = config_.kubelet_dir;
+    registrations = plugin_->registrations();
+    sink->Arm("kubelet restart detected", [kubelet, dir] {
+      std::error_code mk;
+      std::filesystem::create_directory(dir, mk);
+      (void)kubelet->Start();
+    });
+  }
+  ASSERT_TRUE(kubelet_->WaitForRegistration(registrations, kWait).has_value());
+  EXPECT_GE(InotifyWatching(config_.kubelet_dir), 0) << "registered, watching nothing";
+  // The next kubelet restart is seen.
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  EXPECT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
+  plugin_->Stop();
+  auto& sinks = log->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
 }
 
 TEST_F(PluginServerTest, OurSocketRemovedServesAgain) {

@@ -203,3 +203,140 @@ func TestDRAKubeletPluginManager(t *testing.T) {
 		t.Errorf("unprepare after the kubelet restart: %v, %v", uresp, err)
 	}
 }
+
+// TestDRAKubeletHandover: a DaemonSet upgrade with maxSurge, as the kubelet's own plugin manager
+// and DRA client see it. A claim is prepared; the old driver is registered; the new one starts on
+// the same node and asks for the plugin directory; the old one hands over (its sockets go: the
+// plugin watcher unregisters it) and idles; the new one registers and answers the prepared claim
+// from the checkpoint (no API server runs here: it could not have read it); stopping the old one afterwards (the
+// DaemonSet controller deleting its pod) leaves the new one registered and serving. Before the
+// handover the new instance waited for the old one to exit, which under maxSurge never came.
+func TestDRAKubeletHandover(t *testing.T) {
+	bin, dir, n, sys := draDriverFixture(t)
+	ib, _ := usableHCAs(n)
+	if len(ib) == 0 {
+		t.Fatalf("%s: no usable HCA", n.XML)
+	}
+	kubeletDir, cdiRoot := filepath.Join(dir, "kubelet"), filepath.Join(dir, "cdi")
+	regDir := mkdir(t, filepath.Join(kubeletDir, "plugins_registry"))
+	args := draArgs(kubeletDir, cdiRoot, sys, n)
+	const known = "3c1e9a6d-0000-4000-8000-0000000ba5e0"
+	local := append(append([]string{"dra", "prepare-local"}, args...),
+		"--claim-uid", known, "--claim-namespace", "ns", "--claim-name", "prepared",
+		"--device", DRADeviceName(ib[0]))
+	if out, err := exec.Command(bin, local...).CombinedOutput(); err != nil {
+		t.Fatalf("prepare-local: %v\n%s", err, out)
+	}
+
+	draSocket := filepath.Join(kubeletDir, "plugins", DRADriver, "dra.sock")
+	start := func(name string) *Plugin {
+		p, err := StartPlugin(bin, draSocket, filepath.Join(dir, name+".log"), append([]string{"dra"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := p.Stop(); err != nil {
+				t.Errorf("%s driver stop: %v", name, err)
+			}
+			if t.Failed() {
+				data, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+				t.Logf("---- %s.log (last lines) ----\n%s", name, tail(string(data), 40))
+			}
+		})
+		return p
+	}
+	oldDriver := start("old")
+
+	logFile, err := os.Create(filepath.Join(dir, "kubelet.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	e := &Env{T: t, logFile: logFile}
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), e.logger()))
+	draManager := draplugin.NewDRAPluginManager(ctx, nil, nil, nil, 30*time.Second)
+	pm := pluginmanager.NewPluginManager(regDir, record.NewFakeRecorder(100))
+	pm.AddHandler(registerapi.DRAPlugin, draManager)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		pm.Run(ctx, config.NewSourcesReady(func(sets.Set[string]) bool { return true }), stop)
+	}()
+	defer func() {
+		close(stop)
+		<-done
+		cancel()
+		draManager.Stop()
+	}()
+
+	const registered = "registered DRA driver " + DRADriver + " with the kubelet"
+	if err := oldDriver.WaitLog(registered, 1, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	prepare := func(what string) {
+		t.Helper()
+		plugin, err := draManager.GetPlugin(DRADriver)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		c, cancelCall := context.WithTimeout(ctx, 10*time.Second)
+		defer cancelCall()
+		resp, err := plugin.NodePrepareResources(c, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{
+			{Namespace: "ns", Uid: known, Name: "prepared"}}})
+		if err != nil {
+			t.Fatalf("%s: NodePrepareResources: %v", what, err)
+		}
+		if r := resp.Claims[known]; r.GetError() != "" || len(r.GetDevices()) != 1 ||
+			r.Devices[0].DeviceName != DRADeviceName(ib[0]) {
+			t.Fatalf("%s: prepared claim answered %v", what, r)
+		}
+	}
+	prepare("the old driver")
+
+	began := time.Now()
+	newDriver := start("new")
+	if err := oldDriver.WaitLog("handed over in", 1, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	handed := time.Now()
+	if err := newDriver.WaitLog(registered, 1, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The gap: from the old driver's sockets going to the new one registered (mostly the plugin
+	// manager's reconcile period, once to unregister and once to register).
+	t.Logf("the new driver started %v before the old one handed over (%s); registered %v after that",
+		handed.Sub(began).Round(time.Millisecond), strings.Join(oldDriver.Lines("handed over in"), ""),
+		time.Since(handed).Round(time.Millisecond))
+	if err := oldDriver.WaitLog("waiting to be stopped", 1, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if oldDriver.Exited() {
+		t.Error("the old driver exited after handing over: the kubelet would restart it")
+	}
+	Eventually(t, 15*time.Second, "the kubelet's client reaches the new driver", func() (bool, string) {
+		plugin, err := draManager.GetPlugin(DRADriver)
+		if err != nil {
+			return false, err.Error()
+		}
+		c, cancelCall := context.WithTimeout(ctx, 5*time.Second)
+		defer cancelCall()
+		resp, err := plugin.NodePrepareResources(c, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{
+			{Namespace: "ns", Uid: known, Name: "prepared"}}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return resp.Claims[known].GetError() == "", resp.String()
+	})
+
+	// The DaemonSet controller deletes the old pod: the new driver stays registered and serving.
+	if err := oldDriver.Stop(); err != nil {
+		t.Fatalf("old driver: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(regDir, DRADriver+"-reg.sock")); err != nil {
+		t.Errorf("the new driver's registration socket after the old one stopped: %v", err)
+	}
+	prepare("the new driver, the old one gone")
+	if newDriver.Exited() {
+		t.Error("the new driver exited")
+	}
+}

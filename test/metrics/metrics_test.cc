@@ -1,6 +1,11 @@
 // The Prometheus exposition (metrics/metrics.h) and the HTTP endpoint (metrics/http_server.h),
 // fetched with libcurl as a scraper does.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <string>
 #include <vector>
@@ -119,6 +124,78 @@ TEST(MetricsHttpTest, ServesMetricsAndHealthzOnAnEphemeralPort) {
   auto clash = MetricsHttpServer::Start((*server)->address(), [] { return std::string(); });
   ASSERT_FALSE(clash.ok());
   EXPECT_THAT(std::string(clash.status().message()), HasSubstr("--metrics-address"));
+}
+
+TEST(MetricsHttpTest, ParsesAccessLists) {
+  EXPECT_EQ(*ParseAccessList({}), "");
+  EXPECT_EQ(*ParseAccessList({"10.0.0.0/8", "192.168.1.7"}),
+            "-0.0.0.0/0,+10.0.0.0/8,+192.168.1.7/32");
+  for (const std::string bad : {"10.0.0.0/", "10.0.0.0/40", "10.0.0/8", "pods", "::1", "1.2.3.4/x"}) {
+    auto parsed = ParseAccessList({bad});
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--metrics-allow '" + bad));
+  }
+}
+
+// Only the clients the access list names are served; others are refused before any handler
+// runs (no render).
+TEST(MetricsHttpTest, TheAccessListRefusesOtherClients) {
+  std::atomic<int> renders{0};
+  auto render = [&renders] {
+    ++renders;
+    return std::string("a 1\n");
+  };
+  HttpOptions others;
+  others.address = "127.0.0.1:0";
+  others.allow = {"10.0.0.0/8"};
+  auto refused = MetricsHttpServer::Start(others, render);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_NE(HttpGet("http://" + (*refused)->address() + "/metrics").code, 200);
+  EXPECT_EQ(renders.load(), 0);
+  HttpOptions local = others;
+  local.allow = {"10.0.0.0/8", "127.0.0.0/8"};
+  auto served = MetricsHttpServer::Start(local, render);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(HttpGet("http://" + (*served)->address() + "/metrics").code, 200);
+  EXPECT_EQ(renders.load(), 1);
+}
+
+// Silent clients (connected, sending nothing) hold a thread only until the request timeout: with
+// every thread taken by one, a scrape is still answered. Before, four silent clients held the
+// four threads for 5 s each, and a client that kept reconnecting held them for ever.
+TEST(MetricsHttpTest, SilentClientsDoNotStarveScrapes) {
+  HttpOptions options;
+  options.address = "127.0.0.1:0";
+  options.threads = 2;
+  options.request_timeout = absl::Milliseconds(200);
+  auto server = MetricsHttpServer::Start(options, [] { return std::string("a 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> silent;
+  for (int i = 0; i < options.threads; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    struct sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>((*server)->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr), 0);
+    silent.push_back(fd);
+  }
+  EXPECT_EQ(HttpGet("http://" + (*server)->address() + "/metrics", absl::Seconds(10)).code, 200);
+  for (int fd : silent) ::close(fd);
+}
+
+TEST(MetricsHttpTest, BadOptionsNameTheirFlag) {
+  HttpOptions o;
+  o.address = "127.0.0.1:0";
+  o.threads = 0;
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("--metrics-threads"));
+  o.threads = 4;
+  o.request_timeout = absl::Milliseconds(1);
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("--metrics-request-timeout"));
+  o.request_timeout = absl::Seconds(2);
+  o.allow = {"x"};
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("--metrics-allow"));
 }
 
 }  // namespace

@@ -1,0 +1,49 @@
+// The temporary files of WriteFileAtomically: which names are one, and that the clean-up at start
+// removes exactly those of the final names asked for.
+
+#include "serving/atomic_file.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "test/support/temp_dir.h"
+
+namespace rdp::dra {
+namespace {
+
+// The DRA driver's atomic files (its checkpoint, its CDI specs) are written by serving/atomic_file
+// (shared with the device plugin's /etc/rdma/allocation.json files).
+using serving::RemoveTemporaryFiles;
+using serving::TemporaryFileTarget;
+using serving::WriteFileAtomically;
+
+TEST(DRAAtomicFileTest, TemporaryFileTargetNamesTheFinalFile) {
+  EXPECT_EQ(TemporaryFileTarget(".checkpoint.json.123.0.tmp"), "checkpoint.json");
+  EXPECT_EQ(TemporaryFileTarget(".d-hca_0c1a.json.7.42.tmp"), "d-hca_0c1a.json");
+  for (const char* not_one : {"checkpoint.json", ".checkpoint.json.tmp", "checkpoint.json.1.2.tmp",
+                              ".checkpoint.json.1.x.tmp", ".checkpoint.json.1..tmp",
+                              ".checkpoint.json.1.2.tmp~", ".1.2.tmp", ""}) {
+    EXPECT_EQ(TemporaryFileTarget(not_one), "") << not_one;
+  }
+}
+
+TEST(DRAAtomicFileTest, RemoveTemporaryFilesRemovesOnlyThoseAskedFor) {
+  rdp::testing::TempDir dir;
+  ASSERT_TRUE(WriteFileAtomically(dir.Sub("a.json"), "{}\n", 0644).ok());
+  for (const char* name : {".a.json.1.0.tmp", ".b.json.2.0.tmp", "a.json.1.0.tmp"}) {
+    std::ofstream(dir.Sub(name)) << "{";
+  }
+  auto removed = RemoveTemporaryFiles(dir.path(), [](std::string_view t) { return t == "a.json"; });
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, std::vector<std::string>{dir.Sub(".a.json.1.0.tmp")});
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("a.json")));
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub(".b.json.2.0.tmp")));
+  EXPECT_TRUE(std::filesystem::exists(dir.Sub("a.json.1.0.tmp")));
+  auto none = RemoveTemporaryFiles(dir.Sub("missing"), [](std::string_view) { return true; });
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+}  // namespace
+}  // namespace rdp::dra
