@@ -10,6 +10,9 @@ DIR holds allocator.json, rpc.json, discovery.json (Google Benchmark JSON) and l
   rpc_x_floor       {prefer_exclusive_8, prefer_exclusive_32, prefer_shared_1000,
                      allocate_exclusive_8}: round trip / empty RPC on the same socket, interleaved
   discovery_x_hwloc {<fixture>: ...}: our discovery / hwloc's own load of the same XML
+  admission_us      {dense250_p50, dense250_p99}: exclusive GetPreferredAllocation with the GPU
+                    context known against a pod-resources server holding 250 pods x 4
+                    containers, its List included (BM_AdmissionDense250), microseconds
   anon_rss_mib      the serving plugin process's anonymous memory (smaps_rollup), its largest
                     sample at a phase boundary of bench_load
 Also prints a table with each figure's budget. Exit 0 when every input was found and read; 2
@@ -42,6 +45,7 @@ BUDGET = {
     "rpc_x_floor": {"prefer_exclusive_8": 1.05, "prefer_exclusive_32": 1.10,
                     "prefer_shared_1000": 1.25, "allocate_exclusive_8": 1.10},
     "discovery_x_hwloc": 1.2,
+    "admission_us": {"dense250_p50": 5000, "dense250_p99": 5000},
     "anon_rss_mib": 4,
 }
 TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
@@ -88,12 +92,19 @@ def summarize(folder):
     rpc = runs(load(folder, "rpc.json"), "rpc.json")
     disc = runs(load(folder, "discovery.json"), "discovery.json")
     load_run = load(folder, "load.json")
-    s = {"allocator_us": {}, "rpc_x_floor": {}, "discovery_x_hwloc": {}, "anon_rss_mib": 0.0}
+    s = {"allocator_us": {}, "rpc_x_floor": {}, "discovery_x_hwloc": {}, "admission_us": {},
+         "anon_rss_mib": 0.0}
     for key, name in ALLOCATOR.items():
         b = pick(alloc, name, "allocator.json")
         s["allocator_us"][key] = round(b["cpu_time"] * TO_US[b.get("time_unit", "ns")], 3)
     for key, names in RPC.items():
         s["rpc_x_floor"][key] = round(max(pick(rpc, n, "rpc.json")["x_floor"] for n in names), 4)
+    admission = [n for n in rpc if n.startswith("BM_AdmissionDense250")]
+    if not admission:
+        raise Missing("rpc.json: no result for BM_AdmissionDense250")
+    b = pick(rpc, admission[0], "rpc.json")
+    s["admission_us"]["dense250_p50"] = round(b["p50_us"], 1)
+    s["admission_us"]["dense250_p99"] = round(b["p99_us"], 1)
     for name, b in sorted(disc.items()):
         if not name.startswith("BM_Discover/"):
             continue
@@ -114,7 +125,7 @@ def summarize(folder):
 
 def table(s):
     rows = []
-    for group in ("allocator_us", "rpc_x_floor", "discovery_x_hwloc"):
+    for group in ("allocator_us", "rpc_x_floor", "discovery_x_hwloc", "admission_us"):
         for key, value in s[group].items():
             budget = BUDGET[group] if not isinstance(BUDGET[group], dict) else BUDGET[group][key]
             rows.append((f"{group}.{key}", value, budget))

@@ -41,7 +41,7 @@ run() {  # name json-file filter
 echo "bench.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)" >&2
 run bench_allocator allocator.json \
   '^BM_Exclusive/hcas:(8/size:2|32/size:4|32/size:8)/gpus:1/shape:0$|^BM_Exclusive/hcas:64/size:8/gpus:0/shape:1$|^BM_Shared/ids:1000/size:8$'
-run bench_rpc rpc.json '^BM_GetPreferredAllocation/(0/8/[124]|0/32/4|1/8/8)/|^BM_Allocate/0/8/[14]/'
+run bench_rpc rpc.json '^BM_GetPreferredAllocation/(0/8/[124]|0/32/4|1/8/8)/|^BM_Allocate/0/8/[14]/|^BM_AdmissionDense250'
 run bench_discovery discovery.json '^BM_Discover/'
 echo "== bench_load" >&2
 "$out/bench_load" "${load[@]}" --json "$out/load.json" >&2

@@ -39,7 +39,8 @@ def write_inputs(d):
            it("BM_GetPreferredAllocation/0/32/4/manual_time", x_floor=1.2),
            it("BM_GetPreferredAllocation/1/8/8/manual_time", x_floor=2.5),
            it("BM_Allocate/0/8/1/manual_time", x_floor=1.3),
-           it("BM_Allocate/0/8/4/manual_time", x_floor=1.4)]
+           it("BM_Allocate/0/8/4/manual_time", x_floor=1.4),
+           it("BM_AdmissionDense250/min_time:0.500/manual_time", p50_us=812.34, p99_us=2950.06)]
     disc = [it("BM_Discover/0/manual_time", label="dgx-h100-like.xml", ratio_to_hwloc=1.3),
             it("BM_Discover/1/manual_time", label="nvidiaDGX2.xml", ratio_to_hwloc=1.2)]
     phase = lambda anon: {"plugin_after": {"anon_mb": anon}}
@@ -59,8 +60,10 @@ def main():
         r = subprocess.run([sys.executable, SUMMARY, d], capture_output=True, text=True)
         check(r.returncode == 0, f"exit {r.returncode}: {r.stderr}")
         s = json.loads((d / "summary.json").read_text())
-        check(sorted(s) == ["allocator_us", "anon_rss_mib", "discovery_x_hwloc", "rpc_x_floor"],
-              f"top-level keys {sorted(s)}")
+        check(sorted(s) == ["admission_us", "allocator_us", "anon_rss_mib", "discovery_x_hwloc",
+                            "rpc_x_floor"], f"top-level keys {sorted(s)}")
+        check(s["admission_us"] == {"dense250_p50": 812.3, "dense250_p99": 2950.1},
+              f"admission_us {s['admission_us']}")
         check(sorted(s["allocator_us"]) == sorted(["dgx8_size2_gpus", "scaled32_size4_gpus",
                                                    "scaled32_size8_gpus", "distinct64_size8",
                                                    "shared1000_size8"]),
