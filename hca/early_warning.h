@@ -1,5 +1,7 @@
 #pragma once
 
+// NOT WIRED YET (issue 29): no door calls this rule; test/hca/early_warning_test.cc tests it.
+//
 // Early-warning health: links that degrade before they go down. hca::Assess says whether an HCA
 // can be handed out now; this says what its recent history adds, from one observation per health
 // poll (port states and error counters), with the time passed in (no clock here):
