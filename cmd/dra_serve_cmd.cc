@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -31,6 +32,7 @@
 #include "dra/devices.h"
 #include "dra/dra_server.h"
 #include "dra/driver.h"
+#include "dra/health.h"
 #include "dra/kernel_pci.h"
 #include "dra/kube_client.h"
 #include "dra/model.h"
@@ -385,7 +387,11 @@ int Serve(const DraFlags& f, const Resolved& r) {
               f.cdi_root, f.mode);
   dra::DraServerConfig server_config = r.server;
   server_config.handover = true;
-  dra::DraServer server(server_config, node.driver.get());
+  // The HCAs' health for the kubelet (pods' allocatedResourcesStatus): sent at least every poll,
+  // kept by the kubelet for three polls (at least its default 30 s) before it says UNKNOWN.
+  dra::HealthFeed health({r.health_interval, std::max(absl::Seconds(30), 3 * r.health_interval)});
+  health.Publish(dra::DeviceHealthOf(*snapshot->Current(), r.driver.node_name));
+  dra::DraServer server(server_config, node.driver.get(), &health);
   // Published only while the kubelet has the driver registered (a kubelet that (re)registers us
   // has wiped the node's slices at its start: publish again), withdrawn when it refuses it.
   server.registration().SetOnStatus([&sync](const dra::RegistrationState& state) {
@@ -406,13 +412,14 @@ int Serve(const DraFlags& f, const Resolved& r) {
         try {
           // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
           absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
-          if (!scan.ok() || topology::HcaFingerprint(*scan) ==
-                                topology::HcaFingerprint(snapshot->Current()->hcas())) {
-            continue;
+          if (scan.ok() && topology::HcaFingerprint(*scan) !=
+                               topology::HcaFingerprint(snapshot->Current()->hcas()) &&
+              snapshot->Refresh()) {
+            Log()->info("the node's HCAs changed: publishing the pool again");
+            sync.Trigger();
           }
-          if (!snapshot->Refresh()) continue;
-          Log()->info("the node's HCAs changed: publishing the pool again");
-          sync.Trigger();
+          // Each poll (a Prepare may have rediscovered the node since); streams wake on a change.
+          health.Publish(dra::DeviceHealthOf(*snapshot->Current(), r.driver.node_name));
         } catch (const std::exception& e) {  // the next poll tries again; the process goes on
           Log()->error("the health poll failed: {}", e.what());
         }
@@ -524,7 +531,7 @@ void AddDraServeFlags(CLI::App* dra) {
       ->envname("RDP_MODE")
       ->capture_default_str();
   dra->add_option("--health-interval", f->health_interval,
-                  "How often the HCAs are discovered again (health as device taints, hotplug)")
+                  "How often the HCAs are discovered again (health as device taints and in the kubelet's health stream, hotplug)")
       ->envname("RDP_HEALTH_INTERVAL")
       ->capture_default_str();
   f->metrics.Register(dra);

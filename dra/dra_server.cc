@@ -53,18 +53,37 @@ std::string DraServerConfig::HandoverFile() const {
   return (std::filesystem::path(PluginDir()) / kHandoverFile).string();
 }
 
-DraServer::DraServer(DraServerConfig config, Driver* driver)
+namespace {
+
+std::vector<std::string> ServicesOffered(bool health) {
+  std::vector<std::string> out = {kDraPluginService, kDraPluginServiceV1beta1};
+  if (health) {
+    out.push_back(kDraHealthService);
+    out.push_back(kDraHealthServiceV1alpha1);
+  }
+  return out;
+}
+
+}  // namespace
+
+DraServer::DraServer(DraServerConfig config, Driver* driver, HealthFeed* health)
     : config_(std::move(config)),
       dra_v1_(driver),
       dra_v1beta1_(driver),
       registration_(std::make_unique<RegistrationService>(
-          config_.driver_name, config_.DraSocket(),
-          std::vector<std::string>{kDraPluginService, kDraPluginServiceV1beta1})),
-      readiness_([this] { return registered(); }) {
+          config_.driver_name, config_.DraSocket(), ServicesOffered(health != nullptr))),
+      readiness_([this] { return registered(); }),
+      health_(health),
+      health_v1_(health),
+      health_v1alpha1_(health) {
   absl::MutexLock lock(&mu_);
   dra_.path = config_.DraSocket();
   dra_.what = "DRAPlugin";
   dra_.services = {&dra_v1_, &dra_v1beta1_, &readiness_};
+  if (health_ != nullptr) {
+    dra_.services.push_back(&health_v1_);
+    dra_.services.push_back(&health_v1alpha1_);
+  }
   reg_.path = config_.RegistrationSocket();
   reg_.what = "Registration";
   reg_.services = {registration_.get()};
@@ -107,6 +126,7 @@ void DraServer::Stop() {
     stopped_ = true;
     if (started_) serving::SignalEventFd(stop_fd_);
   }
+  if (health_ != nullptr) health_->Stop();  // its streams end now, not at the grace deadline
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
   // The registration socket goes first (the kubelet unregisters the driver before its endpoint

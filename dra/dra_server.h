@@ -1,7 +1,7 @@
 #pragma once
 
-// The DRA driver's serving lifecycle on a node: DRAPlugin (v1 and v1beta1) and the readiness
-// health check on <kubelet-dir>/plugins/<driver>/dra.sock, then pluginregistration.Registration
+// The DRA driver's serving lifecycle on a node: DRAPlugin (v1 and v1beta1), DRAResourceHealth
+// (v1 and v1alpha1, when given a feed) and the readiness health check on <kubelet-dir>/plugins/<driver>/dra.sock, then pluginregistration.Registration
 // on <kubelet-dir>/plugins_registry/<driver>-reg.sock, whose appearance makes the kubelet's plugin
 // watcher register us (it calls GetInfo, dials the endpoint, and tells us
 // NotifyRegistrationStatus).
@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "dra/dra_service.h"
 #include "dra/driver.h"
+#include "dra/health.h"
 #include "grpcpp/grpcpp.h"
 #include "serving/fatal_latch.h"
 
@@ -49,8 +50,10 @@ struct DraServerConfig {
 
 class DraServer {
  public:
-  // `driver` is not owned and must outlive the server.
-  DraServer(DraServerConfig config, Driver* driver);
+  // `driver` is not owned and must outlive the server. With a `health` feed (not owned, outlives
+  // the server), the DRA socket also serves DRAResourceHealth (v1 and v1alpha1) from it and
+  // GetInfo lists both after DRAPlugin's versions; Stop() stops the feed (its streams end).
+  DraServer(DraServerConfig config, Driver* driver, HealthFeed* health = nullptr);
   ~DraServer();  // Stop()
   DraServer(const DraServer&) = delete;
   DraServer& operator=(const DraServer&) = delete;
@@ -104,6 +107,9 @@ class DraServer {
   DraService<DraServiceV1beta1> dra_v1beta1_;
   std::unique_ptr<RegistrationService> registration_;
   ReadinessService readiness_;
+  HealthFeed* const health_;
+  HealthService<HealthServiceV1> health_v1_;
+  HealthService<HealthServiceV1alpha1> health_v1alpha1_;
 
   mutable absl::Mutex mu_;
   mutable absl::CondVar served_;

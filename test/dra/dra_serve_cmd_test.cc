@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "proto/dra.grpc.pb.h"
+#include "proto/dra_health.grpc.pb.h"
+#include "proto/dra_health_v1alpha1.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
@@ -241,6 +243,101 @@ TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
       << scrape.body;
   driver.Signal(SIGTERM);
   EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
+}
+
+// The kubelet's health stream in each version, for the test below.
+struct HealthV1 {
+  using Service = ::v1::DRAResourceHealth;
+  using Request = ::v1::NodeWatchResourcesRequest;
+  using Response = ::v1::NodeWatchResourcesResponse;
+  static constexpr auto kHealthy = ::v1::HEALTHY;
+  static constexpr auto kUnhealthy = ::v1::UNHEALTHY;
+};
+struct HealthV1alpha1 {
+  using Service = ::v1alpha1::DRAResourceHealth;
+  using Request = ::v1alpha1::NodeWatchResourcesRequest;
+  using Response = ::v1alpha1::NodeWatchResourcesResponse;
+  static constexpr auto kHealthy = ::v1alpha1::HEALTHY;
+  static constexpr auto kUnhealthy = ::v1alpha1::UNHEALTHY;
+};
+
+template <typename V>
+class HealthStream {
+ public:
+  explicit HealthStream(const std::string& endpoint)
+      : stub_(V::Service::NewStub(serving::UnixChannel(endpoint))) {
+    ctx_.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+    reader_ = stub_->NodeWatchResources(&ctx_, typename V::Request());
+  }
+  ~HealthStream() { ctx_.TryCancel(); }
+  // The next message; false when the stream ended.
+  bool Read(typename V::Response& out) { return reader_->Read(&out); }
+  // Reads until `device` is reported with `health`; its message, or "<ended>".
+  std::string ReadUntil(const std::string& device, decltype(V::kHealthy) health) {
+    typename V::Response resp;
+    while (Read(resp)) {
+      for (const auto& d : resp.devices()) {
+        if (d.device().device_name() == device && d.health() == health) return d.message();
+      }
+    }
+    return "<ended>";
+  }
+
+ private:
+  std::unique_ptr<typename V::Service::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<typename V::Response>> reader_;
+};
+
+// The kubelet's health stream (DRAResourceHealth.NodeWatchResources, v1 and v1alpha1): every HCA
+// HEALTHY at once, an HCA whose port goes DOWN UNHEALTHY at the next poll with the reason, and
+// HEALTHY again when the port comes back. Before, GetInfo offered no health service and the call
+// was UNIMPLEMENTED: a pod kept an HCA whose link was down with no word of it in its status.
+TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStream) {
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+
+  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
+  pluginregistration::PluginInfo info;
+  grpc::ClientContext c1;
+  c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+  ASSERT_TRUE(reg->GetInfo(&c1, {}, &info).ok());
+  // DRAPlugin first (the kubelet takes the first it knows), the optional health service after.
+  EXPECT_EQ(std::vector<std::string>(info.supported_versions().begin(),
+                                     info.supported_versions().end()),
+            (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                      "v1alpha1.DRAResourceHealth"}));
+
+  HealthStream<HealthV1> v1(info.endpoint());
+  HealthStream<HealthV1alpha1> v1alpha1(info.endpoint());
+  HealthV1::Response first;
+  ASSERT_TRUE(v1.Read(first)) << driver.output();
+  ASSERT_EQ(first.devices_size(), 4);
+  for (const auto& d : first.devices()) {
+    EXPECT_EQ(d.device().pool_name(), "node-a");
+    EXPECT_EQ(d.health(), ::v1::HEALTHY) << d.device().device_name() << ": " << d.message();
+    EXPECT_EQ(d.health_check_timeout_seconds(), 30);
+    EXPECT_GT(d.last_updated_time(), 0);
+  }
+  HealthV1alpha1::Response first_alpha;
+  ASSERT_TRUE(v1alpha1.Read(first_alpha)) << driver.output();
+  ASSERT_EQ(first_alpha.devices_size(), 4);
+
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+  EXPECT_EQ(v1.ReadUntil(kHca1, HealthV1::kUnhealthy), "mlx5_1: port 1 is DOWN");
+  EXPECT_EQ(v1alpha1.ReadUntil(kHca1, HealthV1alpha1::kUnhealthy), "mlx5_1: port 1 is DOWN");
+  ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
+  EXPECT_EQ(v1.ReadUntil(kHca1, HealthV1::kHealthy), "");
+
+  // SIGTERM ends the streams at once (not at the server's grace deadline) and the driver exits.
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
+  HealthV1::Response rest;
+  while (v1.Read(rest)) {
+  }
 }
 
 }  // namespace

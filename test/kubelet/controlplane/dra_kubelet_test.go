@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -328,6 +329,74 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	if len(specs) != 1 {
 		t.Fatalf("CDI specs after prepare: %v", specs)
 	}
+
+	// Health in the pod's status: the kubelet's DRA manager opened our health stream when it
+	// registered the driver (ResourceHealthStatus, on by default); the allocated HCA's port going
+	// DOWN reaches it as Unhealthy, it asks for the pod's status to be updated (Updates), and
+	// the container's allocatedResourcesStatus says so; the port coming back says Healthy.
+	hcaName := ""
+	if got, err := nodeSlices(ctx, cp, node); err == nil {
+		for _, s := range got {
+			for _, d := range s.Spec.Devices {
+				if a, ok := d.Attributes[resourcev1.QualifiedName(draDriver+"/hcaName")]; ok && d.Name == device && a.StringValue != nil {
+					hcaName = *a.StringValue
+				}
+			}
+		}
+	}
+	if hcaName == "" {
+		t.Fatalf("no hcaName attribute of the allocated device %s in the node's slices", device)
+	}
+	portStates, err := filepath.Glob(filepath.Join(discovery[3], "sys", "class", "infiniband", hcaName, "ports", "*", "state"))
+	if err != nil || len(portStates) == 0 {
+		t.Fatalf("no port state files of %s: %v", hcaName, err)
+	}
+	healthOf := func() (v1.ResourceHealthStatus, string) {
+		status := &v1.PodStatus{ContainerStatuses: []v1.ContainerStatus{{Name: "c"}}}
+		kubelet.manager.UpdateAllocatedResourcesStatus(klog.Background(), pod, status)
+		var out []string
+		var health v1.ResourceHealthStatus
+		for _, rs := range status.ContainerStatuses[0].AllocatedResourcesStatus {
+			for _, r := range rs.Resources {
+				message := ""
+				if r.Message != nil {
+					message = *r.Message
+				}
+				out = append(out, fmt.Sprintf("%s %s %s %q", rs.Name, r.ResourceID, r.Health, message))
+				if rs.Name == "claim:hca" && r.ResourceID == v1.ResourceID(wantID) { // the kubelet names a device by its CDI ID
+					health = r.Health
+				}
+			}
+		}
+		return health, strings.Join(out, "; ")
+	}
+	for _, step := range []struct {
+		state, message string // message: a part of the device's health message
+		health         v1.ResourceHealthStatus
+	}{
+		{"1: DOWN", hcaName + ": port 1 is DOWN", v1.ResourceHealthStatusUnhealthy},
+		{"4: ACTIVE", "", v1.ResourceHealthStatusHealthy},
+	} {
+		for _, f := range portStates {
+			if err := os.WriteFile(f, []byte(step.state+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		notified := false
+		waitFor(t, settle, fmt.Sprintf("%s %s in the pod's allocatedResourcesStatus", hcaName, step.health), func(ctx context.Context) (bool, string, error) {
+			for drained := false; !drained; {
+				select {
+				case u := <-kubelet.manager.Updates():
+					notified = notified || slices.Contains(u.PodUIDs, string(pod.UID))
+				default:
+					drained = true
+				}
+			}
+			health, all := healthOf()
+			return health == step.health && notified && strings.Contains(all, step.message), fmt.Sprintf("%s (update for the pod: %v)", all, notified), nil
+		})
+	}
+
 	t.Logf("prepared %s (device %s): CDI %v", claim.Name, device, ids)
 
 	// Kubelet restart: a new manager on the same state directory (its own checkpoint says the
