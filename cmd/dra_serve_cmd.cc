@@ -60,6 +60,7 @@ struct DraFlags {
   std::string resync = "30s";
   MetricsFlags metrics;
   std::string proc_root = "/";  // GPUDirect RDMA's signals (/proc/modules, /proc/driver/nvidia)
+  std::string allocation_dir;   // /etc/rdma/allocation.json's host files; empty: none
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -137,8 +138,14 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   if (f.kubelet_dir.empty() || f.cdi_root.empty()) {
     return absl::InvalidArgumentError("--kubelet-dir and --cdi-root must not be empty");
   }
+  if (std::error_code ec;
+      !f.allocation_dir.empty() && !std::filesystem::is_directory(f.allocation_dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--allocation-dir '", f.allocation_dir, "': is not a directory"));
+  }
   r.driver.driver_name = f.driver_name;
   r.driver.node_name = f.node_name;
+  r.driver.allocation_dir = f.allocation_dir;
   r.server.kubelet_dir = f.kubelet_dir;
   r.server.driver_name = f.driver_name;
   return r;
@@ -525,6 +532,10 @@ void AddDraServeFlags(CLI::App* dra) {
                   "Root under which proc/ is read (GPUDirect RDMA: modules, driver/nvidia)")
       ->envname("RDP_PROC_ROOT")
       ->capture_default_str();
+  dra->add_option("--allocation-dir", f->allocation_dir,
+                  "Host directory (the same path in this container) for the files the CDI "
+                  "devices mount at /etc/rdma/allocation.json; empty: no file")
+      ->envname("RDP_ALLOCATION_DIR");
   dra->add_option("--slice-resync", f->resync,
                   "How often the published ResourceSlices are checked against the node's while "
                   "no watch of them is up (the watch says when someone else changed them)")

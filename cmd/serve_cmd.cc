@@ -136,6 +136,10 @@ void AddServeCommand(CLI::App& app) {
   sub->add_option("--proc-root", c.proc_root, "Root under which proc/driver/nvidia is read")
       ->envname("RDP_PROC_ROOT")
       ->capture_default_str();
+  sub->add_option("--allocation-dir", c.allocation_dir,
+                  "Host directory (the same path in this container) for the files Allocate "
+                  "mounts at /etc/rdma/allocation.json; empty: no file")
+      ->envname("RDP_ALLOCATION_DIR");
   sub->add_option("--nvidia-gpu-list", c.nvidia_gpu_list,
                   "A file holding `nvidia-smi -L`'s output, re-read on each health poll: maps "
                   "NVIDIA GPU indexes and MIG device UUIDs to GPUs (docs/server.md, GPU IDs); "

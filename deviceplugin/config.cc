@@ -65,6 +65,9 @@ absl::Status Validate(const Config& c) {
   }
   if (!IsDir(d.dev_root)) return Bad("--dev-root", d.dev_root, "is not a directory");
   if (!IsDir(c.proc_root)) return Bad("--proc-root", c.proc_root, "is not a directory");
+  if (!c.allocation_dir.empty() && !IsDir(c.allocation_dir)) {
+    return Bad("--allocation-dir", c.allocation_dir, "is not a directory");
+  }
   std::error_code ec;
   if (!d.topology_xml.empty() && !std::filesystem::is_regular_file(d.topology_xml, ec)) {
     return Bad("--topology-xml", d.topology_xml, "is not a readable file");

@@ -37,6 +37,9 @@ struct Config {
   // A container first seen holding GPUs (and none of our devices) this recently is taken to be
   // the one being admitted (docs/server.md, GPU context).
   absl::Duration admission_window = absl::Seconds(10);
+  // --allocation-dir: a host directory (the same path in the plugin's container) where Allocate
+  // writes the files it mounts at /etc/rdma/allocation.json (hca::AllocationFile); "" for none.
+  std::string allocation_dir;
 
   // Seams and tuning, not flags.
   absl::Duration register_backoff_min = absl::Milliseconds(100);

@@ -1,6 +1,8 @@
 #include "deviceplugin/node_state.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "deviceplugin/gpu_context.h"
 #include "deviceplugin/nvidia_gpus.h"
 #include "deviceplugin/withholding.h"
+#include "serving/atomic_file.h"
 #include "topology/discovery.h"
 #include "base/log.h"
 
@@ -532,21 +535,51 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
                         : absl::StrCat("no HCA can be handed out on this node: ",
                                        absl::StrJoin(refused, "; ")));
   }
-  if (exclusive) CountAlignment(canonical);
-  return hca::BuildAllocation(chosen, sources_.env->Exists(hca::kRdmaCmPath));
+  // The container's GPUs, known in exclusive mode when the pod-resources list has them: each HCA
+  // is paired with one in the allocation file.
+  std::vector<std::string> gpus;
+  if (exclusive) gpus = CountAlignment(canonical);
+  std::vector<std::string> pcis;
+  for (const topology::Hca& h : chosen) pcis.push_back(h.place.pci);
+  hca::ContainerAllocation out =
+      hca::BuildAllocation(std::move(chosen), sources_.env->Exists(hca::kRdmaCmPath),
+                           hca::PairGpus(*snapshot, std::move(pcis), gpus));
+  for (const std::string& warning : out.warnings) Log()->warn("Allocate: {}", warning);
+  AddAllocationFile(out);
+  return out;
 }
 
-void NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
+std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
   std::optional<topology::PathClass> alignment;
+  std::vector<std::string> gpus;
   {
     absl::MutexLock lock(&mu_);
     if (pods_known_ && !snapshot_->gpus().empty()) {
       GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
                                        *snapshot_);
       alignment = AllocationAlignment(*snapshot_, pcis, sel.context.container_gpus);
+      gpus = std::move(sel.context.container_gpus);
     }
   }
   metrics_.CountAllocation(alignment);
+  return gpus;
+}
+
+void NodeState::AddAllocationFile(hca::ContainerAllocation& allocation) const {
+  if (config_.allocation_dir.empty()) return;
+  const std::string path =
+      absl::StrCat(config_.allocation_dir, "/", hca::AllocationFileName(allocation.file));
+  std::error_code ec;
+  absl::Status written = absl::OkStatus();
+  if (!std::filesystem::exists(path, ec)) {
+    written = serving::WriteFileAtomically(path, allocation.file, 0644);
+  }
+  if (!written.ok()) {
+    Log()->error("Allocate: {}: the container gets no {}", std::string(written.message()),
+                 hca::kAllocationFile);
+    return;
+  }
+  allocation.mounts.push_back({hca::kAllocationFile, path});
 }
 
 metrics::NodeMetricsInput NodeState::MetricsInput() const {

@@ -166,7 +166,14 @@ class NodeState {
   absl::StatusOr<topology::TopologyPtr> Discover() ABSL_LOCKS_EXCLUDED(mu_);
   // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
   // being admitted, as the last pod list shows it.
-  void CountAlignment(const std::vector<std::string>& pcis) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts the allocation's alignment; returns the GPUs of the container being admitted (empty
+  // when unknown).
+  std::vector<std::string> CountAlignment(const std::vector<std::string>& pcis) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // With --allocation-dir: writes allocation.file there (unless a file of that content is there
+  // already) and mounts it at hca::kAllocationFile; a failure is logged and the container gets
+  // no file.
+  void AddAllocationFile(hca::ContainerAllocation& allocation) const;
 
   const Config config_;
   NodeSources sources_;

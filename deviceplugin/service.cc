@@ -221,6 +221,12 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
         d->set_permissions(spec.permissions);
       }
       for (const auto& [k, v] : a->envs) (*out->mutable_envs())[k] = v;
+      for (const auto& m : a->mounts) {
+        auto* mount = out->add_mounts();
+        mount->set_container_path(m.container_path);
+        mount->set_host_path(m.host_path);
+        mount->set_read_only(true);
+      }
     }
     return absl::OkStatus();
   });

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 
 namespace rdp::dra {
 namespace {
@@ -145,8 +145,15 @@ nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_
     if (r.common) {
       for (const auto& [key, value] : *r.common) vars.push_back(absl::StrCat(key, "=", value));
     }
-    devices.push_back(Device(CdiDeviceName(claim_uid, r.request), std::move(vars),
-                             DeviceNodes(r.own, env)));
+    nlohmann::json device =
+        Device(CdiDeviceName(claim_uid, r.request), std::move(vars), DeviceNodes(r.own, env));
+    if (r.common && r.allocation_file) {
+      device["containerEdits"]["mounts"] = nlohmann::json::array(
+          {{{"hostPath", *r.allocation_file},
+            {"containerPath", hca::kAllocationFile},
+            {"options", {"ro", "nosuid", "nodev", "bind"}}}});
+    }
+    devices.push_back(std::move(device));
   }
   return Spec(driver, std::move(devices));
 }
@@ -170,13 +177,13 @@ absl::Status CdiStore::Write(const std::string& claim_uid, const nlohmann::json&
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir_, ": ", ec.message()));
-  return WriteFileAtomically(
+  return serving::WriteFileAtomically(
       PathOf(claim_uid),
       spec.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", kSpecMode);
 }
 
 absl::Status CdiStore::Remove(const std::string& claim_uid) const {
-  return RemoveFile(PathOf(claim_uid));
+  return serving::RemoveFile(PathOf(claim_uid));
 }
 
 bool CdiStore::Exists(const std::string& claim_uid) const {
@@ -225,7 +232,7 @@ absl::StatusOr<std::vector<std::string>> CdiStore::ListClaims() const {
 }
 
 absl::StatusOr<std::vector<std::string>> CdiStore::RemoveTemporaryFiles() const {
-  return dra::RemoveTemporaryFiles(dir_, [this](std::string_view target) {
+  return serving::RemoveTemporaryFiles(dir_, [this](std::string_view target) {
     return !ClaimOfSpecFile(driver_, target).empty();
   });
 }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 namespace rdp::dra {
@@ -92,7 +92,7 @@ Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {}
 absl::StatusOr<PreparedClaims> Checkpoint::Load() {
   const std::filesystem::path path(path_);
   const std::string name = path.filename().string();
-  absl::StatusOr<std::vector<std::string>> leftovers = RemoveTemporaryFiles(
+  absl::StatusOr<std::vector<std::string>> leftovers = serving::RemoveTemporaryFiles(
       path.parent_path().string(), [&name](std::string_view target) { return target == name; });
   if (!leftovers.ok()) return leftovers.status();
   for (const std::string& file : *leftovers) {
@@ -148,7 +148,7 @@ absl::Status Checkpoint::Save(const PreparedClaims& claims) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create the directory of ", path_));
-  return WriteFileAtomically(path_, doc.dump(1) + "\n", kMode);
+  return serving::WriteFileAtomically(path_, doc.dump(1) + "\n", kMode);
 }
 
 }  // namespace rdp::dra

@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string_view>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "dra/devices.h"
 #include "hca/hca.h"
+#include "serving/atomic_file.h"
 
 namespace rdp::dra {
 namespace {
@@ -505,11 +508,31 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
         }
         all.push_back(snapshot->hcas()[idx]);
       }
-      if (!all.empty()) r.common = hca::BuildAllocation(all, rdma_cm).envs;
+      if (!all.empty()) {
+        hca::ContainerAllocation common = hca::BuildAllocation(all, rdma_cm);
+        for (const std::string& w : common.warnings) {
+          Log()->warn("claim {} request {}: {}", Describe(ref), request, w);
+        }
+        r.common = std::move(common.envs);
+        r.allocation_file = AllocationFile(common.file);
+      }
     }
     requests.push_back(std::move(r));
   }
   return BuildCdiSpec(config_.driver_name, ref.uid, requests, *env_);
+}
+
+std::optional<std::string> Driver::AllocationFile(const std::string& content) const {
+  if (config_.allocation_dir.empty()) return std::nullopt;
+  const std::string path =
+      absl::StrCat(config_.allocation_dir, "/", hca::AllocationFileName(content));
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
+  if (absl::Status s = serving::WriteFileAtomically(path, content, 0644); !s.ok()) {
+    Log()->error("{}: containers get no {}", std::string(s.message()), hca::kAllocationFile);
+    return std::nullopt;
+  }
+  return path;
 }
 
 std::vector<PreparedDevice> Driver::Answer(const PreparedClaim& claim) const {

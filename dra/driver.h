@@ -47,6 +47,9 @@ struct DriverConfig {
   // The API reads of one Prepare call, retries included, together: the kubelet gives a call
   // 45 s; a claim answered from the checkpoint needs none.
   absl::Duration api_timeout = absl::Seconds(10);
+  // dra --allocation-dir: a host directory (the same path in the driver's container) for the
+  // files a request's CDI device mounts at /etc/rdma/allocation.json; "" for none.
+  std::string allocation_dir;
 };
 
 // One entry of a claim's NodePrepareResources answer.
@@ -104,6 +107,9 @@ class Driver {
 
  private:
   using Commons = std::map<RequestKey, std::optional<std::vector<std::string>>>;
+  // With config_.allocation_dir: the host file holding `content` (written unless there), else
+  // nullopt; a write failure is logged and gives nullopt.
+  std::optional<std::string> AllocationFile(const std::string& content) const;
   // Claims not in the checkpoint, read and prepared together (their locks held).
   void PrepareFresh(const std::vector<ClaimRef>& refs, absl::Time deadline,
                     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out);

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/log.h"
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 
 namespace rdp::dra {
 
@@ -64,7 +64,7 @@ absl::StatusOr<PluginDirLock> PluginDirLock::Acquire(const std::string& dir,
     }
     if (request_handover && !std::filesystem::exists(handover, ec)) {
       // Best effort: a holder that cannot see it still releases the lock when it exits.
-      if (absl::Status s = WriteFileAtomically(handover, own_pid, 0644); !s.ok()) {
+      if (absl::Status s = serving::WriteFileAtomically(handover, own_pid, 0644); !s.ok()) {
         Logger("dra")->warn("cannot ask for a handover: {}", s.ToString());
       }
     }
@@ -76,7 +76,7 @@ absl::StatusOr<PluginDirLock> PluginDirLock::Acquire(const std::string& dir,
   }
   if (said) Logger("dra")->info("took {}: the other instance has released it", path);
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, own_pid.data(), own_pid.size(), 0);
-  if (absl::Status s = RemoveFile(handover); !s.ok()) {
+  if (absl::Status s = serving::RemoveFile(handover); !s.ok()) {
     ::close(fd);
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot remove ", handover, " (another instance would be asked to hand over): ",

@@ -1,9 +1,12 @@
 #include "hca/hca.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace rdp::hca {
 namespace {
@@ -72,8 +75,44 @@ topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
   return now;
 }
 
-ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
-                                    bool with_rdma_cm) {
+namespace {
+
+// NCCL_IB_GID_INDEX for the HCAs' ACTIVE RoCE ports (BuildAllocation says when).
+void SetGidIndex(const std::vector<topology::Hca>& hcas, ContainerAllocation& out) {
+  std::set<int> indices;
+  std::vector<std::string> missing;
+  for (const topology::Hca& hca : hcas) {
+    for (const topology::Port& port : hca.ports) {
+      if (!port.Active() || port.link_layer != "Ethernet") continue;
+      if (port.roce_v2_ipv4_gid) {
+        indices.insert(*port.roce_v2_ipv4_gid);
+      } else {
+        missing.push_back(absl::StrCat(hca.name, " port ", port.number));
+      }
+    }
+  }
+  if (!missing.empty()) {
+    out.warnings.push_back(absl::StrCat(
+        "NCCL_IB_GID_INDEX not set: no RoCE v2 GID with an IPv4 address on ",
+        absl::StrJoin(missing, ", "),
+        " (give the netdev an IPv4 address, or set NCCL_IB_GID_INDEX in the pod spec)"));
+  } else if (indices.size() > 1) {
+    out.warnings.push_back(absl::StrCat(
+        "NCCL_IB_GID_INDEX not set: the RoCE v2 IPv4 GIDs of ",
+        absl::StrJoin(hcas, ",", [](std::string* o, const topology::Hca& h) { o->append(h.name); }),
+        " are at different indices (", absl::StrJoin(indices, ", "), "); NCCL takes one"));
+  } else if (indices.size() == 1) {
+    out.envs["NCCL_IB_GID_INDEX"] = std::to_string(*indices.begin());
+  }
+}
+
+}  // namespace
+
+ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu) {
+  std::stable_sort(hcas.begin(), hcas.end(), [](const topology::Hca& a, const topology::Hca& b) {
+    return a.place.pci < b.place.pci;
+  });
   ContainerAllocation out;
   out.devices.reserve(hcas.size() * 3 + 1);
   auto add = [&out](const std::string& node) {
@@ -103,7 +142,86 @@ ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
   out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(nccl, ","));
   out.envs["RDMA_HCA_NAMES"] = absl::StrJoin(names, ",");
   out.envs["RDMA_HCA_PCI"] = absl::StrJoin(pcis, ",");
+  SetGidIndex(hcas, out);
+  out.file = AllocationFile(hcas, out.envs, paired_gpu);
   return out;
+}
+
+std::map<std::string, std::string> PairGpus(const topology::Topology& topology,
+                                            std::vector<std::string> hca_pcis,
+                                            const std::vector<std::string>& gpu_pcis) {
+  std::map<std::string, std::string> out;
+  std::vector<int> gpus;
+  for (const std::string& g : gpu_pcis) {
+    if (const int i = topology.GpuIndex(g); i >= 0) gpus.push_back(i);
+  }
+  std::sort(gpus.begin(), gpus.end());  // the topology's GPUs are in PCI order
+  gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  if (gpus.empty()) return out;
+  std::sort(hca_pcis.begin(), hca_pcis.end());
+  std::set<int> paired;
+  for (const std::string& pci : hca_pcis) {
+    const int h = topology.HcaIndex(pci);
+    if (h < 0) continue;
+    int best = -1;
+    for (const bool only_free : {true, false}) {
+      for (const int g : gpus) {
+        if (only_free && paired.count(g)) continue;
+        if (best < 0 || topology.Path(h, g) < topology.Path(h, best)) best = g;
+      }
+      if (best >= 0) break;
+    }
+    paired.insert(best);
+    out[topology.hcas()[h].place.pci] = topology.gpus()[best].place.pci;
+  }
+  return out;
+}
+
+std::string AllocationFileName(const std::string& content) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (const unsigned char c : content) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".json");
+}
+
+std::string AllocationFile(const std::vector<topology::Hca>& hcas,
+                           const std::map<std::string, std::string>& envs,
+                           const std::map<std::string, std::string>& paired_gpu) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const topology::Hca& hca : hcas) {
+    nlohmann::ordered_json h;
+    h["name"] = hca.name;
+    h["pci"] = hca.place.pci;
+    if (hca.place.numa) h["numa"] = *hca.place.numa;
+    h["netdevs"] = hca.netdevs;
+    if (!hca.uverbs.empty()) h["uverbs"] = absl::StrCat(kDevDir, hca.uverbs);
+    if (auto it = paired_gpu.find(hca.place.pci); it != paired_gpu.end()) h["gpu"] = it->second;
+    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
+    for (const topology::Port& port : hca.ports) {
+      nlohmann::ordered_json p;
+      p["port"] = port.number;
+      p["state"] = port.state;
+      p["link_layer"] = port.link_layer;
+      if (!port.gid_netdev.empty()) {
+        p["netdev"] = port.gid_netdev;
+      } else if (hca.netdevs.size() == 1) {
+        p["netdev"] = hca.netdevs.front();
+      }
+      if (port.roce_v2_ipv4_gid) {
+        p["gid_index"] = *port.roce_v2_ipv4_gid;
+        p["gid_ipv4"] = port.gid_ipv4;
+      }
+      ports.push_back(std::move(p));
+    }
+    h["ports"] = std::move(ports);
+    list.push_back(std::move(h));
+  }
+  nlohmann::ordered_json out;
+  out["hcas"] = std::move(list);
+  out["env"] = envs;
+  return out.dump(2) + "\n";
 }
 
 }  // namespace rdp::hca

@@ -60,7 +60,23 @@ struct ContainerAllocation {
   };
   std::vector<Spec> devices;
   std::map<std::string, std::string> envs;
+  // What the caller logs as a warning: why NCCL_IB_GID_INDEX is not set ("HCA mlx5_2 port 1 has
+  // no RoCE v2 GID with an IPv4 address").
+  std::vector<std::string> warnings;
+  // The content of kAllocationFile (AllocationFile).
+  std::string file;
+  // Read-only bind mounts: the door adds kAllocationFile's once it has written `file` to a host
+  // file (AllocationFileName).
+  struct Mount {
+    std::string container_path;
+    std::string host_path;
+  };
+  std::vector<Mount> mounts;
 };
+
+// Where a container finds its HCAs described, for stacks other than NCCL (UCX, NIXL):
+// a read-only file, mounted by device-plugin Allocate and by the DRA driver's CDI devices.
+inline constexpr char kAllocationFile[] = "/etc/rdma/allocation.json";
 
 // `hca` with each of its device nodes (char_devices) checked now through `env`, one stat each:
 // the scan that saw them may be a poll old, and a DeviceSpec or CDI entry naming a missing node
@@ -74,8 +90,43 @@ inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 // present in its char_devices (uverbsN, umadN, issmN, in that order), then
 // /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form;
 // an HCA with a port that is not ACTIVE is named with its ACTIVE ports, "=a:1,b", so that NCCL
-// uses only those), RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI, in the order given.
-ContainerAllocation BuildAllocation(const std::vector<topology::Hca>& hcas,
-                                    bool with_rdma_cm);
+// uses only those), RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI.
+//
+// The HCAs are taken in PCI address order, whatever order they are given in, so that every
+// container holding the same HCAs gets the same values (ranks of one job with different
+// NCCL_IB_HCA orders hang). NCCL_IB_GID_INDEX: when the HCAs' ACTIVE Ethernet (RoCE) ports all
+// have a RoCE v2 GID with an IPv4 address at the same index (topology::Port::roce_v2_ipv4_gid),
+// that index; not set when there is no RoCE port, and not set with a warning when a RoCE port has
+// none or two ports have different ones (NCCL takes one index for all).
+// `paired_gpu`: PCI address of an HCA -> the PCI address of the container's GPU it pairs with,
+// when the container's GPUs are known; goes into the file only.
+ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu = {});
+
+// The content of kAllocationFile for `hcas` (in PCI address order, as BuildAllocation takes
+// them), `envs` the variables BuildAllocation set:
+//   {"hcas": [{"name": "mlx5_2", "pci": "0000:c9:00.0", "numa": 1, "netdevs": ["ens6f0np0"],
+//              "uverbs": "/dev/infiniband/uverbs2", "gpu": "0000:ca:00.0",   (when paired)
+//              "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "Ethernet",
+//                         "netdev": "ens6f0np0", "gid_index": 3, "gid_ipv4": "192.0.2.10"}]}],
+//    "env": {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "=mlx5_2", ...}}
+// "numa", "gpu", "uverbs", "netdev", "gid_index" and "gid_ipv4" are left out when unknown or
+// not RoCE; "netdev" is the GID's netdev, else the HCA's only netdev.
+// The GPU each HCA pairs with, for the allocation file: for each of `hca_pcis` (in PCI order),
+// the GPU of `gpu_pcis` with the best path class (topology::Topology::Path) not yet paired, then
+// the best one at all when every GPU is paired; ties to the lower PCI address. HCAs or GPUs the
+// topology does not know are left out; empty when `gpu_pcis` is.
+std::map<std::string, std::string> PairGpus(const topology::Topology& topology,
+                                            std::vector<std::string> hca_pcis,
+                                            const std::vector<std::string>& gpu_pcis);
+
+// The name of the host file that holds `content` (a ContainerAllocation's file): "<16 hex digits
+// of its FNV-1a 64-bit hash>.json". Equal contents share one file, so a door writes a file only
+// when no container got that content before, and one set of HCAs makes one file, not one per pod.
+std::string AllocationFileName(const std::string& content);
+
+std::string AllocationFile(const std::vector<topology::Hca>& hcas,
+                           const std::map<std::string, std::string>& envs,
+                           const std::map<std::string, std::string>& paired_gpu);
 
 }  // namespace rdp::hca

@@ -1,5 +1,7 @@
 #include "sim/sysfs_fixture.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -135,6 +137,20 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
         Write(pd / "phys_state", fmt::format("{}: {}", PhysStateNumber(p.phys_state), p.phys_state)));
     RDP_RETURN_IF_ERROR(Write(pd / "link_layer", p.link_layer));
     RDP_RETURN_IF_ERROR(Write(pd / "rate", p.rate));
+    int table = 0;
+    for (const FixtureGid& g : p.gids) table = std::max(table, g.index + 1);
+    for (int i = 0; i < table; ++i) {
+      const FixtureGid* used = nullptr;
+      for (const FixtureGid& g : p.gids) {
+        if (g.index == i) used = &g;
+      }
+      const std::string index = std::to_string(i);
+      RDP_RETURN_IF_ERROR(Write(pd / "gids" / index,
+                                used ? used->gid : "0000:0000:0000:0000:0000:0000:0000:0000"));
+      if (used == nullptr) continue;
+      RDP_RETURN_IF_ERROR(Write(pd / "gid_attrs" / "types" / index, used->type));
+      RDP_RETURN_IF_ERROR(Write(pd / "gid_attrs" / "ndevs" / index, used->netdev));
+    }
     const auto counters = p.counters.empty() ? FixtureCounters(laid.uverbs, p.number) : p.counters;
     for (const auto& [file, value] : counters) {
       RDP_RETURN_IF_ERROR(OneEntry("counter", file));
@@ -270,6 +286,12 @@ absl::Status SysfsFixture::AddGpuDirect(const FixtureGpuDirect& g) {
                               g.nvidia_version + "\nGCC version:  gcc version 12.2.0"));
   }
   return Write(root / "proc/sys/kernel/osrelease", g.kernel_release);
+}
+
+std::string Ipv4Gid(const std::string& ipv4) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (std::sscanf(ipv4.c_str(), "%u.%u.%u.%u", &a, &b, &c, &d) != 4) return "";
+  return fmt::format("0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}", a, b, c, d);
 }
 
 absl::Status SysfsFixture::AddGpu(const topology::Gpu& gpu) {

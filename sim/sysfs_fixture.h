@@ -8,6 +8,7 @@
 //   R/sys/devices/<pcie_root>/<bridge>/.../<pci>/{numa_node,vendor,device,class}
 //   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
 //   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/counters/<counter>
+//   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{gids,gid_attrs/types,gid_attrs/ndevs}/<i>
 //   R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
 //   R/sys/devices/.../<pci>/net/<netdev>/
 //   R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,dev,device -> ../../../<pci>}
@@ -36,6 +37,17 @@
 
 namespace rdp::sim {
 
+// One used entry of a RoCE port's GID table: ports/<n>/gids/<index> and gid_attrs/{types,ndevs}/<index>.
+struct FixtureGid {
+  int index = 0;
+  std::string gid;                 // as sysfs prints it: "0000:0000:0000:0000:0000:ffff:c000:020a"
+  std::string type = "RoCE v2";    // or "IB/RoCE v1"
+  std::string netdev;
+};
+// The GID of an IPv4 address as the kernel makes it: "192.0.2.10" ->
+// "0000:0000:0000:0000:0000:ffff:c000:020a".
+std::string Ipv4Gid(const std::string& ipv4);
+
 struct FixturePort {
   int number = 1;
   std::string state = "ACTIVE";      // written as "4: ACTIVE" like the kernel
@@ -45,6 +57,9 @@ struct FixturePort {
   // Files of counters/ and their values. Empty: FixtureCounters(k, number) for the k-th HCA
   // laid out (0 first), so that every fixture node has known, distinct traffic.
   std::map<std::string, std::uint64_t> counters;
+  // RoCE: the used entries of the GID table. Laid out with every unused entry below the highest
+  // index as the kernel prints it (all zero, no types/ndevs file that reads), as on a real port.
+  std::vector<FixtureGid> gids;
 };
 
 // The default port counters of the k-th HCA laid out (0-based), port `port`:

@@ -2,6 +2,8 @@
 // the node's own, and tests run on trees they lay out themselves.
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/env.h"
 #include "base/log.h"
 #include "topology/discovery.h"
@@ -47,6 +51,51 @@ std::map<std::string, std::vector<std::pair<int, std::string>>> ReadClassByIbdev
   return out;
 }
 
+// "0000:0000:0000:0000:0000:ffff:c000:020a" (how sysfs prints a GID) -> "192.0.2.10" when the
+// GID is an IPv4-mapped IPv6 address (::ffff:a.b.c.d: a RoCE GID made from an IPv4 address);
+// nullopt otherwise (an IPv6 address, the all-zero unused entry, anything malformed).
+std::optional<std::string> Ipv4OfGid(const std::string& gid) {
+  std::vector<std::string> groups = absl::StrSplit(gid, ':');
+  if (groups.size() != 8) return std::nullopt;
+  std::vector<std::uint32_t> words;
+  for (const std::string& g : groups) {
+    std::uint32_t w = 0;
+    if (g.empty() || g.size() > 4 || !absl::SimpleHexAtoi(g, &w)) return std::nullopt;
+    words.push_back(w);
+  }
+  for (int i = 0; i < 5; ++i) {
+    if (words[i] != 0) return std::nullopt;
+  }
+  if (words[5] != 0xffff) return std::nullopt;
+  return absl::StrCat(words[6] >> 8, ".", words[6] & 0xff, ".", words[7] >> 8, ".",
+                      words[7] & 0xff);
+}
+
+// Port::roce_v2_ipv4_gid and what goes with it, from <port dir>/gids and gid_attrs. The kernel
+// lists every entry of the table (most all-zero); types/<i> of an unused entry fails to read.
+void ReadRoceGid(Env& env, const std::string& dir, Port& port) {
+  std::vector<int> indices;
+  for (const std::string& entry : env.ListDir(Join(dir, "gids"), /*dirs_only=*/false)) {
+    int i = 0;
+    if (absl::SimpleAtoi(entry, &i) && i >= 0) indices.push_back(i);
+  }
+  std::sort(indices.begin(), indices.end());
+  for (const int i : indices) {
+    const std::string index = std::to_string(i);
+    const auto gid = ReadAttribute(env, Join(Join(dir, "gids"), index));
+    if (!gid) continue;
+    const auto ipv4 = Ipv4OfGid(*gid);
+    if (!ipv4) continue;
+    if (ReadAttribute(env, Join(dir, "gid_attrs/types/" + index)).value_or("") != "RoCE v2") {
+      continue;
+    }
+    port.roce_v2_ipv4_gid = i;
+    port.gid_ipv4 = *ipv4;
+    port.gid_netdev = ReadAttribute(env, Join(dir, "gid_attrs/ndevs/" + index)).value_or("");
+    return;
+  }
+}
+
 std::vector<Port> ReadPorts(Env& env, const std::string& ports_dir, const std::string& hca) {
   std::vector<Port> ports;
   for (const std::string& entry : env.ListDir(ports_dir, /*dirs_only=*/true)) {
@@ -62,6 +111,7 @@ std::vector<Port> ReadPorts(Env& env, const std::string& ports_dir, const std::s
     port.phys_state = AfterColon(ReadAttribute(env, Join(dir, "phys_state")).value_or(""));
     port.link_layer = ReadAttribute(env, Join(dir, "link_layer")).value_or("");
     port.rate = ReadAttribute(env, Join(dir, "rate")).value_or("");
+    if (port.link_layer == "Ethernet") ReadRoceGid(env, dir, port);
     ports.push_back(std::move(port));
   }
   std::sort(ports.begin(), ports.end(),

@@ -44,6 +44,14 @@ struct Port {
   std::string phys_state;  // "LinkUp", "Disabled", ... or ""
   std::string link_layer;  // "InfiniBand", "Ethernet" or ""
   std::string rate;        // "400 Gb/sec (4X NDR)" or ""
+  // RoCE (link_layer "Ethernet") only: the lowest index i of the port's GID table whose entry is
+  // a RoCE v2 GID with an IPv4 address (ports/<n>/gids/<i> an IPv4-mapped address
+  // ::ffff:a.b.c.d, gid_attrs/types/<i> "RoCE v2"): what NCCL_IB_GID_INDEX must name. nullopt on
+  // InfiniBand and when the port has none (no IPv4 address on its netdev, only IPv6 or RoCE v1
+  // entries). The two strings are empty then.
+  std::optional<int> roce_v2_ipv4_gid;
+  std::string gid_ipv4;    // that entry's address, "192.0.2.10"
+  std::string gid_netdev;  // gid_attrs/ndevs/<i>: the netdev it belongs to, "ens1f0np0"
   bool Active() const { return state == "ACTIVE"; }
 };
 

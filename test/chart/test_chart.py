@@ -42,6 +42,7 @@ KNOWN_FLAGS = {
     "--pod-resources-socket", "--sysfs-root", "--dev-root", "--proc-root", "--topology-xml",
     "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
+    "--allocation-dir",
 }
 
 # The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
@@ -52,10 +53,12 @@ KNOWN_NRI_FLAGS = {"--nri-socket", "--memlock", "--nri-plugin-name", "--nri-plug
 KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
-    "--gpu-vendors", "--metrics-address", "--proc-root",
+    "--gpu-vendors", "--metrics-address", "--proc-root", "--allocation-dir",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
+# hostPaths.allocations' default: --allocation-dir (/etc/rdma/allocation.json's host files).
+ALLOCATIONS = "/var/run/rdma-device-plugin/allocations"
 
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
@@ -379,8 +382,8 @@ def check_mounts(r, ds, name):
             pd is not None and proc_root is not None and pd.get("readOnly") is True
             and pd["mountPath"] == os.path.join(proc_root, "proc/driver"), f"{pd} vs {proc_root}")
     writable = sorted(m["mountPath"] for m in mounts.values() if not m.get("readOnly"))
-    r.check(name + "only the device-plugin dir is writable", writable == [kubelet_dir],
-            str(writable))
+    r.check(name + "only the device-plugin dir and the allocation files' dir are writable",
+            writable == sorted([kubelet_dir, ALLOCATIONS]), str(writable))
 
 
 def check_probes(r, ds, name):
@@ -812,9 +815,10 @@ def check_dra(r, helm):
                      & set(hm)), str(sorted(hm)))
         writable = sorted(m["mountPath"] for m in mounts_by_name(ds).values()
                           if not m.get("readOnly"))
-        r.check(name + "only the plugin directories and the CDI directory are writable",
+        r.check(name + "only the plugin directories, the CDI directory and the allocation "
+                "files' directory are writable",
                 writable == sorted([f"{root}/plugins", f"{root}/plugins_registry",
-                                    flag(ds, "--cdi-root")]), str(writable))
+                                    flag(ds, "--cdi-root"), ALLOCATIONS]), str(writable))
         expected = ["rdma-device-plugin", "probe", "--dra", f"--kubelet-dir={root}",
                     f"--driver-name={DRA_DRIVER}"]
         for kind, command in probe_commands(ds).items():
@@ -960,6 +964,38 @@ def check_metrics(r, helm):
                                         "serviceMonitor": {"enabled": False}}})]:
         rc, _, err = helm.run(["template", RELEASE], values)
         r.check(f"schema rejects {label}", rc != 0 and SCHEMA_ERROR in err, err.strip()[:300])
+
+
+def check_allocation_files(r, helm):
+    """hostPaths.allocations: every mode and driver gets --allocation-dir=<it>, the directory
+    mounted read-write at the same path from the host (DirectoryOrCreate); "" or another path
+    follow; the NRI container does not mount it."""
+    for label, values in [("default", None), ("DRA", DRA_VALUES)]:
+        for mode, ds in sorted(by_mode(helm.template(values)).items()):
+            name = f"allocation files/{label}/{mode}: "
+            m = mounts_by_name(ds).get("allocations")
+            r.check(name + "--allocation-dir and the same path mounted read-write",
+                    flag(ds, "--allocation-dir") == ALLOCATIONS and m is not None
+                    and m["mountPath"] == ALLOCATIONS and not m.get("readOnly"), f"{m}")
+            r.check(name + "hostPath DirectoryOrCreate",
+                    volumes_by_name(ds).get("allocations", {}).get("hostPath")
+                    == {"path": ALLOCATIONS, "type": "DirectoryOrCreate"})
+            nri = nri_container(ds)
+            r.check(name + "not in the NRI container", nri is None or "allocations" not in
+                    [x["name"] for x in nri.get("volumeMounts", [])])
+    for label, values in [("default", {}), ("DRA", dict(DRA_VALUES))]:
+        for path in ["", "/srv/rdp/alloc"]:
+            v = dict(values, hostPaths={"allocations": path})
+            for mode, ds in sorted(by_mode(helm.template(v)).items()):
+                name = f"allocation files/{label}/{mode}/allocations={path!r}: "
+                if path:
+                    r.check(name + "flag and mount follow",
+                            flag(ds, "--allocation-dir") == path
+                            and host_mounts(ds).get(path, {}).get("mountPath") == path)
+                else:
+                    r.check(name + "no flag, no volume",
+                            "--allocation-dir" not in flags(ds)
+                            and "allocations" not in volumes_by_name(ds))
 
 
 def check_metrics_guard(r, helm):
@@ -1340,7 +1376,8 @@ def main():
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
                   check_test_pod_modes, check_image_required, check_dra, check_metrics,
-                  check_metrics_guard, check_dashboard, check_nri, check_no_architecture]
+                  check_metrics_guard, check_dashboard, check_nri, check_allocation_files,
+                  check_no_architecture]
         if args.binary:
             if r.check(f"binary exists: {args.binary}", os.access(args.binary, os.X_OK)):
                 def check_binary(r, helm):

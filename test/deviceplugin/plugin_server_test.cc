@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <mutex>
 #include <set>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/sinks/base_sink.h"
 #include "sim/kubelet_sim.h"
 #include "deviceplugin/probe.h"
@@ -617,15 +619,92 @@ TEST_F(PluginServerTest, AllocateExclusive) {
     EXPECT_EQ(d.permissions(), "rw");
     paths.push_back(d.host_path());
   }
+  // PCI address order, whatever order the kubelet names them in.
   EXPECT_EQ(paths, (std::vector<std::string>{
-                       "/dev/infiniband/uverbs3", "/dev/infiniband/umad3",
-                       "/dev/infiniband/issm3", "/dev/infiniband/uverbs0",
-                       "/dev/infiniband/umad0", "/dev/infiniband/issm0",
+                       "/dev/infiniband/uverbs0", "/dev/infiniband/umad0",
+                       "/dev/infiniband/issm0", "/dev/infiniband/uverbs3",
+                       "/dev/infiniband/umad3", "/dev/infiniband/issm3",
                        "/dev/infiniband/rdma_cm"}));
-  EXPECT_EQ(c0.envs().at("NCCL_IB_HCA"), "=mlx5_3,mlx5_0");
-  EXPECT_EQ(c0.envs().at("RDMA_HCA_NAMES"), "mlx5_3,mlx5_0");
-  EXPECT_EQ(c0.envs().at("RDMA_HCA_PCI"), "0000:ba:00.0,0000:1a:00.0");
+  EXPECT_EQ(c0.envs().at("NCCL_IB_HCA"), "=mlx5_0,mlx5_3");
+  EXPECT_EQ(c0.envs().at("RDMA_HCA_NAMES"), "mlx5_0,mlx5_3");
+  EXPECT_EQ(c0.envs().at("RDMA_HCA_PCI"), "0000:1a:00.0,0000:ba:00.0");
+  EXPECT_EQ(c0.envs().count("NCCL_IB_GID_INDEX"), 0u);  // InfiniBand
+  EXPECT_EQ(c0.mounts_size(), 0);                       // no --allocation-dir
   EXPECT_EQ(response.container_responses(1).envs().at("NCCL_IB_HCA"), "=mlx5_1");
+}
+
+// Two containers holding the same HCAs, named in different orders: the same variables and the
+// same allocation file, mounted read-only at /etc/rdma/allocation.json.
+TEST_F(PluginServerTest, SameHcasSameValuesAndOneAllocationFile) {
+  const std::string dir = node_.dir().Sub("allocations");
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  StartAll(hca::Mode::kExclusive, nullptr, [&](Config& c) { c.allocation_dir = dir; });
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(
+      Allocate({{"0000:ba:00.0", "0000:1a:00.0"}, {"0000:1a:00.0", "0000:ba:00.0"}, {"0000:3a:00.0"}},
+               &response)
+          .ok());
+  ASSERT_EQ(response.container_responses_size(), 3);
+  const auto& a = response.container_responses(0);
+  const auto& b = response.container_responses(1);
+  using Envs = std::map<std::string, std::string>;
+  EXPECT_EQ(Envs(a.envs().begin(), a.envs().end()), Envs(b.envs().begin(), b.envs().end()));
+  ASSERT_EQ(a.mounts_size(), 1);
+  ASSERT_EQ(b.mounts_size(), 1);
+  EXPECT_EQ(a.mounts(0).container_path(), "/etc/rdma/allocation.json");
+  EXPECT_TRUE(a.mounts(0).read_only());
+  EXPECT_EQ(a.mounts(0).host_path(), b.mounts(0).host_path());
+  EXPECT_EQ(std::filesystem::path(a.mounts(0).host_path()).parent_path(), dir);
+  std::ifstream in(a.mounts(0).host_path());
+  const nlohmann::json file = nlohmann::json::parse(in);
+  ASSERT_EQ(file["hcas"].size(), 2u);
+  EXPECT_EQ(file["hcas"][0]["pci"], "0000:1a:00.0");
+  EXPECT_EQ(file["hcas"][1]["name"], "mlx5_3");
+  EXPECT_EQ(file["env"]["NCCL_IB_HCA"], "=mlx5_0,mlx5_3");
+  const auto& c = response.container_responses(2);
+  ASSERT_EQ(c.mounts_size(), 1);
+  EXPECT_NE(c.mounts(0).host_path(), a.mounts(0).host_path());
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 2u);
+}
+
+// NCCL_IB_GID_INDEX from the fixture's GID tables (RoCE v2 with IPv4; IPv6 only; RoCE v1 only).
+TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
+  auto card = [](const std::string& name, const std::string& pci, const std::string& netdev,
+                 std::vector<sim::FixtureGid> gids) {
+    sim::FixtureHca h = testing::FixtureCard(name, pci, 0, "pci0000:" + pci.substr(5, 2));
+    h.ports[0].link_layer = "Ethernet";
+    h.ports[0].gids = std::move(gids);
+    h.umad = false;
+    h.netdevs = {netdev};
+    return h;
+  };
+  const std::string link_local = "fe80:0000:0000:0000:0a5c:3cff:fe2b:91e4";
+  TestNode node({card("mlx5_0", "0000:1a:00.0", "ens1",
+                      {{0, link_local, "IB/RoCE v1", "ens1"}, {1, link_local, "RoCE v2", "ens1"},
+                       {2, sim::Ipv4Gid("192.0.2.1"), "IB/RoCE v1", "ens1"},
+                       {3, sim::Ipv4Gid("192.0.2.1"), "RoCE v2", "ens1"}}),
+                 card("mlx5_1", "0000:3a:00.0", "ens2",
+                      {{0, link_local, "IB/RoCE v1", "ens2"}, {1, link_local, "RoCE v2", "ens2"}}),
+                 card("mlx5_2", "0000:9a:00.0", "ens3",
+                      {{0, link_local, "IB/RoCE v1", "ens3"},
+                       {2, sim::Ipv4Gid("192.0.2.3"), "IB/RoCE v1", "ens3"}})});
+  NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  auto v4 = state.Allocate({"0000:1a:00.0"});
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_EQ(v4->envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_TRUE(v4->warnings.empty());
+  for (const char* pci : {"0000:3a:00.0", "0000:9a:00.0"}) {  // IPv6 only; RoCE v1 only
+    auto none = state.Allocate({pci});
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(none->envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
+    EXPECT_EQ(none->warnings.size(), 1u) << pci;
+  }
+  auto mixed = state.Allocate({"0000:1a:00.0", "0000:3a:00.0"});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->envs.count("NCCL_IB_GID_INDEX"), 0u);
 }
 
 TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {

@@ -1,7 +1,7 @@
 // The temporary files of WriteFileAtomically: which names are one, and that the clean-up at start
 // removes exactly those of the final names asked for.
 
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +11,12 @@
 
 namespace rdp::dra {
 namespace {
+
+// The DRA driver's atomic files (its checkpoint, its CDI specs) are written by serving/atomic_file
+// (shared with the device plugin's /etc/rdma/allocation.json files).
+using serving::RemoveTemporaryFiles;
+using serving::TemporaryFileTarget;
+using serving::WriteFileAtomically;
 
 TEST(DRAAtomicFileTest, TemporaryFileTargetNamesTheFinalFile) {
   EXPECT_EQ(TemporaryFileTarget(".checkpoint.json.123.0.tmp"), "checkpoint.json");

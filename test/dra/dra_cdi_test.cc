@@ -115,6 +115,26 @@ TEST(DRACdiTest, SpecForTwoRequestsKeepsThemApart) {
   EXPECT_EQ(env_b[0], "NCCL_IB_HCA_7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3_b==mlx5_3");
 }
 
+// The allocation file: mounted read-only at /etc/rdma/allocation.json by a device that sets the
+// common variables (it describes every HCA of the containers that get it), by no other.
+TEST(DRACdiTest, AllocationFileMountedWithTheCommonVariablesOnly) {
+  DraNode n;
+  const auto one = hca::BuildAllocation(Hcas(n.topology(), {1}), true);
+  const auto three = hca::BuildAllocation(Hcas(n.topology(), {3}), true);
+  const auto both = hca::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
+  const nlohmann::json spec = BuildCdiSpec(
+      kDriver, kUid,
+      {{"a", one, both.envs, "/run/rdp/allocations/0123456789abcdef.json"},
+       {"b", three, std::nullopt, "/run/rdp/allocations/fedcba9876543210.json"}},
+      n.env());
+  ASSERT_EQ(spec["devices"].size(), 2u);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"],
+            nlohmann::json::parse(R"([{"hostPath": "/run/rdp/allocations/0123456789abcdef.json",
+                                       "containerPath": "/etc/rdma/allocation.json",
+                                       "options": ["ro", "nosuid", "nodev", "bind"]}])"));
+  EXPECT_FALSE(spec["devices"][1]["containerEdits"].contains("mounts"));
+}
+
 TEST(DRACdiTest, LegacySpecIsOneDeviceNamedAfterTheClaim) {
   DraNode n;
   const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);

@@ -1,9 +1,11 @@
 #include "hca/hca.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace rdp::hca {
 namespace {
@@ -97,6 +99,108 @@ TEST(BuildAllocationTest, SpecsAndExactMatchEnvs) {
   EXPECT_EQ(got.envs["NCCL_IB_HCA"], "=mlx5_1,mlx5_10");
   EXPECT_EQ(got.envs["RDMA_HCA_NAMES"], "mlx5_1,mlx5_10");
   EXPECT_EQ(got.envs["RDMA_HCA_PCI"], "0000:1a:00.0,0000:9a:00.0");
+}
+
+topology::Hca RoceHca(const std::string& name, const std::string& pci, std::optional<int> gid) {
+  topology::Hca h;
+  h.name = name;
+  h.place.pci = pci;
+  h.place.numa = 1;
+  h.uverbs = "uverbs" + name.substr(name.size() - 1);
+  h.char_devices = {{"/dev/infiniband/" + h.uverbs, true}};
+  h.netdevs = {"ens" + name.substr(name.size() - 1)};
+  topology::Port p;
+  p.number = 1;
+  p.state = "ACTIVE";
+  p.link_layer = "Ethernet";
+  p.roce_v2_ipv4_gid = gid;
+  if (gid) {
+    p.gid_ipv4 = "192.0.2." + name.substr(name.size() - 1);
+    p.gid_netdev = h.netdevs.front();
+  }
+  h.ports = {p};
+  return h;
+}
+
+TEST(BuildAllocationTest, SameHcasInAnyOrderGiveTheSameValues) {
+  const topology::Hca a = RoceHca("mlx5_1", "0000:1a:00.0", 3);
+  const topology::Hca b = RoceHca("mlx5_2", "0000:9a:00.0", 3);
+  const ContainerAllocation ab = BuildAllocation({a, b}, true);
+  const ContainerAllocation ba = BuildAllocation({b, a}, true);
+  EXPECT_EQ(ab.envs, ba.envs);
+  EXPECT_EQ(ab.file, ba.file);
+  EXPECT_EQ(ba.envs.at("NCCL_IB_HCA"), "=mlx5_1,mlx5_2");
+  EXPECT_EQ(ba.envs.at("RDMA_HCA_PCI"), "0000:1a:00.0,0000:9a:00.0");
+  ASSERT_FALSE(ba.devices.empty());
+  EXPECT_EQ(ba.devices.front().host_path, "/dev/infiniband/uverbs1");
+}
+
+TEST(BuildAllocationTest, GidIndexOfTheRoceV2Ipv4Gid) {
+  const ContainerAllocation got =
+      BuildAllocation({RoceHca("mlx5_1", "0000:1a:00.0", 3), RoceHca("mlx5_2", "0000:9a:00.0", 3)},
+                      false);
+  EXPECT_EQ(got.envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_TRUE(got.warnings.empty());
+}
+
+TEST(BuildAllocationTest, NoIpv4GidLeavesTheIndexUnsetWithAWarning) {
+  const ContainerAllocation got = BuildAllocation(
+      {RoceHca("mlx5_1", "0000:1a:00.0", 3), RoceHca("mlx5_2", "0000:9a:00.0", std::nullopt)},
+      false);
+  EXPECT_EQ(got.envs.count("NCCL_IB_GID_INDEX"), 0u);
+  ASSERT_EQ(got.warnings.size(), 1u);
+  EXPECT_EQ(got.warnings[0],
+            "NCCL_IB_GID_INDEX not set: no RoCE v2 GID with an IPv4 address on mlx5_2 port 1 "
+            "(give the netdev an IPv4 address, or set NCCL_IB_GID_INDEX in the pod spec)");
+}
+
+TEST(BuildAllocationTest, DifferentIndicesLeaveTheIndexUnsetWithAWarning) {
+  const ContainerAllocation got = BuildAllocation(
+      {RoceHca("mlx5_2", "0000:9a:00.0", 5), RoceHca("mlx5_1", "0000:1a:00.0", 3)}, false);
+  EXPECT_EQ(got.envs.count("NCCL_IB_GID_INDEX"), 0u);
+  ASSERT_EQ(got.warnings.size(), 1u);
+  EXPECT_EQ(got.warnings[0],
+            "NCCL_IB_GID_INDEX not set: the RoCE v2 IPv4 GIDs of mlx5_1,mlx5_2 are at different "
+            "indices (3, 5); NCCL takes one");
+}
+
+TEST(BuildAllocationTest, InfiniBandAndInactivePortsNeedNoGid) {
+  topology::Hca ib = RoceHca("mlx5_0", "0000:0a:00.0", std::nullopt);
+  ib.ports[0].link_layer = "InfiniBand";
+  topology::Hca roce = RoceHca("mlx5_1", "0000:1a:00.0", 3);
+  topology::Port down = roce.ports[0];
+  down.number = 2;
+  down.state = "DOWN";
+  down.roce_v2_ipv4_gid.reset();
+  roce.ports.push_back(down);
+  const ContainerAllocation got = BuildAllocation({ib, roce}, false);
+  EXPECT_EQ(got.envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_TRUE(got.warnings.empty());
+  const ContainerAllocation ib_only = BuildAllocation({ib}, false);
+  EXPECT_EQ(ib_only.envs.count("NCCL_IB_GID_INDEX"), 0u);
+  EXPECT_TRUE(ib_only.warnings.empty());
+}
+
+TEST(BuildAllocationTest, TheAllocationFile) {
+  topology::Hca ib = RoceHca("mlx5_0", "0000:0a:00.0", std::nullopt);
+  ib.ports[0].link_layer = "InfiniBand";
+  ib.netdevs = {"ib0"};
+  ib.place.numa.reset();
+  const ContainerAllocation got = BuildAllocation(
+      {RoceHca("mlx5_1", "0000:1a:00.0", 3), ib}, true, {{"0000:1a:00.0", "0000:1b:00.0"}});
+  const nlohmann::json file = nlohmann::json::parse(got.file);
+  EXPECT_EQ(file, nlohmann::json::parse(R"({
+    "hcas": [
+      {"name": "mlx5_0", "pci": "0000:0a:00.0", "netdevs": ["ib0"],
+       "uverbs": "/dev/infiniband/uverbs0",
+       "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand", "netdev": "ib0"}]},
+      {"name": "mlx5_1", "pci": "0000:1a:00.0", "numa": 1, "netdevs": ["ens1"],
+       "uverbs": "/dev/infiniband/uverbs1", "gpu": "0000:1b:00.0",
+       "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "netdev": "ens1",
+                  "gid_index": 3, "gid_ipv4": "192.0.2.1"}]}],
+    "env": {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
+            "RDMA_HCA_NAMES": "mlx5_0,mlx5_1", "RDMA_HCA_PCI": "0000:0a:00.0,0000:1a:00.0"}})"))
+      << got.file;
 }
 
 }  // namespace

@@ -89,6 +89,87 @@ TEST_F(SysfsTest, BondedRoceWithoutUmad) {
   EXPECT_TRUE((*hcas)[0].CharDevicesPresent());
 }
 
+// A RoCE port's GID table as mlx5 fills it for a netdev with an IPv6 link-local address, a
+// global IPv6 address and (when `ipv4`) an IPv4 address: each address once as RoCE v1 and once as
+// RoCE v2, in the order the kernel adds them; `v1_only` keeps only the RoCE v1 entries.
+std::vector<sim::FixtureGid> RoceGids(const std::string& netdev, bool ipv4, bool v1_only = false) {
+  const std::string link_local = "fe80:0000:0000:0000:0a5c:3cff:fe2b:91e4";
+  const std::string global6 = "2001:0db8:0000:0000:0a5c:3cff:fe2b:91e4";
+  std::vector<std::string> addresses = {link_local, global6};
+  if (ipv4) addresses.push_back(sim::Ipv4Gid("192.0.2.10"));
+  std::vector<sim::FixtureGid> out;
+  int index = 0;
+  for (const std::string& gid : addresses) {
+    for (const char* type : {"IB/RoCE v1", "RoCE v2"}) {
+      if (v1_only && std::string(type) == "RoCE v2") {
+        ++index;  // the entry stays unused
+        continue;
+      }
+      out.push_back({index++, gid, type, netdev});
+    }
+  }
+  return out;
+}
+
+FixtureHca RoceHca(std::vector<sim::FixtureGid> gids) {
+  FixtureHca h = IbHca("mlx5_2", "0000:c9:00.0", 1);
+  h.ports = {FixturePort{1, "ACTIVE", "LinkUp", "Ethernet", "400 Gb/sec (4X NDR)"}};
+  h.ports[0].gids = std::move(gids);
+  h.umad = false;
+  h.netdevs = {"ens6f0np0"};
+  return h;
+}
+
+TEST_F(SysfsTest, RoceV2GidWithIpv4IsFound) {
+  ASSERT_TRUE(node_.AddHca(RoceHca(RoceGids("ens6f0np0", /*ipv4=*/true))).ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  const Port& port = hcas->at(0).ports.at(0);
+  EXPECT_EQ(port.roce_v2_ipv4_gid, 5);  // 0-1 link-local, 2-3 global IPv6, 4 v1 IPv4, 5 v2 IPv4
+  EXPECT_EQ(port.gid_ipv4, "192.0.2.10");
+  EXPECT_EQ(port.gid_netdev, "ens6f0np0");
+}
+
+TEST_F(SysfsTest, RoceWithOnlyIpv6HasNoGidIndex) {
+  ASSERT_TRUE(node_.AddHca(RoceHca(RoceGids("ens6f0np0", /*ipv4=*/false))).ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  const Port& port = hcas->at(0).ports.at(0);
+  EXPECT_EQ(port.roce_v2_ipv4_gid, std::nullopt);
+  EXPECT_EQ(port.gid_ipv4, "");
+  EXPECT_EQ(port.gid_netdev, "");
+}
+
+TEST_F(SysfsTest, RoceV1OnlyHasNoGidIndex) {
+  ASSERT_TRUE(node_.AddHca(RoceHca(RoceGids("ens6f0np0", /*ipv4=*/true, /*v1_only=*/true))).ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  EXPECT_EQ(hcas->at(0).ports.at(0).roce_v2_ipv4_gid, std::nullopt);
+}
+
+TEST_F(SysfsTest, InfiniBandPortsHaveNoRoceGid) {
+  FixtureHca h = IbHca("mlx5_0", "0000:1a:00.0", 0);
+  // An IB port's table holds IB GIDs (subnet prefix + GUID); even an entry that looked like an
+  // IPv4-mapped one is not RoCE.
+  h.ports[0].gids = {{0, sim::Ipv4Gid("192.0.2.10"), "RoCE v2", ""}};
+  ASSERT_TRUE(node_.AddHca(h).ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  EXPECT_EQ(hcas->at(0).ports.at(0).roce_v2_ipv4_gid, std::nullopt);
+}
+
+TEST_F(SysfsTest, MalformedGidsAreSkipped) {
+  ASSERT_TRUE(node_.AddHca(RoceHca({{0, "0000:0000:0000:0000:0000:ffff:c000", "RoCE v2", "e"},
+                                    {1, "0000:0000:0000:0000:0000:ffff:c000:zz0a", "RoCE v2", "e"},
+                                    {2, "0000:0000:0000:0000:0001:ffff:c000:020a", "RoCE v2", "e"},
+                                    {3, sim::Ipv4Gid("198.51.100.7"), "RoCE v2", "e"}}))
+                  .ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  EXPECT_EQ(hcas->at(0).ports.at(0).roce_v2_ipv4_gid, 3);
+  EXPECT_EQ(hcas->at(0).ports.at(0).gid_ipv4, "198.51.100.7");
+}
+
 TEST_F(SysfsTest, PortDownNumaUnknownAndMissingUverbs) {
   ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", -1)).ok());
   ASSERT_TRUE(node_.AddHca(IbHca("mlx5_1", "0000:1b:00.0", 0)).ok());

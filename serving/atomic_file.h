@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace rdp::dra {
+namespace rdp::serving {
 
 // Replaces `path` with `content`, mode `mode`. The temporary file is hidden
 // (".<name>.<pid>.<n>.tmp", no .json suffix: a CDI cache watching the directory ignores it) and
@@ -35,4 +35,4 @@ std::string TemporaryFileTarget(std::string_view name);
 absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles(
     const std::string& dir, const std::function<bool(std::string_view)>& ours);
 
-}  // namespace rdp::dra
+}  // namespace rdp::serving

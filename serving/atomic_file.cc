@@ -1,4 +1,4 @@
-#include "dra/atomic_file.h"
+#include "serving/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 
-namespace rdp::dra {
+namespace rdp::serving {
 namespace {
 
 absl::Status Errno(const std::string& what, const std::string& path) {
@@ -118,4 +118,4 @@ absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles(
   return removed;
 }
 
-}  // namespace rdp::dra
+}  // namespace rdp::serving
