@@ -33,6 +33,7 @@ class KubeletSim::RegistrationService final : public v1beta1::Registration::Serv
                    request->options().pre_start_required(),
                    request->options().get_preferred_allocation_available()};
     sim_->OnRegister(r);
+    sim_->WaitWhileRegisterAnswersHeld();
     return grpc::Status::OK;
   }
 
@@ -70,6 +71,7 @@ absl::Status KubeletSim::Start() {
 void KubeletSim::Stop() {
   {
     absl::MutexLock lock(&mu_);
+    hold_register_ = false;  // a held Register must not hold the server's shutdown
     if (!serving_) return;
     serving_ = false;
   }
@@ -139,6 +141,18 @@ void KubeletSim::Watch(Watcher* w, std::string endpoint) {
     cv_.SignalAll();
   }
   reader->Finish();
+}
+
+void KubeletSim::HoldRegisterAnswers(bool hold) {
+  absl::MutexLock lock(&mu_);
+  hold_register_ = hold;
+}
+
+void KubeletSim::WaitWhileRegisterAnswersHeld() {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(
+                           +[](bool* held) { return !*held; }, &hold_register_),
+                       absl::Seconds(10));
 }
 
 int KubeletSim::registrations() const {
