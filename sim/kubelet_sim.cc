@@ -72,6 +72,7 @@ void KubeletSim::Stop() {
   {
     absl::MutexLock lock(&mu_);
     hold_register_ = false;  // a held Register must not hold the server's shutdown
+    cv_.SignalAll();
     if (!serving_) return;
     serving_ = false;
   }
@@ -146,13 +147,16 @@ void KubeletSim::Watch(Watcher* w, std::string endpoint) {
 void KubeletSim::HoldRegisterAnswers(bool hold) {
   absl::MutexLock lock(&mu_);
   hold_register_ = hold;
+  cv_.SignalAll();
 }
 
 void KubeletSim::WaitWhileRegisterAnswersHeld() {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
   absl::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(
-                           +[](bool* held) { return !*held; }, &hold_register_),
-                       absl::Seconds(10));
+  // A CondVar loop, not Mutex::Await: ThreadSanitizer sees this thread read under the lock.
+  while (hold_register_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
 }
 
 int KubeletSim::registrations() const {
