@@ -343,8 +343,9 @@ int Serve(const DraFlags& f, const Resolved& r) {
     sync.SetRole(state.registered ? dra::SliceSync::Role::kPublish
                                   : dra::SliceSync::Role::kWithdraw);
   });
-  // The health poll: a sysfs scan every --health-interval; a change of the HCAs (an HCA's
-  // ports, its device nodes, hotplug) is discovered in full and published at once.
+  // The health poll: a sysfs scan every --health-interval; a change of the HCAs' state (ports,
+  // device nodes) is patched into the snapshot, a hotplug discovered in full, and either
+  // published at once.
   absl::Notification stop_poll;
   std::thread poll;
   ServerRun run;
@@ -355,7 +356,8 @@ int Serve(const DraFlags& f, const Resolved& r) {
     poll = std::thread([&] {
       while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
         try {
-          // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
+          // The cheap sysfs scan each time; a full discovery only when PCI functions came or
+          // went.
           absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
           if (scan.ok() && snapshot->Apply(*scan)) {
             Log()->info("the node's HCAs changed: publishing the pool again");

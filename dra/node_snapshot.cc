@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "base/log.h"
-#include "topology/discovery.h"
+#include "hca/scan_change.h"
 
 namespace rdp::dra {
 namespace {
@@ -29,9 +29,23 @@ topology::TopologyPtr NodeSnapshot::Current() const {
 }
 
 bool NodeSnapshot::Apply(const std::vector<topology::Hca>& scanned) {
-  if (topology::HcaFingerprint(scanned) == topology::HcaFingerprint(Current()->hcas())) {
-    return false;
+  {
+    absl::MutexLock lock(&mu_);
+    switch (hca::CompareScan(current_->hcas(), scanned)) {
+      case hca::ScanChange::kNone:
+        return false;
+      case hca::ScanChange::kState:
+        // A port going DOWN or ACTIVE, a device node: patched in, under the lock (a Prepare's
+        // Rediscover may replace the snapshot meanwhile). Before (issue 25), every flap ran a
+        // discovery of the whole node.
+        current_ = hca::WithScannedState(*current_, scanned);
+        return true;
+      case hca::ScanChange::kFunctions:
+        break;
+    }
   }
+  // A hotplug: only a discovery places the new PCI functions (outside the lock: it takes
+  // hwloc's time, and Current() must not wait for it).
   absl::StatusOr<topology::TopologyPtr> t = discover_();
   absl::MutexLock lock(&mu_);
   last_try_ = absl::Now();

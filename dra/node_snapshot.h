@@ -27,9 +27,12 @@ class NodeSnapshot {
   // The first discovery; its error when it fails.
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_);
   topology::TopologyPtr Current() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The health poll: takes a sysfs scan of the HCAs (topology::ReadSysfsHcas). True when the
-  // snapshot changed (the pool is to be published again); false when the scan matches it, or
-  // when a discovery it needed failed (logged; the snapshot stays, the next scan tries again).
+  // The health poll: takes a sysfs scan of the HCAs (topology::ReadSysfsHcas). The same PCI
+  // functions in another state (a flapping link) are patched into the snapshot
+  // (hca::WithScannedState); only a change of the set of PCI functions (a hotplug) runs a
+  // discovery. True when the snapshot changed (the pool is to be published again); false when
+  // the scan matches it, or when the discovery failed (logged; the snapshot stays, the next
+  // scan tries again).
   bool Apply(const std::vector<topology::Hca>& scanned) ABSL_LOCKS_EXCLUDED(mu_);
   // A fresh snapshot, or null when the last try was too recent or discovery failed.
   topology::TopologyPtr Rediscover() ABSL_LOCKS_EXCLUDED(mu_);
