@@ -31,7 +31,7 @@ const (
 // TestRealNodeDRA: the chart's DRA driver on a real kubelet, claims prepared by the kubelet through
 // our driver and injected by containerd through CDI; the fake GPU driver beside it; restarts.
 func TestRealNodeDRA(t *testing.T) {
-	c := up(t, "--driver", "dra", "--mode", "exclusive")
+	c := up(t, "--driver", "dra", "--mode", "exclusive", "--nri")
 	usable := c.usableHCAs()
 
 	// One claim from the chart's DeviceClass.
