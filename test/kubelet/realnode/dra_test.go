@@ -57,6 +57,15 @@ func TestRealNodeDRA(t *testing.T) {
 	}
 	c.checkExactly("extended resource", in, ext)
 
+	// A variable the pod spec sets is the container's, not the CDI spec's (issue 29).
+	c.claim("user", request("hca", hcaClass, 1))
+	user := claimPod("user-env", map[string][]string{"c": {"user"}})
+	user.Spec.Containers[0].Env = []v1.EnvVar{{Name: "NCCL_IB_HCA", Value: "=mlx5_chosen_by_the_user"}}
+	c.create(user)
+	c.waitRunning(podTimeout, "user-env")
+	c.checkPodSpecWins("user-env (DRA)", c.inside("user-env", "c"), "=mlx5_chosen_by_the_user", 1)
+	c.deletePods(podTimeout, "user-env")
+
 	// Deleting the pod removes its claim's CDI spec.
 	uid := c.claimUID("one")
 	c.deletePods(podTimeout, "claim-one")
