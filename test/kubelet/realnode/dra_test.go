@@ -317,14 +317,7 @@ func draGPUAndHCA(t *testing.T, c *cluster) {
 // prepared again for the restarted container, and the CDI directory holds exactly the specs of
 // the claims in use).
 func draRestarts(t *testing.T, c *cluster) {
-	c.claim("kept", request("hca", hcaClass, 1))
-	p := claimPod("kept", map[string][]string{"c": {"kept"}})
-	p.Spec.RestartPolicy = v1.RestartPolicyAlways
-	c.create(p)
-	c.waitRunning(podTimeout, "kept")
-	want := c.allocated("kept", "hca")
-	before := c.inside("kept", "c")
-	c.checkExactly("kept", before, want)
+	want, before := c.heldClaim("kept")
 
 	if out, code := script("restart", "kubelet"); code != 0 {
 		t.Fatalf("restart kubelet: %s", out)

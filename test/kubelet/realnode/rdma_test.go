@@ -110,26 +110,7 @@ func nriContainerID(t *testing.T, c *cluster) string {
 // waitNRIConnected: the running NRI container logged that it registered with the runtime.
 func (c *cluster) waitNRIConnected() {
 	c.t.Helper()
-	eventually(c.t, podTimeout, "the NRI plugin registered with containerd", func() (bool, string) {
-		pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range pods.Items {
-			if p.Status.Phase != v1.PodRunning {
-				continue
-			}
-			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: "nri"}).Do(c.ctx()).Raw()
-			if err != nil {
-				return false, err.Error()
-			}
-			if strings.Contains(string(raw), nriRegisteredLine) {
-				return true, ""
-			}
-			return false, string(raw)
-		}
-		return false, "no running plugin pod"
-	})
+	c.waitContainerLog("nri", nriRegisteredLine, "")
 }
 
 // checkPodSpecWins: the container's NCCL_IB_HCA is userHCA, the value its pod spec set, and
