@@ -68,6 +68,7 @@ func TestRealNodeDRA(t *testing.T) {
 
 	t.Run("GPUAndHCA", func(t *testing.T) { draGPUAndHCA(t, c.with(t)) })
 	t.Run("PerContainer", func(t *testing.T) { draPerContainer(t, c.with(t)) })
+	t.Run("Rollout", func(t *testing.T) { draRollout(t, c.with(t)) })
 	t.Run("Restarts", func(t *testing.T) { draRestarts(t, c.with(t)) })
 }
 
