@@ -312,11 +312,11 @@ bool NodeState::pods_known() const {
 }
 
 void NodeState::StartList(std::function<void()> finished) {
-  const std::uint64_t registrations = metrics_.registrations.value();
+  const std::uint64_t epoch = registration_epoch_;
   sources_.pod_resources->List(config_.pod_resources_timeout,
-                               [this, finished, registrations](absl::StatusOr<PodList> pods) {
+                               [this, finished, epoch](absl::StatusOr<PodList> pods) {
                                  OnPods(std::move(pods));
-                                 if (last_list_ok_) last_list_registrations_ = registrations;
+                                 if (last_list_ok_) last_list_epoch_ = epoch;
                                  finished();
                                });
 }

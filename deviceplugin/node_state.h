@@ -93,15 +93,20 @@ class NodeState {
   bool pod_list_failing() const { return sources_.pod_resources && !last_list_ok_; }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
-  // The latest List succeeded and began after the latest registration with the kubelet. The
-  // kubelet keeps one endpoint per resource: once we are registered, every container that gets
-  // rdma/hca is admitted through us, so such a list already shows every container another plugin
-  // (the other mode's, before a relabel) admitted. Allocate reads a new List only when this is
-  // false: one List per admission, not two, against the kubelet's pod-resources budget.
+  // The latest List succeeded and began after the latest registration with the kubelet had
+  // returned, and no registration is under way. The kubelet keeps one endpoint per resource: once
+  // we are registered, every container that gets rdma/hca is admitted through us, so such a list
+  // already shows every container another plugin (the other mode's, before a relabel) admitted.
+  // Allocate reads a new List only when this is false: one List per admission, not two, against
+  // the kubelet's pod-resources budget. The kubelet may call Allocate before its answer to our
+  // Register reaches us, so a registration counts from the moment it is sent.
   bool list_since_registration() const {
-    return has_pod_resources() && last_list_ok_ &&
-           last_list_registrations_ >= metrics_.registrations.value();
+    const std::uint64_t epoch = registration_epoch_;
+    return has_pod_resources() && last_list_ok_ && epoch % 2 == 0 && last_list_epoch_ == epoch;
   }
+  // The lifecycle thread calls these around each Register RPC, whatever its outcome.
+  void RegistrationBegins() { ++registration_epoch_; }
+  void RegistrationEnded() { ++registration_epoch_; }
 
   struct DeviceList {
     std::uint64_t version = 0;
@@ -174,8 +179,10 @@ class NodeState {
   NodeSources sources_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
-  // Registrations counted when the latest successful List began.
-  std::atomic<std::uint64_t> last_list_registrations_{0};
+  // Odd while a Register RPC is under way: incremented as each begins and as it ends.
+  std::atomic<std::uint64_t> registration_epoch_{0};
+  // registration_epoch_ when the latest successful List began.
+  std::atomic<std::uint64_t> last_list_epoch_{0};
   mutable PluginMetrics metrics_;
   mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
 

@@ -107,15 +107,18 @@ absl::Status Driver::Reconcile() {
                 cdi_.PathOf(uid), uid);
   }
   for (const auto& [uid, claim] : prepared_) {
+    // A missing spec is written when the kubelet prepares the claim again (AnswerKnown), not
+    // here: after a reboot (/var/run/cdi is a tmpfs) the checkpoint still holds the claims of
+    // pods deleted just before it, which the kubelet unprepares later; their specs stay gone.
+    absl::StatusOr<nlohmann::json> file = cdi_.Read(uid);
+    if (absl::IsNotFound(file.status())) continue;
     absl::StatusOr<nlohmann::json> spec;
     try {
       spec = SpecFor(claim, /*require_usable=*/false);
     } catch (const std::exception& e) {  // a library's throw is this claim's alone
       spec = absl::InternalError(e.what());
     }
-    absl::StatusOr<nlohmann::json> file = cdi_.Read(uid);
     if (!spec.ok()) {
-      if (absl::IsNotFound(file.status())) continue;
       absl::Status s = cdi_.Remove(uid);
       Log()->error("claim {}: its CDI spec cannot be built now ({}): {}; its containers cannot "
                    "start until the kubelet unprepares it",
@@ -138,7 +141,7 @@ absl::Status Driver::Reconcile() {
                   Describe(claim.ref));
     } else {
       Log()->warn("claim {}: CDI spec written again ({})", Describe(claim.ref),
-                  std::string(file.status().message()));
+                  std::string(file.status().message()));  // one that was not JSON
     }
   }
   Log()->info("CDI specs in {} agree with the checkpoint: {} (re)written, {} orphan(s) and {} "

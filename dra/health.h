@@ -80,6 +80,7 @@ class HealthFeed {
  private:
   const HealthFeedConfig config_;
   mutable absl::Mutex mu_;
+  mutable absl::CondVar changed_;  // signalled on Publish and Stop
   std::uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<DeviceHealth> devices_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

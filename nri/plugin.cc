@@ -227,17 +227,8 @@ bool NriPlugin::RunConnection(int fd) {
         break;
       }
     }
-    while (!out.empty()) {
-      const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        out.erase(0, n);
-        continue;
-      }
-      if (n < 0 && errno != EAGAIN && errno != EINTR && why.empty()) {
-        why = absl::StrCat("write: ", std::strerror(errno));
-      }
-      break;
-    }
+    // Counted before any answer goes out: once the runtime has our answers to what followed
+    // its accepting us (Configure, Synchronize, a CreateContainer), the metrics say so too.
     if (!registered && session.registered()) {
       registered = true;
       metrics_->registrations.Add();
@@ -253,6 +244,17 @@ bool NriPlugin::RunConnection(int fd) {
       absl::MutexLock lock(&mu_);
       synchronized_ = true;
       changed_.SignalAll();
+    }
+    while (!out.empty()) {
+      const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        out.erase(0, n);
+        continue;
+      }
+      if (n < 0 && errno != EAGAIN && errno != EINTR && why.empty()) {
+        why = absl::StrCat("write: ", std::strerror(errno));
+      }
+      break;
     }
   }
   metrics_->connected.store(false, std::memory_order_relaxed);

@@ -150,9 +150,9 @@ phase "image contents"
 # --- 4. Run as the chart runs it --------------------------------------------------------------
 node=$work/node
 kubelet=$work/kubelet
-rm -rf "$node" "$kubelet" "$work/chart"
+rm -rf "$node" "$kubelet" "$work/chart" "$work/allocations"
 "$binary" fixture --topology-xml test/data/dgx-h100-like.xml --out "$node" --log-level warn >/dev/null
-mkdir -p "$node/proc/driver" "$kubelet/device-plugins" "$kubelet/pod-resources"
+mkdir -p "$node/proc/driver" "$kubelet/device-plugins" "$kubelet/pod-resources" "$work/allocations"
 hcas=$("$binary" topology --json --sysfs-root "$node" --dev-root "$node" --log-level off 2>/dev/null |
        python3 -c 'import json, sys; print(len(json.load(sys.stdin)["hcas"]))')
 "$helm" template rdp charts/rdma-device-plugin --namespace kube-system \
@@ -162,6 +162,7 @@ modes=$(python3 test/image/chart_run.py --image "$image" --out "$work/chart" \
     --host-path "/var/lib/kubelet/pod-resources=$kubelet/pod-resources" \
     --host-path "/sys=$node/sys" --host-path "/dev/infiniband=$node/dev/infiniband" \
     --host-path "/proc/driver=$node/proc/driver" --host-path "/var/run/nri=$work/nri" \
+    --host-path "/var/run/rdma-device-plugin/allocations=$work/allocations" \
     <"$work/chart.yaml") ||
   fail "cannot translate the chart's DaemonSets (test/image/chart_run.py)"
 say "fixture node: $hcas HCAs under $node; the chart's DaemonSets: $(echo $modes)"

@@ -246,6 +246,37 @@ build_images() {
   fi
 }
 
+# A tmpfs over /tmp (in a mount namespace of our own) that keeps the checkout and the build
+# where they are when they live under /tmp, as CI clones often do: else the binaries, configs and
+# run directory under them vanish behind the tmpfs ("exec: .../controlplane: not found"). Each is
+# opened before the mount and bound back from its descriptor after it; --no-canonicalize, since
+# mount would resolve /proc/self/fd/N to the path the tmpfs now covers.
+private_tmp() {
+  local keep=() fds=() p fd i
+  for p in "$repo" "$build"; do
+    [[ $p/ == /tmp/* ]] || continue
+    [[ ${#keep[@]} -gt 0 && $p/ == "${keep[0]}"/* ]] && continue  # the build inside the checkout
+    exec {fd}<"$p"
+    keep+=("$p") fds+=("$fd")
+  done
+  mount -t tmpfs -o mode=1777 tmpfs /tmp
+  for i in "${!keep[@]}"; do
+    mkdir -p "${keep[$i]}"
+    mount --no-canonicalize --bind "/proc/self/fd/${fds[$i]}" "${keep[$i]}"
+    fd=${fds[$i]}
+    exec {fd}<&-
+  done
+}
+
+# The control plane's mount namespace: its pid (it execs the control plane) in PIDFILE, the
+# private /tmp, then CMD.
+cp_ns() {
+  echo $$ >"$1"
+  shift
+  private_tmp
+  exec "$@"
+}
+
 # --- The node's mount namespace ----------------------------------------------------------------
 # Run by `unshare -m --propagation private` (as `real-node.sh __ns RUN NODE`): the mounts, then
 # the ready mark, then it holds the namespace until killed.
@@ -257,7 +288,7 @@ ns_setup() {
   mount -t tmpfs -o mode=0755 tmpfs /var/log
   mount -t tmpfs -o mode=0755 tmpfs /run
   mkdir -p /run/cdi /run/lock
-  mount -t tmpfs -o mode=1777 tmpfs /tmp
+  private_tmp
   # /dev: a copy of the host's (device nodes, symlinks), its pts, shm and mqueue moved across,
   # and the node's dev/infiniband as character devices.
   mkdir /tmp/dev
@@ -438,7 +469,7 @@ start_kubelet() {
 start_controlplane() {
   mkdir -p "$run/cp"
   # Its own namespace: the API server's and etcd's temporary files land in a tmpfs /tmp.
-  unshare -m --propagation private -- sh -c 'echo $$ >"$0" && mount -t tmpfs tmpfs /tmp && exec "$@"' \
+  unshare -m --propagation private -- "$repo/scripts/real-node.sh" __cpns \
     "$run/pids/controlplane" "$bin/controlplane" --dir "$run/cp" --kubeconfig "$kubeconfig" \
     --node-name "$node_name" >>"$run/logs/controlplane.log" 2>&1 </dev/null 9>&- &
 }
@@ -713,6 +744,7 @@ case ${1:-} in
   ns) shift; alive "$(holder)" || fail "the node is not up"; in_ns "$@" ;;
   build) shift; preconditions; build_binaries; build_images ;;
   __ns) shift; ns_setup "$@" ;;
+  __cpns) shift; cp_ns "$@" ;;
   "" | -h | --help) usage_error "a subcommand is needed" ;;
   *) usage_error "unknown subcommand '$1'" ;;
 esac

@@ -33,6 +33,7 @@ class KubeletSim::RegistrationService final : public v1beta1::Registration::Serv
                    request->options().pre_start_required(),
                    request->options().get_preferred_allocation_available()};
     sim_->OnRegister(r);
+    sim_->WaitWhileRegisterAnswersHeld();
     return grpc::Status::OK;
   }
 
@@ -70,6 +71,8 @@ absl::Status KubeletSim::Start() {
 void KubeletSim::Stop() {
   {
     absl::MutexLock lock(&mu_);
+    hold_register_ = false;  // a held Register must not hold the server's shutdown
+    cv_.SignalAll();
     if (!serving_) return;
     serving_ = false;
   }
@@ -139,6 +142,21 @@ void KubeletSim::Watch(Watcher* w, std::string endpoint) {
     cv_.SignalAll();
   }
   reader->Finish();
+}
+
+void KubeletSim::HoldRegisterAnswers(bool hold) {
+  absl::MutexLock lock(&mu_);
+  hold_register_ = hold;
+  cv_.SignalAll();
+}
+
+void KubeletSim::WaitWhileRegisterAnswersHeld() {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  absl::MutexLock lock(&mu_);
+  // A CondVar loop, not Mutex::Await: ThreadSanitizer sees this thread read under the lock.
+  while (hold_register_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
 }
 
 int KubeletSim::registrations() const {

@@ -67,6 +67,10 @@ class KubeletSim {
   // The most Healthy devices any list received so far had.
   int max_healthy() const;
 
+  // While held, Register answers only once released (or after 10 s): a plugin's Register call
+  // is then still under way while the simulator already dials it, as can happen with the kubelet.
+  void HoldRegisterAnswers(bool hold);
+
   // A DevicePlugin stub on the endpoint of the latest registration.
   std::unique_ptr<v1beta1::DevicePlugin::Stub> PluginStub() const;
   std::string dir() const { return dir_; }
@@ -78,6 +82,7 @@ class KubeletSim {
     std::thread thread;
   };
   void OnRegister(const Registration& r);
+  void WaitWhileRegisterAnswersHeld();
   void Watch(Watcher* w, std::string endpoint);
   void StopWatchers();
 
@@ -94,6 +99,7 @@ class KubeletSim {
   int max_healthy_ ABSL_GUARDED_BY(mu_) = 0;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   int generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hold_register_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace rdp::sim

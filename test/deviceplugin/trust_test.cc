@@ -459,14 +459,53 @@ TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.health_interval = kNever;  // no periodic refresh
+  // The pod list is read before the plugin serves and registers, however slow the machine: a
+  // List begun after the registration shows every container admitted by then (the kubelet has
+  // one endpoint per resource), so Allocate rightly reuses it, and with the 100 ms default a
+  // start List that ran late made this test flaky (1 run in 4 under load).
+  config.pod_resources_first_wait = kWait;
   StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_EQ(pods.list_calls(), 1) << "the pod list was read again after the registration";
   pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});  // just admitted
   v1beta1::AllocateResponse response;
   const grpc::Status refused = Allocate({kPcis[0]}, &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << "an HCA a shared container sees was handed out";
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "withheld")) << refused.error_message();
+}
+
+// The kubelet may call Allocate before its answer to our Register has reached us. A pod list read
+// before the registration must not count as fresh then: the old code counted a registration only
+// once Register returned, so an Allocate in that window reused the start's list and handed out
+// an HCA a shared container sees (ExclusiveAllocateReadsAFreshPodList failed 1 run in 4 so).
+// Here the simulator holds its Register answer while the test allocates.
+TEST_F(TrustTest, AllocateWhileRegisteringReadsAFreshPodList) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  config_ = node_.MakeConfig(hca::Mode::kExclusive);
+  config_.health_interval = kNever;
+  config_.pod_resources_first_wait = kWait;
+  config_.register_timeout = kWait;
+  kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
+  ASSERT_TRUE(kubelet_->Start().ok());
+  kubelet_->HoldRegisterAnswers(true);
+  struct Release {
+    KubeletSim* k;
+    ~Release() { k->HoldRegisterAnswers(false); }
+  } release{kubelet_.get()};
+  plugin_ = std::make_unique<PluginServer>(config_, node_.Sources(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(plugin_->Start().ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_EQ(plugin_->registrations(), 0) << "Register returned while held";
+  stub_ = kubelet_->PluginStub();
+  pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});  // admitted meanwhile
+  v1beta1::AllocateResponse response;
+  const grpc::Status refused = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an HCA a shared container sees was handed out";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -728,3 +728,19 @@ func WriteSysfsWithBinary(binary, root string, n *Node) (*Sysfs, error) {
 func DRADeviceName(h HCA) string {
 	return "hca-" + strings.NewReplacer(":", "-", ".", "-").Replace(h.PCI)
 }
+
+// Minus is a without the strings in b, in a's order (what one list has that another lacks, for a
+// test's message or its check).
+func Minus(a, b []string) []string {
+	drop := map[string]bool{}
+	for _, x := range b {
+		drop[x] = true
+	}
+	var out []string
+	for _, x := range a {
+		if !drop[x] {
+			out = append(out, x)
+		}
+	}
+	return out
+}

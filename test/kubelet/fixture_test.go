@@ -180,7 +180,7 @@ func TestFixtureLayoutMatchesBinary(t *testing.T) {
 		a, b := treeListing(t, goRoot), treeListing(t, binRoot)
 		if strings.Join(a, "\n") != strings.Join(b, "\n") {
 			t.Errorf("%s: layouts differ\nonly in Go's: %v\nonly in the binary's: %v",
-				filepath.Base(xml), minus(a, b), minus(b, a))
+				filepath.Base(xml), Minus(a, b), Minus(b, a))
 		}
 	}
 }
@@ -209,20 +209,6 @@ func treeListing(t *testing.T, root string) []string {
 		t.Fatal(err)
 	}
 	sort.Strings(out)
-	return out
-}
-
-func minus(a, b []string) []string {
-	in := map[string]bool{}
-	for _, s := range b {
-		in[s] = true
-	}
-	var out []string
-	for _, s := range a {
-		if !in[s] {
-			out = append(out, s)
-		}
-	}
 	return out
 }
 

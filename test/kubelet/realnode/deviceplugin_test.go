@@ -115,7 +115,7 @@ func TestRealNodeDevicePlugin(t *testing.T) {
 			}
 			owner[h] = what
 		}
-		if others := minus(usable, got); len(others) > 0 {
+		if others := kubelet.Minus(usable, got); len(others) > 0 {
 			c.checkMknodDenied(what, x.pod, x.ctr, others[0])
 		}
 	}

@@ -2,6 +2,8 @@ package realnode
 
 import (
 	"testing"
+
+	"github.com/rdma-device-plugin/rdma-device-plugin/test/kubelet"
 )
 
 // draPerContainer: what each container of a pod gets in DRA mode, per request and per claim
@@ -28,7 +30,7 @@ func draPerContainer(t *testing.T, c *cluster) {
 				}
 				owner[h] = name
 			}
-			if others := minus(usable, got); len(others) > 0 {
+			if others := kubelet.Minus(usable, got); len(others) > 0 {
 				c.checkMknodDenied(what+" "+name, pod, name, others[0])
 			}
 		}

@@ -40,7 +40,7 @@ func TestRealNodeDRA(t *testing.T) {
 	c.waitRunning(podTimeout, "claim-one")
 	got := c.allocated("one", "hca")
 	c.checkExactly("claim one", c.inside("claim-one", "c"), got)
-	c.checkMknodDenied("claim one", "claim-one", "c", minus(usable, got)[0])
+	c.checkMknodDenied("claim one", "claim-one", "c", kubelet.Minus(usable, got)[0])
 	specs := c.cdiSpecs()
 	t.Logf("CDI specs with claim-one running: %v", specs)
 	if !containsClaim(specs, c.claimUID("one")) {

@@ -648,20 +648,6 @@ func (c *cluster) checkMknodDenied(what, pod, container, otherHCA string) {
 	}
 }
 
-func minus(a, b []string) []string {
-	drop := map[string]bool{}
-	for _, x := range b {
-		drop[x] = true
-	}
-	var out []string
-	for _, x := range a {
-		if !drop[x] {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
 func sortStrings(s []string) []string {
 	out := append([]string(nil), s...)
 	sort.Strings(out)
