@@ -9,9 +9,8 @@
 // data.uverbs is left out when the uverbs device is not known; networkData is left out for an
 // HCA without a netdev (InfiniBand without IPoIB), and names the first of its netdevs (sorted);
 // hardwareAddress is left out when the netdev's address cannot be read.
-//
-// Not written to the API server yet (issue 26: the driver's PUT of resourceclaims/status after
-// Prepare, and the chart's RBAC for it, are still to do).
+// A device with a shareID (shared mode) gets it in its entry too (the Driver adds it); the
+// Driver hands the entries to dra/claim_status.h after a prepare.
 
 #include <string>
 
