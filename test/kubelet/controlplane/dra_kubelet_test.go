@@ -170,7 +170,8 @@ func cdiSpecs(t *testing.T, dir string) map[string]map[string]any {
 // socket, and the kubelet's DRA manager prepares and unprepares the pod's claim through it. Then
 // the restarts: a plugin restart (with the API server unreachable for it) keeps the prepared
 // claim, a kubelet restart (which wipes the node's slices) re-registers the driver, which
-// publishes again, and unprepare removes the claim's CDI spec.
+// publishes again, and unprepare removes the claim's CDI spec. The claim's status.devices names
+// the HCA and its netdev once the kubelet prepared it, and has no entry of ours after unprepare.
 func TestDRAKubeletPrepare(t *testing.T) {
 	const node = "dra-node"
 	cp := draControlPlane(t, node)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -203,4 +204,14 @@ func TestDRAClaimDeviceStatus(t *testing.T) {
 	if !strings.Contains(driver.output(), "status.devices has our 1 entry") {
 		t.Errorf("no log line of the status write:\n%s", driver.output())
 	}
+	// Two writes (prepare, unprepare), none failed.
+	waitFor(t, settle, "the status writes in /metrics", func(ctx context.Context) (bool, string, error) {
+		m, err := scrape(ctx, driver)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		ok := strings.Contains(m, `rdma_device_plugin_dra_claim_status_writes_total{result="success"} 2`+"\n") &&
+			strings.Contains(m, `rdma_device_plugin_dra_claim_status_writes_total{result="failure"} 0`+"\n")
+		return ok, strings.Join(regexp.MustCompile(`(?m)^rdma_device_plugin_dra_claim_status_writes_total.*$`).FindAllString(m, -1), "; "), nil
+	})
 }
