@@ -25,10 +25,8 @@ The kernel's view of these nodes (what `rdma-device-plugin fixture` lays out for
 of every device is its socket's CPU NUMA node; /sys/devices/system/node/node<N>/cpulist is empty
 for the CPU-less nodes.
 """
-import os
-import sys
-
-from gen_quality_nodes import hca_osdevs  # the same OS devices of an HCA
+import gen_quality_nodes
+from gen_quality_nodes import hca_osdevs, mask, write_nodes  # the same OS devices of an HCA
 
 GEN5_X16 = "63.015385"  # GB/s, as hwloc reports a PCIe link
 GEN4_X16 = "31.507692"
@@ -90,38 +88,15 @@ NODES = {
 }
 
 
-def mask(bits):
-    """An hwloc bitmap: 32-bit words, most significant first, comma-separated."""
-    value = 0
-    for b in bits:
-        value |= 1 << b
-    words = []
-    while True:
-        words.append(value & 0xffffffff)
-        value >>= 32
-        if value == 0:
-            break
-    return ",".join(f"0x{w:08x}" for w in reversed(words))
-
-
 def netdev(domain, bus):
     """The kernel's predictable name of an InfiniBand port: P<domain> only outside domain 0."""
     return f"ib{f'P{domain}' if domain else ''}p{bus}s0"
 
 
-class Writer:
+class Writer(gen_quality_nodes.Writer):
     def __init__(self, spec):
+        super().__init__()
         self.spec = spec
-        self.lines = []
-        self.gp_index = 0
-        self.hcas = 0
-
-    def next_index(self):
-        self.gp_index += 1
-        return self.gp_index
-
-    def line(self, depth, text):
-        self.lines.append("  " * depth + text)
 
     def sets(self, cpus, nodes):
         c, n = mask(cpus), mask(nodes)
@@ -186,9 +161,7 @@ def node_xml(spec):
         socket_nodes.append([numa] + [d["memory_node"] for d in devices
                                       if d["what"] == "gpu" and d["memory_node"] is not None])
     all_nodes = sorted(n for nodes in socket_nodes for n in nodes) + spec["machine_nodes"]
-    w.line(0, '<?xml version="1.0" encoding="UTF-8"?>')
-    w.line(0, '<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
-    w.line(0, '<topology version="2.0">')
+    w.begin()
     c, n = mask(all_cpus), mask(all_nodes)
     w.line(1, f'<object type="Machine" os_index="0" cpuset="{c}" complete_cpuset="{c}" '
               f'allowed_cpuset="{c}" nodeset="{n}" complete_nodeset="{n}" allowed_nodeset="{n}" '
@@ -223,19 +196,8 @@ def node_xml(spec):
         for d in devices:
             w.root_complex(3, d)
         w.line(2, "</object>")
-    w.line(1, "</object>")
-    w.line(0, "</topology>")
-    return "\n".join(w.lines) + "\n"
-
-
-def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    for name, spec in NODES.items():
-        path = os.path.join(out_dir, name + ".xml")
-        with open(path, "w") as f:
-            f.write(node_xml(spec))
-        print(path)
+    return w.end()
 
 
 if __name__ == "__main__":
-    main()
+    write_nodes(NODES, node_xml)

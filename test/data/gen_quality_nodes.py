@@ -70,6 +70,18 @@ class Writer:
     def line(self, depth, text):
         self.lines.append("  " * depth + text)
 
+    def begin(self):
+        """The XML declaration and the opening <topology>."""
+        self.line(0, '<?xml version="1.0" encoding="UTF-8"?>')
+        self.line(0, '<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
+        self.line(0, '<topology version="2.0">')
+
+    def end(self):
+        """Closes the Machine and the topology; the document."""
+        self.line(1, "</object>")
+        self.line(0, "</topology>")
+        return "\n".join(self.lines) + "\n"
+
     def subtree_buses(self, item):
         """Buses a device or switch needs below the port that holds it (its own bus included)."""
         if item[0] != "switch":
@@ -161,19 +173,24 @@ def hca_osdevs(w, depth, netdev, n, guid):
 
 
 def mask(bits):
+    """An hwloc bitmap: 32-bit words, most significant first, comma-separated."""
     value = 0
     for b in bits:
         value |= 1 << b
-    return f"0x{value:08x}"
+    words = []
+    while True:
+        words.append(value & 0xffffffff)
+        value >>= 32
+        if value == 0:
+            break
+    return ",".join(f"0x{w:08x}" for w in reversed(words))
 
 
 def node_xml(spec):
     w = Writer()
     numas = sorted({numa for numa, _ in spec["bridges"]})
     cpus = range(len(numas) * CORES_PER_NUMA)
-    w.line(0, '<?xml version="1.0" encoding="UTF-8"?>')
-    w.line(0, '<!DOCTYPE topology SYSTEM "hwloc2.dtd">')
-    w.line(0, '<topology version="2.0">')
+    w.begin()
     all_cpus, all_numa = mask(cpus), mask(numas)
     w.line(1, f'<object type="Machine" os_index="0" cpuset="{all_cpus}" complete_cpuset="{all_cpus}" '
               f'allowed_cpuset="{all_cpus}" nodeset="{all_numa}" complete_nodeset="{all_numa}" '
@@ -202,19 +219,18 @@ def node_xml(spec):
             used = w.host_bridge(3, bus, ports)
             bus = (bus + used + 0x0f) // 0x10 * 0x10  # the next host bridge on a round bus
         w.line(2, "</object>")
-    w.line(1, "</object>")
-    w.line(0, "</topology>")
-    return "\n".join(w.lines) + "\n"
+    return w.end()
 
 
-def main():
+def write_nodes(nodes, to_xml):
+    """Writes each node's XML (to_xml(spec)) as <name>.xml in argv[1] or this script's folder."""
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    for name, spec in NODES.items():
+    for name, spec in nodes.items():
         path = os.path.join(out_dir, name + ".xml")
         with open(path, "w") as f:
-            f.write(node_xml(spec))
+            f.write(to_xml(spec))
         print(path)
 
 
 if __name__ == "__main__":
-    main()
+    write_nodes(NODES, node_xml)

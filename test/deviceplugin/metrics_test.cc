@@ -82,6 +82,9 @@ class NodeMetricsTest : public ::testing::Test {
     return out.Take();
   }
 
+  // Defined below, after CountingEnv.
+  struct CountedNode StartCounted();
+
   testing::TestNode node_;
 };
 
@@ -278,16 +281,34 @@ class CountingEnv : public EnvWrapper {
   std::shared_ptr<CounterClock> clock_;
 };
 
+// An exclusive node whose counter reads are counted (and may take time) on a clock of the
+// test's own.
+struct CountedNode {
+  std::shared_ptr<CounterClock> clock;
+  std::shared_ptr<CountingEnv> env;
+  std::unique_ptr<NodeState> state;  // not yet Init()
+};
+
+CountedNode NodeMetricsTest::StartCounted() {
+  CountedNode counted;
+  counted.clock = std::make_shared<CounterClock>();
+  counted.env = std::make_shared<CountingEnv>(node_.NodeEnv(), counted.clock);
+  NodeSources sources = node_.Sources(nullptr, counted.env);
+  sources.now = [clock = counted.clock] { return clock->Now(); };
+  counted.state =
+      std::make_unique<NodeState>(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
+  return counted;
+}
+
 // A scraper polling back to back reads each HCA's counters (on mlx5, firmware queries) at most
 // once a second; the values it gets are a second old at most. Before, every scrape read every
 // file.
 TEST_F(NodeMetricsTest, CounterReadsAreCachedPerHcaForASecond) {
-  auto clock = std::make_shared<CounterClock>();
-  auto env = std::make_shared<CountingEnv>(node_.NodeEnv(), clock);
-  NodeSources sources = node_.Sources(nullptr, env);
-  sources.now = [clock] { return clock->Now(); };
-  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
-  ASSERT_TRUE(state.Init().ok());
+  CountedNode counted = StartCounted();
+  ASSERT_TRUE(counted.state->Init().ok());
+  CounterClock* clock = counted.clock.get();
+  CountingEnv* env = counted.env.get();
+  NodeState& state = *counted.state;
   const std::string first = Scrape(state);
   const int reads = env->counter_reads.load();
   ASSERT_GT(reads, 0);
@@ -309,12 +330,10 @@ TEST_F(NodeMetricsTest, CounterReadsAreCachedPerHcaForASecond) {
 // scrape begins with the HCAs never or longest ago read, so every HCA is reached. Before, a
 // scrape read every file of every HCA however long that took.
 TEST_F(NodeMetricsTest, AScrapeReadsCountersWithinItsTime) {
-  auto clock = std::make_shared<CounterClock>();
-  auto env = std::make_shared<CountingEnv>(node_.NodeEnv(), clock);
-  NodeSources sources = node_.Sources(nullptr, env);
-  sources.now = [clock] { return clock->Now(); };
-  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), std::move(sources));
-  ASSERT_TRUE(state.Init().ok());
+  CountedNode counted = StartCounted();
+  ASSERT_TRUE(counted.state->Init().ok());
+  CountingEnv* env = counted.env.get();
+  NodeState& state = *counted.state;
   env->per_read = absl::Milliseconds(100);
   auto with_counters = [](const std::string& text) {
     int n = 0;

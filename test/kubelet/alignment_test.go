@@ -286,34 +286,27 @@ func TestGPUAwarePlacement(t *testing.T) {
 	e := NewEnv(t, EnvOptions{Policy: "none", Mode: "exclusive", Tap: true})
 	gpuFirst, pix := 0, 0
 	for i := 0; i < len(e.Node.GPUs); i++ {
-		pod := NewPod(fmt.Sprintf("pair%d", i), Ctr{Name: "c", Limits: map[string]int64{ResourceHCA: 1, GPUResource: 1}})
-		before := len(e.Tap.Exchanges())
-		e.MustAdmit(pod)
-		xs := e.Tap.Exchanges()[before:]
-		gpus := e.Kubelet.Devices(pod, "c", GPUResource)
-		if len(xs) != 1 || xs[0].GPA == nil || len(gpus) != 1 {
-			t.Fatalf("%s: exchanges %+v, GPUs %v", pod.Name, xs, gpus)
-		}
-		g, _ := e.Node.GPUByPCI(gpus[0])
-		gpuAt := e.GPU.AllocatedAt(gpus)
-		if gpuAt.IsZero() || gpuAt.After(xs[0].GPA.At) {
-			t.Logf("%s: HCA asked for before the GPU (%s, GPU Allocate at %v, GPA at %v): no GPU context; got %v", pod.Name, g.PCI, gpuAt.Format("05.000000"), xs[0].GPA.At.Format("05.000000"), xs[0].GPA.Answer)
+		name := fmt.Sprintf("pair%d", i)
+		x, g := e.AdmitGPUPair(name)
+		gpuAt := e.GPU.AllocatedAt([]string{g.PCI})
+		if gpuAt.IsZero() || gpuAt.After(x.GPA.At) {
+			t.Logf("%s: HCA asked for before the GPU (%s, GPU Allocate at %v, GPA at %v): no GPU context; got %v", name, g.PCI, gpuAt.Format("05.000000"), x.GPA.At.Format("05.000000"), x.GPA.Answer)
 			continue
 		}
 		gpuFirst++
 		var near []string
-		for _, id := range xs[0].GPA.Available {
+		for _, id := range x.GPA.Available {
 			if h, _ := e.Node.HCAByPCI(id); SameSwitch(g, h) {
 				near = append(near, id)
 			}
 		}
-		h, _ := e.Node.HCAByPCI(xs[0].GPA.Answer[0])
-		t.Logf("%s: GPU %s first; HCAs under its switch available: %v; answer %s (%s)", pod.Name, g.PCI, near, h.PCI, h.Name)
+		h, _ := e.Node.HCAByPCI(x.GPA.Answer[0])
+		t.Logf("%s: GPU %s first; HCAs under its switch available: %v; answer %s (%s)", name, g.PCI, near, h.PCI, h.Name)
 		if SameSwitch(g, h) {
 			pix++
 		} else if len(near) > 0 {
 			t.Errorf("%s: the container's GPU %s was known, HCAs %v share its switch, but we answered %s",
-				pod.Name, g.PCI, near, h.PCI)
+				name, g.PCI, near, h.PCI)
 		}
 	}
 	t.Logf("GPU allocated before the HCA for %d of %d pods; PIX placements %d", gpuFirst, len(e.Node.GPUs), pix)

@@ -304,3 +304,20 @@ func (e *Env) MustAdmit(pod *v1.Pod) Admission {
 	}
 	return a
 }
+
+// AdmitGPUPair admits pod `name` of one container "c" with 1 GPU + 1 HCA (Tap on) and returns
+// the one GetPreferredAllocation exchange it caused and the container's GPU; it fails the test
+// if there was not exactly one such exchange or GPU.
+func (e *Env) AdmitGPUPair(name string) (*Exchange, GPU) {
+	e.T.Helper()
+	pod := NewPod(name, Ctr{Name: "c", Limits: map[string]int64{ResourceHCA: 1, GPUResource: 1}})
+	before := len(e.Tap.Exchanges())
+	e.MustAdmit(pod)
+	xs := e.Tap.Exchanges()[before:]
+	gpus := e.Kubelet.Devices(pod, "c", GPUResource)
+	if len(xs) != 1 || xs[0].GPA == nil || len(gpus) != 1 {
+		e.T.Fatalf("%s: exchanges %+v, GPUs %v", name, xs, gpus)
+	}
+	g, _ := e.Node.GPUByPCI(gpus[0])
+	return &xs[0], g
+}

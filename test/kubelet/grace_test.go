@@ -66,40 +66,33 @@ func TestGraceNodesKubelet(t *testing.T) {
 			pods := 0
 			for i := 0; i < len(e.Node.GPUs) && i < len(e.Node.HCAs); i++ {
 				pods++
-				pod := NewPod(fmt.Sprintf("pair%d", i), Ctr{Name: "c", Limits: map[string]int64{ResourceHCA: 1, GPUResource: 1}})
-				before := len(e.Tap.Exchanges())
-				e.MustAdmit(pod)
-				xs := e.Tap.Exchanges()[before:]
-				gpus := e.Kubelet.Devices(pod, "c", GPUResource)
-				if len(xs) != 1 || xs[0].GPA == nil || len(gpus) != 1 {
-					t.Fatalf("%s: exchanges %+v, GPUs %v", pod.Name, xs, gpus)
-				}
-				g, _ := e.Node.GPUByPCI(gpus[0])
-				if h, _ := e.Node.HCAByPCI(xs[0].GPA.Answer[0]); h.NUMA == g.NUMA {
+				name := fmt.Sprintf("pair%d", i)
+				x, g := e.AdmitGPUPair(name)
+				if h, _ := e.Node.HCAByPCI(x.GPA.Answer[0]); h.NUMA == g.NUMA {
 					same++
 				} else {
 					across++
 				}
-				if at := e.GPU.AllocatedAt(gpus); at.IsZero() || at.After(xs[0].GPA.At) {
-					t.Logf("%s: HCA asked for before the GPU: no GPU context", pod.Name)
+				if at := e.GPU.AllocatedAt([]string{g.PCI}); at.IsZero() || at.After(x.GPA.At) {
+					t.Logf("%s: HCA asked for before the GPU: no GPU context", name)
 					continue
 				}
 				gpuFirst++
 				var near []string
-				for _, id := range xs[0].GPA.Available {
+				for _, id := range x.GPA.Available {
 					if h, _ := e.Node.HCAByPCI(id); h.NUMA == g.NUMA {
 						near = append(near, h.Name)
 					}
 				}
-				h, _ := e.Node.HCAByPCI(xs[0].GPA.Answer[0])
+				h, _ := e.Node.HCAByPCI(x.GPA.Answer[0])
 				t.Logf("%s: GPU %s (NUMA %d) first; HCAs on its socket available: %v; answer %s (NUMA %d)",
-					pod.Name, g.PCI, g.NUMA, near, h.Name, h.NUMA)
+					name, g.PCI, g.NUMA, near, h.Name, h.NUMA)
 				if h.NUMA == g.NUMA {
 					gpuFirstNode++
 				}
 				if len(near) > 0 && h.NUMA != g.NUMA {
 					t.Errorf("%s: the container's GPU %s is on NUMA %d, HCAs %v too, but we answered %s on %d",
-						pod.Name, g.PCI, g.NUMA, near, h.Name, h.NUMA)
+						name, g.PCI, g.NUMA, near, h.Name, h.NUMA)
 				}
 			}
 			t.Logf("%s: the GPU was allocated before the HCA for %d pods", node, gpuFirst)

@@ -20,13 +20,9 @@ using sim::SysfsFixture;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::Load;
+using testing::LoadXml;
 using testing::TestData;
 
-TopologyPtr LoadXml(const std::string& file) {
-  DiscoveryOptions o;
-  o.topology_xml = TestData(file);
-  return Load(o);
-}
 
 PathClass PathByPci(const Topology& t, const std::string& hca, const std::string& gpu) {
   return t.Path(t.HcaIndex(hca), t.GpuIndex(gpu));

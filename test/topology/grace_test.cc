@@ -18,13 +18,9 @@ namespace rdp::topology {
 namespace {
 using ::testing::ElementsAre;
 using testing::Load;
+using testing::LoadXml;
 using testing::TestData;
 
-TopologyPtr LoadXml(const std::string& file) {
-  DiscoveryOptions o;
-  o.topology_xml = TestData(file);
-  return Load(o);
-}
 
 // The node laid out as `rdma-device-plugin fixture` lays it out (from its XML alone), then
 // discovered with that sysfs over the XML; `edit` may change the tree in between.
