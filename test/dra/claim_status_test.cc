@@ -36,15 +36,15 @@ TEST(DRAClaimStatusTest, MergeReplacesOnlyOurDriversEntries) {
   const nlohmann::json current = {kGpu, Entry(kDriver, "hca-old"),
                                   Entry("net.example.com", "eth-1")};
   EXPECT_EQ(MergeDeviceStatuses(current, kDriver, {Ours("hca-0"), Ours("hca-1")}),
-            nlohmann::json({kGpu, Entry("net.example.com", "eth-1"), Ours("hca-0"), Ours("hca-1")}));
+            nlohmann::json::array({kGpu, Entry("net.example.com", "eth-1"), Ours("hca-0"), Ours("hca-1")}));
   // None of ours: the others stay, in their order.
   EXPECT_EQ(MergeDeviceStatuses(current, kDriver, {}),
-            nlohmann::json({kGpu, Entry("net.example.com", "eth-1")}));
+            nlohmann::json::array({kGpu, Entry("net.example.com", "eth-1")}));
   // No list yet (or not a list): ours alone.
-  EXPECT_EQ(MergeDeviceStatuses(nullptr, kDriver, {Ours("hca-0")}), nlohmann::json({Ours("hca-0")}));
+  EXPECT_EQ(MergeDeviceStatuses(nullptr, kDriver, {Ours("hca-0")}), nlohmann::json::array({Ours("hca-0")}));
   EXPECT_EQ(MergeDeviceStatuses("junk", kDriver, {}), nlohmann::json::array());
   // An entry without a driver is not ours: kept.
-  EXPECT_EQ(MergeDeviceStatuses({{{"device", "x"}}}, kDriver, {}), nlohmann::json({{{"device", "x"}}}));
+  EXPECT_EQ(MergeDeviceStatuses(nlohmann::json::array({{{"device", "x"}}}), kDriver, {}), nlohmann::json::array({{{"device", "x"}}}));
   EXPECT_EQ(DriverDeviceStatuses(current, kDriver), std::vector<nlohmann::json>{Entry(kDriver, "hca-old")});
 }
 
@@ -95,7 +95,7 @@ class DRAClaimStatusWriterTest : public ::testing::Test {
 TEST_F(DRAClaimStatusWriterTest, WriteReplacesOursKeepsTheOthersAndSendsTheVersionItRead) {
   auto writer = NewWriter();
   ASSERT_TRUE(writer->Write(kRef, {Ours("hca-0")}, deadline_).ok());
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu, Ours("hca-0")}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu, Ours("hca-0")}));
   const std::vector<HttpRequest> puts = Puts();
   ASSERT_EQ(puts.size(), 1u);
   EXPECT_EQ(puts[0].url,
@@ -103,7 +103,7 @@ TEST_F(DRAClaimStatusWriterTest, WriteReplacesOursKeepsTheOthersAndSendsTheVersi
   const nlohmann::json body = nlohmann::json::parse(puts[0].body);
   EXPECT_EQ(body["metadata"]["resourceVersion"], "7");  // what the GET read
   EXPECT_EQ(body["metadata"]["uid"], kUid);
-  EXPECT_EQ(body["status"]["devices"], nlohmann::json({kGpu, Ours("hca-0")}));
+  EXPECT_EQ(body["status"]["devices"], nlohmann::json::array({kGpu, Ours("hca-0")}));
   EXPECT_EQ(body["status"]["allocation"]["devices"]["results"][0]["device"], "hca-0");
 
   // Already so: read, nothing sent.
@@ -112,13 +112,13 @@ TEST_F(DRAClaimStatusWriterTest, WriteReplacesOursKeepsTheOthersAndSendsTheVersi
 
   // Unprepare: ours go, the GPU driver's stays.
   ASSERT_TRUE(writer->Write(kRef, {}, deadline_).ok());
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu}));
 }
 
 TEST_F(DRAClaimStatusWriterTest, NoListLeftWhenOursWereTheOnlyEntries) {
   auto writer = NewWriter();
   nlohmann::json claim = server_.Claim("ns/claim-1");
-  claim["status"]["devices"] = {Ours("hca-0")};
+  claim["status"]["devices"] = nlohmann::json::array({Ours("hca-0")});
   server_.AddClaim(claim);
   ASSERT_TRUE(writer->Write(kRef, {}, deadline_).ok());
   EXPECT_FALSE(server_.Claim("ns/claim-1")["status"].contains("devices"))
@@ -130,7 +130,7 @@ TEST_F(DRAClaimStatusWriterTest, AConflictIsReadAgain) {
   server_.FailNextUpdates(2);  // someone else wrote the claim twice since our GETs
   ASSERT_TRUE(writer->Write(kRef, {Ours("hca-0")}, deadline_).ok());
   EXPECT_EQ(Puts().size(), 3u);
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu, Ours("hca-0")}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu, Ours("hca-0")}));
 
   server_.FailNextUpdates(100);
   const absl::Status s = writer->Write(kRef, {}, deadline_);
@@ -165,7 +165,7 @@ TEST_F(DRAClaimStatusWriterTest, TheThreadWritesRetriesAndTheLastSetWins) {
   server_.FailNextUpdates(4);  // the first write conflicts every time: retried after a back-off
   writer->Start();
   ASSERT_TRUE(writer->WaitIdle(absl::Seconds(30)));
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu, Ours("hca-0")}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu, Ours("hca-0")}));
   EXPECT_EQ(writer->counts().successes, 1u);
   EXPECT_EQ(writer->counts().failures, 1u);
   EXPECT_EQ(Puts().size(), 5u);
@@ -177,7 +177,7 @@ TEST_F(DRAClaimStatusWriterTest, TheThreadWritesRetriesAndTheLastSetWins) {
 
   writer->Set(kRef, {});
   ASSERT_TRUE(writer->WaitIdle(absl::Seconds(30)));
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu}));
   EXPECT_EQ(writer->counts().successes, 2u);
   writer->Stop();
 }
@@ -190,11 +190,11 @@ TEST_F(DRAClaimStatusWriterTest, ARefusedWriteIsNotRetriedButTheNextSetTriesAgai
   ASSERT_TRUE(writer->WaitIdle(absl::Seconds(30)));
   EXPECT_EQ(writer->counts().failures, 1u);
   EXPECT_EQ(requests_->size(), 1u);  // the GET refused; no retry
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu, Entry(kDriver, "hca-stale")}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu, Entry(kDriver, "hca-stale")}));
   // The claim's next prepare sets the same entries: they are not taken for written.
   writer->Set(kRef, {Ours("hca-0")});
   ASSERT_TRUE(writer->WaitIdle(absl::Seconds(30)));
-  EXPECT_EQ(Devices(), nlohmann::json({kGpu, Ours("hca-0")}));
+  EXPECT_EQ(Devices(), nlohmann::json::array({kGpu, Ours("hca-0")}));
 }
 
 TEST_F(DRAClaimStatusWriterTest, StopDropsWhatIsPendingAndSetAfterStopIsIgnored) {
