@@ -1,9 +1,13 @@
-// RPC round trips against the real plugin server on a unix socket in a temp dir, beside the
-// empty RPC (GetDevicePluginOptions) on the same server as the floor; a no-op RPC with the same
-// IDs (the transport's share) and the handlers called in-process (the plugin's own share). Every
-// RPC benchmark reports
-// x_floor: its mean round trip divided by that of empty RPCs interleaved with it, one after each
-// call, so that both are measured in the same time window.
+// RPC round trips against the real plugin server on a unix socket in a temp dir, beside floors
+// on the same server; a no-op RPC with the same IDs (the transport's share) and the handlers
+// called in-process (the plugin's own share). Every RPC benchmark reports
+//   x_floor: its mean round trip divided by that of the empty RPC (GetDevicePluginOptions);
+// GetPreferredAllocation and Allocate also
+//   x_payload_floor: the same divided by that of a no-op RPC carrying the same request and
+//   response bytes (bench/payload_floor.proto, served on the plugin's socket by this program
+//   alone): what our handler costs beyond moving its bytes.
+// The floors' calls are interleaved with the benchmark's, one of each after each call, so that
+// all are measured in the same time window.
 //
 //   bench_rpc [--benchmark_filter=...]
 
@@ -12,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -19,9 +24,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "benchmark/benchmark.h"
 #include "base/log.h"
+#include "bench/payload_floor.grpc.pb.h"
 #include "serving/mutexes.h"
+#include "serving/unix_server.h"
 #include "deviceplugin/plugin_server.h"
 #include "deviceplugin/service.h"
 #include "sim/fake_pod_resources.h"
@@ -37,12 +45,56 @@ using sim::PreferredRequest;
 
 using Clock = std::chrono::steady_clock;
 
-// A node with n HCAs (two NUMA nodes, four PCIe roots), the plugin serving it and a stub.
+// The payload floor: answers each call with the response last recorded for its method (the real
+// RPC's answer to the same request), doing nothing else.
+class PayloadFloorService final : public bench::PayloadFloor::CallbackService {
+ public:
+  void Record(const v1beta1::PreferredAllocationResponse& r) {
+    absl::MutexLock lock(&mu_);
+    prefer_ = r;
+  }
+  void Record(const v1beta1::AllocateResponse& r) {
+    absl::MutexLock lock(&mu_);
+    allocate_ = r;
+  }
+  grpc::ServerUnaryReactor* GetPreferredAllocation(
+      grpc::CallbackServerContext* context, const v1beta1::PreferredAllocationRequest*,
+      v1beta1::PreferredAllocationResponse* response) override {
+    return Answer(context, response, prefer_);
+  }
+  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
+                                     const v1beta1::AllocateRequest*,
+                                     v1beta1::AllocateResponse* response) override {
+    return Answer(context, response, allocate_);
+  }
+
+ private:
+  template <typename Response>
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, Response* response,
+                                   const Response& recorded) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      *response = recorded;
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  absl::Mutex mu_;
+  v1beta1::PreferredAllocationResponse prefer_ ABSL_GUARDED_BY(mu_);
+  v1beta1::AllocateResponse allocate_ ABSL_GUARDED_BY(mu_);
+};
+
+// A node with n HCAs (two NUMA nodes, four PCIe roots), the plugin serving it (and the payload
+// floor on its socket) and stubs.
 struct Rig {
   std::string dir;
   std::unique_ptr<KubeletSim> kubelet;
+  PayloadFloorService floor;
   std::unique_ptr<PluginServer> plugin;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
+  std::unique_ptr<bench::PayloadFloor::Stub> floor_stub;  // on the plugin's socket
   std::vector<std::string> ids;  // the advertised IDs
 };
 
@@ -107,10 +159,14 @@ Rig* GetRig(hca::Mode mode, int hcas) {
   };
   rig->kubelet = std::make_unique<KubeletSim>(config.kubelet_dir);
   rig->kubelet->Start().IgnoreError();
-  rig->plugin = std::make_unique<PluginServer>(config, std::move(sources));
+  rig->plugin = std::make_unique<PluginServer>(config, std::move(sources),
+                                               std::vector<grpc::Service*>{&rig->floor});
   if (!rig->plugin->Start().ok()) std::abort();
   rig->kubelet->WaitForRegistration(0, absl::Seconds(10));
-  rig->stub = rig->kubelet->PluginStub();
+  // One connection for both services: the floor's calls share the device plugin's transport.
+  std::shared_ptr<grpc::Channel> channel = serving::UnixChannel(config.SocketPath());
+  rig->stub = v1beta1::DevicePlugin::NewStub(channel);
+  rig->floor_stub = bench::PayloadFloor::NewStub(channel);
   for (const auto& d : rig->plugin->node().Devices().devices) rig->ids.push_back(d.id);
   EmptyRoundTripNs(*rig->stub, 500);  // warm the connection
   return rig.get();
@@ -144,61 +200,110 @@ void EmptyCall(Rig* rig) {
       rig->stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options));
 }
 
-// Runs `call` once per iteration and, interleaved, one empty RPC on the same server, so that the
-// floor is measured in the same time window as the call (the host is shared and noisy). The
-// reported time is the call's alone (manual time); x_floor = call / empty.
+// A floor a benchmark's call is divided by: its name in the counters and one call of it.
+struct Floor {
+  const char* name;  // "floor": x_floor and floor_us
+  std::function<bool()> call;
+  double seconds = 0;
+};
+
+// Runs `call` once per iteration and, interleaved, one call of each floor on the same server
+// (in turn first after it), so that the floors are measured in the same time window as the call
+// (the host is shared and noisy). The reported time is the call's alone (manual time); for each
+// floor, x_<name> = call / floor and <name>_us, its mean round trip.
 template <typename Call>
-void RunBesideFloor(benchmark::State& state, Rig* rig, Call&& call) {
-  double call_s = 0, floor_s = 0;
+void RunBesideFloors(benchmark::State& state, Call&& call, std::vector<Floor> floors) {
+  double call_s = 0;
+  std::size_t turn = 0;
   for (auto _ : state) {
     auto t0 = Clock::now();
     if (!call()) {
       state.SkipWithError("RPC failed");
       break;
     }
-    auto t1 = Clock::now();
-    EmptyCall(rig);
-    auto t2 = Clock::now();
-    const double c = std::chrono::duration<double>(t1 - t0).count();
+    const double c = std::chrono::duration<double>(Clock::now() - t0).count();
     call_s += c;
-    floor_s += std::chrono::duration<double>(t2 - t1).count();
     state.SetIterationTime(c);
+    for (std::size_t i = 0; i < floors.size(); ++i) {
+      Floor& f = floors[(turn + i) % floors.size()];
+      const auto f0 = Clock::now();
+      if (!f.call()) {
+        state.SkipWithError((std::string(f.name) + " RPC failed").c_str());
+        return;
+      }
+      f.seconds += std::chrono::duration<double>(Clock::now() - f0).count();
+    }
+    ++turn;
   }
-  if (floor_s > 0) {
-    state.counters["x_floor"] = call_s / floor_s;
-    state.counters["floor_us"] = floor_s * 1e6 / state.iterations();
+  for (const Floor& f : floors) {
+    if (f.seconds <= 0) continue;
+    state.counters[std::string("x_") + f.name] = call_s / f.seconds;
+    state.counters[std::string(f.name) + "_us"] = f.seconds * 1e6 / state.iterations();
   }
+}
+
+Floor EmptyFloor(Rig* rig) {
+  return {"floor", [rig] {
+            EmptyCall(rig);
+            return true;
+          }};
+}
+
+// The real RPC `method` on `request`, and beside it the payload floor carrying the same request
+// and the response the real RPC gave to it (recorded once, before the run).
+template <typename Request, typename Response, typename Stub>
+void RunBesideBothFloors(benchmark::State& state, Rig* rig, const Request& request,
+                         grpc::Status (v1beta1::DevicePlugin::Stub::*method)(
+                             grpc::ClientContext*, const Request&, Response*),
+                         grpc::Status (Stub::*floor_method)(grpc::ClientContext*, const Request&,
+                                                            Response*)) {
+  auto real = [&] {
+    grpc::ClientContext context;
+    Response response;
+    return ((*rig->stub).*method)(&context, request, &response).ok();
+  };
+  {
+    grpc::ClientContext context;
+    Response recorded;
+    if (!((*rig->stub).*method)(&context, request, &recorded).ok()) {
+      state.SkipWithError("RPC failed");
+      return;
+    }
+    rig->floor.Record(recorded);
+  }
+  Floor payload{"payload_floor", [&] {
+                  grpc::ClientContext context;
+                  Response response;
+                  return ((*rig->floor_stub).*floor_method)(&context, request, &response).ok();
+                }};
+  RunBesideFloors(state, real, {EmptyFloor(rig), std::move(payload)});
 }
 
 // args: mode (0 exclusive, 1 shared), HCAs
 void BM_EmptyRpc(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  RunBesideFloor(state, rig, [rig] {
-    EmptyCall(rig);
-    return true;
-  });
+  RunBesideFloors(
+      state,
+      [rig] {
+        EmptyCall(rig);
+        return true;
+      },
+      {EmptyFloor(rig)});
 }
 
 // args: mode, HCAs, allocation size. Available: every advertised ID (1000 in shared mode).
 void BM_GetPreferredAllocation(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  const v1beta1::PreferredAllocationRequest request = PreferRequest(*rig, state.range(2));
-  RunBesideFloor(state, rig, [&] {
-    grpc::ClientContext context;
-    v1beta1::PreferredAllocationResponse response;
-    return rig->stub->GetPreferredAllocation(&context, request, &response).ok();
-  });
+  RunBesideBothFloors(state, rig, PreferRequest(*rig, state.range(2)),
+                      &v1beta1::DevicePlugin::Stub::GetPreferredAllocation,
+                      &bench::PayloadFloor::Stub::GetPreferredAllocation);
 }
 
 // args: mode, HCAs, devices per container
 void BM_Allocate(benchmark::State& state) {
   Rig* rig = GetRig(ModeArg(state), state.range(1));
-  const v1beta1::AllocateRequest request = AllocateRequest(*rig, state.range(2));
-  RunBesideFloor(state, rig, [&] {
-    grpc::ClientContext context;
-    v1beta1::AllocateResponse response;
-    return rig->stub->Allocate(&context, request, &response).ok();
-  });
+  RunBesideBothFloors(state, rig, AllocateRequest(*rig, state.range(2)),
+                      &v1beta1::DevicePlugin::Stub::Allocate, &bench::PayloadFloor::Stub::Allocate);
 }
 
 // The transport's share: PreStartContainer does nothing, so this is what a request with the same
@@ -210,11 +315,14 @@ void BM_PreStartSameIds(benchmark::State& state) {
   for (int i = 0; i < state.range(2); ++i) {
     request.add_devices_ids(rig->ids[i % rig->ids.size()]);
   }
-  RunBesideFloor(state, rig, [&] {
-    grpc::ClientContext context;
-    v1beta1::PreStartContainerResponse response;
-    return rig->stub->PreStartContainer(&context, request, &response).ok();
-  });
+  RunBesideFloors(
+      state,
+      [&] {
+        grpc::ClientContext context;
+        v1beta1::PreStartContainerResponse response;
+        return rig->stub->PreStartContainer(&context, request, &response).ok();
+      },
+      {EmptyFloor(rig)});
 }
 
 // The handlers alone, called in this thread without gRPC (the RPC benchmarks' share that is ours):

@@ -9,6 +9,9 @@ DIR holds allocator.json, rpc.json, discovery.json (Google Benchmark JSON) and l
                      shared1000_size8}: CPU time per answer, microseconds
   rpc_x_floor       {prefer_exclusive_8, prefer_exclusive_32, prefer_shared_1000,
                      allocate_exclusive_8}: round trip / empty RPC on the same socket, interleaved
+  rpc_x_payload_floor  the same keys: round trip / a no-op RPC carrying the same request and
+                     response bytes on the same socket (bench/payload_floor.proto), interleaved
+                     in the same run: the judge of our handlers' cost
   discovery_x_hwloc {<fixture>: ...}: our discovery / hwloc's own load of the same XML
   admission_us      {dense250_p50, dense250_p99}: exclusive GetPreferredAllocation with the GPU
                     context known against a pod-resources server holding 250 pods x 4
@@ -44,6 +47,8 @@ BUDGET = {
                      "distinct64_size8": 150, "shared1000_size8": 10},
     "rpc_x_floor": {"prefer_exclusive_8": 1.05, "prefer_exclusive_32": 1.10,
                     "prefer_shared_1000": 1.25, "allocate_exclusive_8": 1.10},
+    "rpc_x_payload_floor": {"prefer_exclusive_8": 1.10, "prefer_exclusive_32": 1.10,
+                            "prefer_shared_1000": 1.10, "allocate_exclusive_8": 1.10},
     "discovery_x_hwloc": 1.2,
     "admission_us": {"dense250_p50": 5000, "dense250_p99": 5000},
     "anon_rss_mib": 4,
@@ -87,18 +92,26 @@ def pick(found, name, path):
     return b
 
 
+def ratio(b, counter, name):
+    if counter not in b:
+        raise Missing(f"rpc.json: {name} has no {counter}")
+    return b[counter]
+
+
 def summarize(folder):
     alloc = runs(load(folder, "allocator.json"), "allocator.json")
     rpc = runs(load(folder, "rpc.json"), "rpc.json")
     disc = runs(load(folder, "discovery.json"), "discovery.json")
     load_run = load(folder, "load.json")
-    s = {"allocator_us": {}, "rpc_x_floor": {}, "discovery_x_hwloc": {}, "admission_us": {},
-         "anon_rss_mib": 0.0}
+    s = {"allocator_us": {}, "rpc_x_floor": {}, "rpc_x_payload_floor": {},
+         "discovery_x_hwloc": {}, "admission_us": {}, "anon_rss_mib": 0.0}
     for key, name in ALLOCATOR.items():
         b = pick(alloc, name, "allocator.json")
         s["allocator_us"][key] = round(b["cpu_time"] * TO_US[b.get("time_unit", "ns")], 3)
-    for key, names in RPC.items():
-        s["rpc_x_floor"][key] = round(max(pick(rpc, n, "rpc.json")["x_floor"] for n in names), 4)
+    for group, counter in (("rpc_x_floor", "x_floor"), ("rpc_x_payload_floor", "x_payload_floor")):
+        for key, names in RPC.items():
+            worst = max(ratio(pick(rpc, n, "rpc.json"), counter, n) for n in names)
+            s[group][key] = round(worst, 4)
     admission = [n for n in rpc if n.startswith("BM_AdmissionDense250")]
     if not admission:
         raise Missing("rpc.json: no result for BM_AdmissionDense250")
@@ -125,7 +138,8 @@ def summarize(folder):
 
 def table(s):
     rows = []
-    for group in ("allocator_us", "rpc_x_floor", "discovery_x_hwloc", "admission_us"):
+    for group in ("allocator_us", "rpc_x_floor", "rpc_x_payload_floor", "discovery_x_hwloc",
+                  "admission_us"):
         for key, value in s[group].items():
             budget = BUDGET[group] if not isinstance(BUDGET[group], dict) else BUDGET[group][key]
             rows.append((f"{group}.{key}", value, budget))

@@ -15,9 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/env.h"
@@ -37,6 +35,7 @@
 #include "dra/kernel_pci.h"
 #include "dra/kube_client.h"
 #include "dra/model.h"
+#include "dra/node_snapshot.h"
 #include "dra/plugin_lock.h"
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
@@ -154,68 +153,13 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   return r;
 }
 
-// The node as the driver sees it: a snapshot from discovery at start, discovered again when a
-// claim names a device it lacks (an HCA hot-plugged since), at most once per
-// kRediscoverInterval.
-constexpr absl::Duration kRediscoverInterval = absl::Seconds(2);
-
-class NodeSnapshot {
- public:
-  NodeSnapshot(topology::DiscoveryOptions options, std::shared_ptr<Env> env)
-      : discoverer_(std::move(options), std::move(env)) {}
-
-  absl::Status Init() {
-    absl::StatusOr<topology::TopologyPtr> t = discoverer_.Discover();
-    if (!t.ok()) return t.status();
-    absl::MutexLock lock(&mu_);
-    current_ = *t;
-    return absl::OkStatus();
-  }
-  topology::TopologyPtr Current() const {
-    absl::MutexLock lock(&mu_);
-    return current_;
-  }
-  // Discovers the node again (the health poll: port states, device nodes, hotplug). False when
-  // discovery failed (logged; the snapshot stays).
-  bool Refresh() {
-    absl::StatusOr<topology::TopologyPtr> t = discoverer_.Discover();
-    absl::MutexLock lock(&mu_);
-    last_try_ = absl::Now();
-    if (!t.ok()) {
-      Log()->warn("discovering the node again failed: {}", t.status().ToString());
-      return false;
-    }
-    current_ = *t;
-    return true;
-  }
-  // A fresh snapshot, or null when the last try was too recent or discovery failed.
-  topology::TopologyPtr Rediscover() {
-    absl::MutexLock lock(&mu_);
-    if (absl::Now() - last_try_ < kRediscoverInterval) return nullptr;
-    last_try_ = absl::Now();
-    absl::StatusOr<topology::TopologyPtr> t = discoverer_.Discover();
-    if (!t.ok()) {
-      Log()->warn("discovering the node again failed: {}", t.status().ToString());
-      return nullptr;
-    }
-    current_ = *t;
-    return current_;
-  }
-
- private:
-  topology::Discoverer discoverer_;
-  mutable absl::Mutex mu_;
-  topology::TopologyPtr current_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_try_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-};
-
 // The pieces every DRA run needs: the node, the CDI directory, the checkpoint, the driver.
 struct Node {
   // Held for the process's life: one instance per plugin directory (declared first: released
   // last).
   std::optional<dra::PluginDirLock> lock;
   std::shared_ptr<Env> env;
-  std::unique_ptr<NodeSnapshot> snapshot;
+  std::unique_ptr<dra::NodeSnapshot> snapshot;
   std::unique_ptr<dra::CdiStore> cdi;
   std::unique_ptr<dra::Checkpoint> checkpoint;
   std::unique_ptr<dra::Driver> driver;
@@ -237,7 +181,8 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
   }
   n.lock.emplace(*std::move(lock));
   n.env = NewNodeEnv(r.roots);
-  n.snapshot = std::make_unique<NodeSnapshot>(r.discovery, n.env);
+  auto discoverer = std::make_shared<topology::Discoverer>(r.discovery, n.env);
+  n.snapshot = std::make_unique<dra::NodeSnapshot>([discoverer] { return discoverer->Discover(); });
   if (absl::Status s = n.snapshot->Init(); !s.ok()) {
     Log()->error("discovery failed: {}", std::string(s.message()));
     Exit(1);
@@ -245,7 +190,7 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
   n.cdi = std::make_unique<dra::CdiStore>(f.cdi_root, r.driver.driver_name);
   n.checkpoint = std::make_unique<dra::Checkpoint>(
       (std::filesystem::path(r.server.PluginDir()) / dra::kCheckpointFile).string());
-  NodeSnapshot* snapshot = n.snapshot.get();
+  dra::NodeSnapshot* snapshot = n.snapshot.get();
   n.driver = std::make_unique<dra::Driver>(
       r.driver, reader, *n.cdi, *n.checkpoint, [snapshot] { return snapshot->Current(); }, n.env,
       [snapshot] { return snapshot->Rediscover(); }, status);
@@ -379,7 +324,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   // Publishing runs on its own thread: an API server that is slow or down delays the slices,
   // never a kubelet RPC.
   dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
-  NodeSnapshot* snapshot = node.snapshot.get();
+  dra::NodeSnapshot* snapshot = node.snapshot.get();
   Env* env = node.env.get();
   // Cleared when the API server drops device taints: unusable HCAs are then left out.
   std::atomic<bool> taints{true};
@@ -410,8 +355,9 @@ int Serve(const DraFlags& f, const Resolved& r) {
     sync.SetRole(state.registered ? dra::SliceSync::Role::kPublish
                                   : dra::SliceSync::Role::kWithdraw);
   });
-  // The health poll: a sysfs scan every --health-interval; a change of the HCAs (an HCA's
-  // ports, its device nodes, hotplug) is discovered in full and published at once.
+  // The health poll: a sysfs scan every --health-interval; a change of the HCAs' state (ports,
+  // device nodes) is patched into the snapshot, a hotplug discovered in full, and either
+  // published at once.
   absl::Notification stop_poll;
   std::thread poll;
   ServerRun run;
@@ -423,11 +369,10 @@ int Serve(const DraFlags& f, const Resolved& r) {
     poll = std::thread([&] {
       while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
         try {
-          // The cheap sysfs scan each time; a full discovery only when the HCAs changed.
+          // The cheap sysfs scan each time; a full discovery only when PCI functions came or
+          // went.
           absl::StatusOr<std::vector<topology::Hca>> scan = topology::ReadSysfsHcas(*env);
-          if (scan.ok() && topology::HcaFingerprint(*scan) !=
-                               topology::HcaFingerprint(snapshot->Current()->hcas()) &&
-              snapshot->Refresh()) {
+          if (scan.ok() && snapshot->Apply(*scan)) {
             Log()->info("the node's HCAs changed: publishing the pool again");
             sync.Trigger();
           }

@@ -11,6 +11,7 @@
 #include "deviceplugin/gpu_context.h"
 #include "deviceplugin/nvidia_gpus.h"
 #include "deviceplugin/withholding.h"
+#include "hca/scan_change.h"
 #include "serving/atomic_file.h"
 #include "topology/discovery.h"
 #include "base/log.h"
@@ -50,39 +51,6 @@ void LogPortChanges(const topology::Topology& before, const std::vector<topology
       }
     }
   }
-}
-
-// The set of the HCAs' PCI functions: what only a full discovery can place (a hotplug). A scan
-// that differs from the snapshot in anything else (a port going DOWN or ACTIVE, a device node, a
-// name after a driver rebind) is patched into it (WithScannedState).
-std::string PciFunctions(const std::vector<topology::Hca>& hcas) {
-  std::vector<std::string> pcis;
-  pcis.reserve(hcas.size());
-  for (const topology::Hca& h : hcas) pcis.push_back(h.place.pci);
-  std::sort(pcis.begin(), pcis.end());
-  return absl::StrJoin(pcis, ";");
-}
-
-// `snapshot` with each HCA's scanned state (name, uverbs, umad, issm, netdevs, ports, device
-// nodes) in place of its own; the placement (NUMA node, PCIe tree) kept. HCAs matched by PCI
-// address.
-topology::TopologyPtr WithScannedState(const topology::Topology& snapshot,
-                                       const std::vector<topology::Hca>& scanned) {
-  std::vector<topology::Hca> hcas = snapshot.hcas();
-  for (const topology::Hca& s : scanned) {
-    const int idx = snapshot.HcaIndex(s.place.pci);
-    if (idx < 0) continue;
-    topology::Hca& h = hcas[idx];
-    h.name = s.name;
-    h.uverbs = s.uverbs;
-    h.umad = s.umad;
-    h.issm = s.issm;
-    h.netdevs = s.netdevs;
-    h.ports = s.ports;
-    h.char_devices = s.char_devices;
-  }
-  return std::make_shared<const topology::Topology>(snapshot.numa_nodes(), std::move(hcas),
-                                                    snapshot.gpus());
 }
 
 }  // namespace
@@ -196,15 +164,14 @@ bool NodeState::Poll() {
   }
   if (scanned_ok) LogPortChanges(*current, scanned);
   topology::TopologyPtr fresh;
-  if (scanned_ok &&
-      PciFunctions(scanned) == PciFunctions(current->hcas()) &&
-      topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
+  const hca::ScanChange change =
+      scanned_ok ? hca::CompareScan(current->hcas(), scanned) : hca::ScanChange::kNone;
+  if (change == hca::ScanChange::kState) {
     // The same PCI functions in another state (a flapping link, a device node): patched into
     // the snapshot, no discovery (issue 25: each flap ran a full hwloc discovery).
     metrics_.hca_state_changes.Add();
-    fresh = WithScannedState(*current, scanned);
-  } else if (scanned_ok &&
-             topology::HcaFingerprint(scanned) != topology::HcaFingerprint(current->hcas())) {
+    fresh = hca::WithScannedState(*current, scanned);
+  } else if (change == hca::ScanChange::kFunctions) {
     metrics_.rediscoveries.Add();
     absl::StatusOr<topology::TopologyPtr> found = Discover();
     if (found.ok()) {

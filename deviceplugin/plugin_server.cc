@@ -34,8 +34,10 @@ absl::Status Errno(const std::string& what) {
 
 }  // namespace
 
-PluginServer::PluginServer(Config config, NodeSources sources)
+PluginServer::PluginServer(Config config, NodeSources sources,
+                           std::vector<grpc::Service*> also_served)
     : config_(std::move(config)),
+      also_served_(std::move(also_served)),
       poll_(sources.poll),
       node_(std::make_unique<NodeState>(config_, std::move(sources))),
       stop_fd_(serving::NewEventFd()),
@@ -156,8 +158,9 @@ absl::Status PluginServer::Serve() {
   StopServing();
   const std::string path = config_.SocketPath();
   service_ = std::make_unique<DevicePluginService>(node_.get());
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      serving::StartUnixServer(path, {service_.get()});
+  std::vector<grpc::Service*> services = {service_.get()};
+  services.insert(services.end(), also_served_.begin(), also_served_.end());
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = serving::StartUnixServer(path, services);
   if (!server.ok()) {
     service_.reset();
     return server.status();

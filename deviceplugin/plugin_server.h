@@ -38,7 +38,10 @@ namespace rdp::deviceplugin {
 
 class PluginServer {
  public:
-  PluginServer(Config config, NodeSources sources);
+  // `also_served`: services served beside DevicePlugin on the plugin's socket, each time it is
+  // served (not owned: they must outlive the server). A benchmark's hook (bench_rpc's payload
+  // floor); the product serves none, and no flag sets it.
+  PluginServer(Config config, NodeSources sources, std::vector<grpc::Service*> also_served = {});
   ~PluginServer();  // Stop(), then closes the descriptors
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -90,6 +93,7 @@ class PluginServer {
   void Fatal(const absl::Status& status);
 
   const Config config_;
+  const std::vector<grpc::Service*> also_served_;
   const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // NodeSources::poll
   const std::unique_ptr<NodeState> node_;
   std::atomic<int> registrations_{0};

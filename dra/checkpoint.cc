@@ -33,6 +33,7 @@ nlohmann::json ToJson(const PreparedClaim& c) {
   }
   nlohmann::json out = {{"namespace", c.ref.ns}, {"name", c.ref.name}, {"devices", std::move(devices)}};
   if (!c.common.empty()) out["common"] = c.common;
+  if (!c.pod_env.empty()) out["podEnv"] = c.pod_env;
   if (c.legacy) out["layout"] = "claim";
   return out;
 }
@@ -43,6 +44,21 @@ bool IsString(const nlohmann::json& j, const char* key) {
 
 bool IsStringList(const nlohmann::json& j) {
   return j.is_array() && std::all_of(j.begin(), j.end(), [](const auto& e) { return e.is_string(); });
+}
+
+// j[key] as {"<request>": ["<string>", ...]}; none when j has no key.
+absl::StatusOr<std::map<std::string, std::vector<std::string>>> ListsByRequest(
+    const std::string& uid, const nlohmann::json& j, const char* key) {
+  std::map<std::string, std::vector<std::string>> out;
+  if (!j.contains(key)) return out;
+  const absl::Status malformed =
+      absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed ", key));
+  if (!j[key].is_object()) return malformed;
+  for (const auto& [request, list] : j[key].items()) {
+    if (!IsStringList(list)) return malformed;
+    out[request] = list.get<std::vector<std::string>>();
+  }
+  return out;
 }
 
 // One entry of a checkpoint of `version`, or why it is not valid.
@@ -71,17 +87,14 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
     return c;
   }
   c.legacy = j.value("layout", "") == "claim";
-  if (j.contains("common")) {
-    if (!j["common"].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed common"));
-    }
-    for (const auto& [request, devices] : j["common"].items()) {
-      if (!IsStringList(devices)) {
-        return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed common"));
-      }
-      c.common[request] = devices.get<std::vector<std::string>>();
-    }
-  }
+  absl::StatusOr<std::map<std::string, std::vector<std::string>>> common =
+      ListsByRequest(uid, j, "common");
+  if (!common.ok()) return common.status();
+  c.common = *std::move(common);
+  absl::StatusOr<std::map<std::string, std::vector<std::string>>> pod_env =
+      ListsByRequest(uid, j, "podEnv");
+  if (!pod_env.ok()) return pod_env.status();
+  for (const auto& [request, names] : *pod_env) c.pod_env[request].insert(names.begin(), names.end());
   return c;
 }
 

@@ -8,12 +8,16 @@
 // File format (version 2):
 //   {"version": 2, "claims": {"<uid>": {"namespace": ..., "name": ...,
 //     "devices": [{"request": ..., "pool": ..., "device": ..., "shareID": ...}],
-//     "common": {"<request>": ["<device>", ...]}, "layout": "claim"}}}
+//     "common": {"<request>": ["<device>", ...]}, "podEnv": {"<request>": ["<NAME>", ...]},
+//     "layout": "claim"}}}
 // "common" lists, per request whose CDI device sets the common variables, the devices they name
-// (dra/consumers.h); "layout": "claim" marks a claim prepared with one CDI device per claim. A
-// version 1 file (before per-request CDI devices) is read as such claims.
+// (dra/consumers.h); "podEnv", per request, the variables the pod specs of its containers set,
+// which those common variables leave out (absent in files written before it: none);
+// "layout": "claim" marks a claim prepared with one CDI device per claim. A version 1 file
+// (before per-request CDI devices) is read as such claims.
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,9 +38,13 @@ struct PreparedClaim {
   // holds that device's ID, so the claim is answered and its spec re-written that way until it is
   // unprepared.
   bool legacy = false;
+  // By base request: the variables the pod specs of the containers holding it set
+  // (PodSetVariables); its CDI device's common variables leave them out.
+  std::map<std::string, std::set<std::string>> pod_env;
   bool operator==(const PreparedClaim& o) const {
     return ref.ns == o.ref.ns && ref.uid == o.ref.uid && ref.name == o.ref.name &&
-           devices == o.devices && common == o.common && legacy == o.legacy;
+           devices == o.devices && common == o.common && pod_env == o.pod_env &&
+           legacy == o.legacy;
   }
 };
 

@@ -158,6 +158,9 @@ PodClaims ParsePodClaims(const nlohmann::json& pod) {
     for (const nlohmann::json& c : Array(spec, list)) {
       PodClaims::Container container;
       container.name = Str(c, "name");
+      for (const nlohmann::json& e : Array(c, "env")) {
+        if (std::string name = Str(e, "name"); !name.empty()) container.env.push_back(std::move(name));
+      }
       for (const nlohmann::json& use : Array(Object(c, "resources"), "claims")) {
         const auto it = claim_of.find(Str(use, "name"));
         if (it != claim_of.end()) container.uses.push_back({it->second, Str(use, "request")});

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,15 @@ using ClaimTable = std::map<std::string, std::optional<ClaimDevices>>;
 // `claims` or could not be read): then no value is right for every container that gets the pair,
 // and its CDI device sets no common variable. Pairs no container holds are not in the result.
 // A use of request "" holds every request of the claim.
-std::map<RequestKey, std::optional<std::vector<std::string>>> CommonDevices(
-    const std::vector<PodClaims>& pods, const ClaimTable& claims);
+using Commons = std::map<RequestKey, std::optional<std::vector<std::string>>>;
+Commons CommonDevices(const std::vector<PodClaims>& pods, const ClaimTable& claims);
+
+// The variables the pod specs set (PodClaims::Container::env) of the containers of `pods` that
+// hold each pair, by pair: the names its CDI device leaves out of the common variables, so that
+// the pod spec's value stays (the runtime applies CDI's env after the pod spec's; device-plugin
+// Allocate's env comes before it, so there the pod spec wins by itself). Every pair that some
+// container holds is in the result, with no names when none sets any.
+std::map<RequestKey, std::set<std::string>> PodSetVariables(const std::vector<PodClaims>& pods,
+                                                            const ClaimTable& claims);
 
 }  // namespace rdp::dra

@@ -259,15 +259,20 @@ void Driver::PrepareFresh(
     }
   }
   if (read.empty()) return;
-  const Commons commons = ConsumersOf(read, deadline);
+  const Consumers consumers = ConsumersOf(read, deadline);
   std::set<std::string> batch;
   for (const auto& [uid, entry] : read) {
     batch.insert(uid);
     const auto& [ref, allocation] = entry;
     PreparedClaim claim{ref, allocation.devices, {}, false};
     for (const std::string& request : Requests(claim.devices)) {
-      const auto it = commons.find({ref.uid, request});
-      if (it != commons.end() && it->second) claim.common[request] = *it->second;
+      const auto it = consumers.commons.find({ref.uid, request});
+      if (it == consumers.commons.end() || !it->second) continue;
+      claim.common[request] = *it->second;
+      const auto names = consumers.pod_env.find({ref.uid, request});
+      if (names != consumers.pod_env.end() && !names->second.empty()) {
+        claim.pod_env[request] = names->second;
+      }
     }
     absl::StatusOr<std::vector<PreparedDevice>> r;
     try {
@@ -284,10 +289,10 @@ void Driver::PrepareFresh(
     }
     out.at(ref.uid) = std::move(r);
   }
-  WithdrawConflicts(commons, batch);
+  UpdateShared(consumers, batch);
 }
 
-Driver::Commons Driver::ConsumersOf(
+Driver::Consumers Driver::ConsumersOf(
     const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read, absl::Time deadline) {
   // The pods the claims are reserved for, each read once; a claim with a pod that could not be
   // read has consumers we do not know.
@@ -342,7 +347,8 @@ Driver::Commons Driver::ConsumersOf(
       }
     }
   }
-  Commons commons = CommonDevices(consumers, table);
+  Consumers out{CommonDevices(consumers, table), PodSetVariables(consumers, table)};
+  Commons& commons = out.commons;
   for (auto& [key, devices] : commons) {
     if (unknown.count(key.claim_uid)) devices = std::nullopt;
   }
@@ -357,23 +363,63 @@ Driver::Commons Driver::ConsumersOf(
       }
     }
   }
-  return commons;
+  return out;
 }
 
-void Driver::WithdrawConflicts(const Commons& commons, const std::set<std::string>& batch) {
-  std::vector<std::string> stale;  // prepared claims outside the batch whose common is wrong
+namespace {
+
+// `claim` as the holders `consumers` names want it: the common variables of a request that are
+// not right for one of them withdrawn, the names their pod specs set added to those left out.
+// Returns whether anything changed, with what for the log.
+bool UpdateForConsumers(PreparedClaim& claim, const Commons& commons,
+                        const std::map<RequestKey, std::set<std::string>>& pod_env,
+                        std::vector<std::string>& what) {
+  const std::string& uid = claim.ref.uid;
+  bool changed = false;
+  for (auto it = claim.common.begin(); it != claim.common.end();) {
+    const auto c = commons.find({uid, it->first});
+    if (c != commons.end() && c->second != it->second) {
+      what.push_back(absl::StrCat("request ", it->first, ": a container of a new pod holds it "
+                                  "beside other HCAs; no common variables (its own remain)"));
+      claim.pod_env.erase(it->first);
+      it = claim.common.erase(it);
+      changed = true;
+      continue;
+    }
+    const auto names = pod_env.find({uid, it->first});
+    if (names != pod_env.end()) {
+      std::set<std::string>& left_out = claim.pod_env[it->first];
+      std::vector<std::string> added;
+      for (const std::string& n : names->second) {
+        if (left_out.insert(n).second) added.push_back(n);
+      }
+      if (!added.empty()) {
+        what.push_back(absl::StrCat("request ", it->first, ": a new pod's container sets ",
+                                    absl::StrJoin(added, ", "), " itself"));
+        changed = true;
+      }
+      if (left_out.empty()) claim.pod_env.erase(it->first);
+    }
+    ++it;
+  }
+  return changed;
+}
+
+}  // namespace
+
+void Driver::UpdateShared(const Consumers& consumers, const std::set<std::string>& batch) {
+  std::vector<std::string> stale;  // prepared claims outside the batch that change
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [uid, claim] : prepared_) {
       if (batch.count(uid) || claim.legacy) continue;
-      for (const auto& [request, devices] : claim.common) {
-        const auto it = commons.find({uid, request});
-        if (it != commons.end() && it->second != devices) stale.push_back(uid);
+      PreparedClaim updated = claim;
+      std::vector<std::string> what;
+      if (UpdateForConsumers(updated, consumers.commons, consumers.pod_env, what)) {
+        stale.push_back(uid);
       }
     }
   }
-  std::sort(stale.begin(), stale.end());
-  stale.erase(std::unique(stale.begin(), stale.end()), stale.end());
   for (const std::string& uid : stale) {
     LockClaim(uid);
     std::optional<PreparedClaim> claim;
@@ -381,20 +427,16 @@ void Driver::WithdrawConflicts(const Commons& commons, const std::set<std::strin
       absl::MutexLock lock(&mu_);
       if (auto it = prepared_.find(uid); it != prepared_.end()) claim = it->second;
     }
-    if (claim) {
-      for (auto it = claim->common.begin(); it != claim->common.end();) {
-        const auto c = commons.find({uid, it->first});
-        it = c != commons.end() && c->second != it->second ? claim->common.erase(it) : std::next(it);
-      }
+    std::vector<std::string> what;
+    if (claim && UpdateForConsumers(*claim, consumers.commons, consumers.pod_env, what)) {
       absl::StatusOr<nlohmann::json> spec = SpecFor(*claim);
       absl::Status s = spec.ok() ? Commit(*claim, *spec) : spec.status();
       if (s.ok()) {
-        Log()->warn("claim {}: a container of a new pod holds it beside other HCAs; its CDI "
-                    "devices no longer set the common variables (each request's own remain)",
-                    Describe(claim->ref));
+        Log()->warn("claim {}: CDI spec re-written: {}", Describe(claim->ref),
+                    absl::StrJoin(what, "; "));
       } else {
-        Log()->error("claim {}: withdrawing its common variables failed: {}",
-                     Describe(claim->ref), s.ToString());
+        Log()->error("claim {}: re-writing its CDI spec failed ({}): {}", Describe(claim->ref),
+                     absl::StrJoin(what, "; "), s.ToString());
       }
     }
     UnlockClaim(uid);
@@ -518,6 +560,18 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
         hca::ContainerAllocation common = hca::BuildAllocation(all, rdma_cm);
         for (const std::string& w : common.warnings) {
           Log()->warn("claim {} request {}: {}", Describe(ref), request, w);
+        }
+        if (const auto names = claim.pod_env.find(request); names != claim.pod_env.end()) {
+          std::vector<std::string> left;
+          for (const std::string& name : names->second) {
+            if (common.envs.erase(name)) left.push_back(name);
+          }
+          if (!left.empty()) {
+            Log()->info("claim {} request {}: the pod spec sets {}: its CDI device leaves {} "
+                        "to it",
+                        Describe(ref), request, absl::StrJoin(left, ", "),
+                        left.size() == 1 ? "it" : "them");
+          }
         }
         r.common = std::move(common.envs);
         r.allocation_file = AllocationFile(common.file);

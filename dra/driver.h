@@ -11,8 +11,10 @@
 // nodes checked at the call). The pods the claim is reserved for are read too, to know which of
 // our (claim, request) pairs each of their containers holds (dra/consumers.h): a request's CDI
 // device sets the common variables (NCCL_IB_HCA, ...) only when they name every HCA of every
-// container that gets it, and such variables of a claim prepared before are withdrawn (its spec
-// re-written) when a new pod's container holds it beside other HCAs. Then the CDI spec (one
+// container that gets it, and never a variable that the pod spec of such a container sets itself
+// (the runtime applies CDI's env after the pod spec's: ours would win); such variables of a claim
+// prepared before are withdrawn (its spec re-written) when a new pod's container holds it beside
+// other HCAs or sets them itself. Then the CDI spec (one
 // device per request, dra/cdi.h) and the checkpoint are written. Any error leaves nothing written
 // for that claim and is that claim's alone.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file removed; a claim
@@ -111,20 +113,25 @@ class Driver {
   const DriverConfig& config() const { return config_; }
 
  private:
-  using Commons = std::map<RequestKey, std::optional<std::vector<std::string>>>;
+  // What the pods a batch of claims is reserved for say of each pair they hold.
+  struct Consumers {
+    Commons commons;                                      // CommonDevices
+    std::map<RequestKey, std::set<std::string>> pod_env;  // PodSetVariables
+  };
   // With config_.allocation_dir: the host file holding `content` (written unless there), else
   // nullopt; a write failure is logged and gives nullopt.
   std::optional<std::string> AllocationFile(const std::string& content) const;
   // Claims not in the checkpoint, read and prepared together (their locks held).
   void PrepareFresh(const std::vector<ClaimRef>& refs, absl::Time deadline,
                     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out);
-  // CommonDevices over the pods the claims `read` are reserved for; a pair of a claim whose
-  // pods could not all be read is nullopt.
-  Commons ConsumersOf(const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
-                      absl::Time deadline);
-  // Withdraws the common variables of prepared claims outside `batch` that `commons` says are
-  // not right for one of their holders.
-  void WithdrawConflicts(const Commons& commons, const std::set<std::string>& batch);
+  // CommonDevices and PodSetVariables over the pods the claims `read` are reserved for; a pair
+  // of a claim whose pods could not all be read is nullopt in commons.
+  Consumers ConsumersOf(const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
+                        absl::Time deadline);
+  // Re-writes the prepared claims outside `batch` whose holders `consumers` changed: common
+  // variables that are not right for one of their holders are withdrawn, and the variables a
+  // holder's pod spec sets are left out of those that stay.
+  void UpdateShared(const Consumers& consumers, const std::set<std::string>& batch);
   // The answer of a claim in the checkpoint; its CDI spec written again if it is gone.
   absl::StatusOr<std::vector<PreparedDevice>> AnswerKnown(const PreparedClaim& claim);
   // The claim's CDI spec: its HCAs checked in the snapshot and, with `require_usable`, usable now.

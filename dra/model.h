@@ -71,11 +71,15 @@ struct ClaimUse {
 // The claims each container of a pod uses (init containers included): its resources.claims
 // resolved to ResourceClaim names (a template's claim through status.resourceClaimStatuses), and
 // the requests of the scheduler-made claim of an extended resource (status.
-// extendedResourceClaimStatus.requestMappings).
+// extendedResourceClaimStatus.requestMappings), and the names of the variables its spec sets.
 struct PodClaims {
   struct Container {
     std::string name;
     std::vector<ClaimUse> uses;
+    // env[].name, whatever the value's source (value, valueFrom): the variables the pod spec
+    // sets, which a CDI device must not set over (the runtime applies CDI's env last). envFrom's
+    // names are not here: they are in ConfigMaps and Secrets the driver does not read.
+    std::vector<std::string> env;
   };
   PodRef pod;
   std::vector<Container> containers;

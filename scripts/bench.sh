@@ -4,7 +4,8 @@
 # Builds what it needs (benchmarks on, in ${BUILD_DIR:-build}), then runs, each with its floor
 # measured in the same run and interleaved with it:
 #   bench_allocator  the allocator's CPU time per answer (DGX-like, scaled, distinct, shared)
-#   bench_rpc        GetPreferredAllocation and Allocate round trips / the empty RPC, same socket
+#   bench_rpc        GetPreferredAllocation and Allocate round trips / the empty RPC and / a no-op
+#                    RPC carrying the same request and response bytes, same socket
 #   bench_discovery  discovery / hwloc's own load of the same XML, per fixture
 #   bench_load       the serving plugin process under load: its anonymous memory
 # and writes <build>/bench/summary.json (bench/summary.py says what each key is) with a table of

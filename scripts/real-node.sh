@@ -442,8 +442,32 @@ start() {
   wait_for 10 "$name's PID" test -s "$run/pids/$name" || fail "$name did not start (log: $run/logs/$name.log)"
 }
 
+# With --nri, containerd (and so every container) starts with a soft locked-memory limit below
+# its hard one, and the chart's NRI plugin raises it to the hard one for the containers holding
+# an HCA (nri.memlock): a container without an HCA shows the runtime's limit, one with an HCA the
+# plugin's. The hard limit stays the machine's: raising it needs CAP_SYS_RESOURCE, which a
+# sandbox may not grant (this machine's bounding set has none), and runc then fails every
+# container the plugin adjusts above it ("error setting rlimits ... rlimit type 8: operation not
+# permitted"). Prints "SOFT HARD" in bytes ("unlimited" for none).
+memlock_plan() {
+  local hard
+  hard=$(ulimit -Hl)
+  if [[ $hard == unlimited ]]; then
+    echo "$((64 << 20)) unlimited"
+  else
+    echo "$((hard * 1024 / 2)) $((hard * 1024))"
+  fi
+}
+
+# A key of $run/config ("" when absent).
+config_value() { tr ' ' '\n' <"$run/config" | sed -n "s/^$1=//p"; }
+
 start_containerd() {
-  start containerd "$bin/containerd" --config "$run/containerd.toml"
+  local limits=() soft hard
+  soft=$(config_value memlock_soft)
+  hard=$(config_value memlock_hard)
+  [[ -n $soft ]] && limits=(prlimit --memlock="$soft:$hard" --)
+  start containerd "${limits[@]}" "$bin/containerd" --config "$run/containerd.toml"
   wait_for 30 "containerd's socket" test -S "$run/containerd/containerd.sock" || fail "containerd did not start (log: $run/logs/containerd.log)"
   wait_for 30 "containerd's CRI" in_ns "$bin/ctr" --address "$run/containerd/containerd.sock" -n k8s.io version ||
     fail "containerd does not answer"
@@ -519,6 +543,9 @@ install_chart() {
     --set-json "extraArgs=[\"--topology-xml=/etc/rdp/node.xml\"]"
     --set healthInterval=1s
     --set metrics.port="$(free_port)" --set nri.metricsPort="$(free_port)")
+  # With --nri the NRI container connects to the node's containerd (without, it waits for a
+  # socket that never comes, and containers are created unadjusted).
+  [[ $nri == 1 ]] && args+=(--set nri.socket="$run/nri/nri.sock" --set-string nri.memlock="$(config_value memlock_hard)")
   if [[ -d $run/node/proc/driver ]]; then
     args+=(--set hostPaths.procDriver="$run/node/proc/driver")
   else
@@ -541,7 +568,7 @@ install_chart() {
 }
 
 cmd_up() {
-  local node_dir="" nri=${RDP_REAL_NODE_NRI:-0}
+  local node_dir="" nri=${RDP_REAL_NODE_NRI:-0} soft hard
   driver=deviceplugin mode=exclusive
   while (($#)); do
     case $1 in
@@ -575,7 +602,12 @@ cmd_up() {
   t0=$(now_ms)
   rm -rf "$run"
   mkdir -p "$run/pids" "$run/logs" "$run/kubelet" "$run/node"
-  echo "driver=$driver mode=$mode nri=$nri" >"$run/config"
+  local memlock=""
+  if [[ $nri == 1 ]]; then
+    read -r soft hard <<<"$(memlock_plan)"
+    memlock=" memlock_soft=$soft memlock_hard=$hard"
+  fi
+  echo "driver=$driver mode=$mode nri=$nri$memlock" >"$run/config"
   # The node: a copy (the tests remove device nodes and change port states in it).
   if [[ -n $node_dir ]]; then
     cp -a "$node_dir/." "$run/node/"

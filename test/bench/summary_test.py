@@ -33,13 +33,13 @@ def write_inputs(d):
              median("BM_Shared/ids:1000/size:8", cpu_time=5, time_unit="us"),
              dict(median("BM_Shared/ids:1000/size:8", cpu_time=99, time_unit="us"),
                   aggregate_name="mean")]
-    rpc = [it("BM_GetPreferredAllocation/0/8/1/manual_time", x_floor=1.02),
-           it("BM_GetPreferredAllocation/0/8/2/manual_time", x_floor=1.11),
-           it("BM_GetPreferredAllocation/0/8/4/manual_time", x_floor=1.04),
-           it("BM_GetPreferredAllocation/0/32/4/manual_time", x_floor=1.2),
-           it("BM_GetPreferredAllocation/1/8/8/manual_time", x_floor=2.5),
-           it("BM_Allocate/0/8/1/manual_time", x_floor=1.3),
-           it("BM_Allocate/0/8/4/manual_time", x_floor=1.4),
+    rpc = [it("BM_GetPreferredAllocation/0/8/1/manual_time", x_floor=1.02, x_payload_floor=1.01),
+           it("BM_GetPreferredAllocation/0/8/2/manual_time", x_floor=1.11, x_payload_floor=1.03),
+           it("BM_GetPreferredAllocation/0/8/4/manual_time", x_floor=1.04, x_payload_floor=1.02),
+           it("BM_GetPreferredAllocation/0/32/4/manual_time", x_floor=1.2, x_payload_floor=1.05),
+           it("BM_GetPreferredAllocation/1/8/8/manual_time", x_floor=2.5, x_payload_floor=1.3),
+           it("BM_Allocate/0/8/1/manual_time", x_floor=1.3, x_payload_floor=1.07),
+           it("BM_Allocate/0/8/4/manual_time", x_floor=1.4, x_payload_floor=1.06),
            it("BM_AdmissionDense250/min_time:0.500/manual_time", p50_us=812.34, p99_us=2950.06)]
     disc = [it("BM_Discover/0/manual_time", label="dgx-h100-like.xml", ratio_to_hwloc=1.3),
             it("BM_Discover/1/manual_time", label="nvidiaDGX2.xml", ratio_to_hwloc=1.2)]
@@ -61,7 +61,7 @@ def main():
         check(r.returncode == 0, f"exit {r.returncode}: {r.stderr}")
         s = json.loads((d / "summary.json").read_text())
         check(sorted(s) == ["admission_us", "allocator_us", "anon_rss_mib", "discovery_x_hwloc",
-                            "rpc_x_floor"], f"top-level keys {sorted(s)}")
+                            "rpc_x_floor", "rpc_x_payload_floor"], f"top-level keys {sorted(s)}")
         check(s["admission_us"] == {"dense250_p50": 812.3, "dense250_p99": 2950.1},
               f"admission_us {s['admission_us']}")
         check(sorted(s["allocator_us"]) == sorted(["dgx8_size2_gpus", "scaled32_size4_gpus",
@@ -75,6 +75,11 @@ def main():
         check(s["allocator_us"]["shared1000_size8"] == 5, "the median, not the mean")
         check(s["rpc_x_floor"]["prefer_exclusive_8"] == 1.11, "the worst of the 8-HCA sizes")
         check(s["rpc_x_floor"]["allocate_exclusive_8"] == 1.4, "the worst Allocate")
+        # The payload floor's ratios (issue 25's contract), from the same benchmarks' counter.
+        check(s["rpc_x_payload_floor"] == {"prefer_exclusive_8": 1.03, "prefer_exclusive_32": 1.05,
+                                           "prefer_shared_1000": 1.3, "allocate_exclusive_8": 1.07},
+              f"rpc_x_payload_floor {s['rpc_x_payload_floor']}")
+        check("rpc_x_payload_floor.prefer_shared_1000" in r.stdout, "payload floors in the table")
         check(s["discovery_x_hwloc"] == {"dgx-h100-like": 1.3, "nvidiaDGX2": 1.2},
               f"discovery keys {s['discovery_x_hwloc']}")
         check(s["anon_rss_mib"] == 2.5, "the largest anonymous-memory sample")
@@ -82,6 +87,14 @@ def main():
         check(all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers),
               "numbers only")
         check("OVER" in r.stdout and "within budget" in r.stdout, "a budget table")
+
+        # A bench_rpc without the payload floor (an old binary): exit 2 naming the counter.
+        doc = json.loads((d / "rpc.json").read_text())
+        del doc["benchmarks"][0]["x_payload_floor"]
+        (d / "rpc.json").write_text(json.dumps(doc))
+        r = subprocess.run([sys.executable, SUMMARY, d], capture_output=True, text=True)
+        check(r.returncode == 2 and "x_payload_floor" in r.stderr,
+              f"missing counter: {r.returncode} {r.stderr}")
 
         (d / "rpc.json").unlink()
         r = subprocess.run([sys.executable, SUMMARY, d], capture_output=True, text=True)

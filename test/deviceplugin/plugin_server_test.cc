@@ -26,6 +26,8 @@
 #include "spdlog/sinks/base_sink.h"
 #include "sim/kubelet_sim.h"
 #include "deviceplugin/probe.h"
+#include "proto/health.grpc.pb.h"
+#include "serving/unix_server.h"
 #include "test/deviceplugin/test_node.h"
 
 namespace rdp::deviceplugin {
@@ -455,6 +457,57 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
   stub_ = kubelet_->PluginStub();
   v1beta1::AllocateResponse response;
   EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
+}
+
+// A service beside DevicePlugin: answers Check with SERVING.
+class ServingHealth final : public grpc::health::v1::Health::CallbackService {
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest*,
+                                  grpc::health::v1::HealthCheckResponse* response) override {
+    response->set_status(grpc::health::v1::HealthCheckResponse::SERVING);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+grpc::Status CheckHealth(const std::string& socket) {
+  auto stub = grpc::health::v1::Health::NewStub(serving::UnixChannel(socket));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status s = stub->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  if (s.ok() && response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "not SERVING");
+  }
+  return s;
+}
+
+// The benchmarks' hook (bench_rpc's payload floor): a service given as also_served is served on
+// the plugin's socket beside DevicePlugin, again each time the socket is served (a kubelet
+// restart); a plugin given none serves nothing else there.
+TEST_F(PluginServerTest, AlsoServedServicesShareThePluginsSocket) {
+  StartAll(hca::Mode::kExclusive);
+  EXPECT_EQ(CheckHealth(config_.SocketPath()).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  plugin_.reset();
+  kubelet_.reset();
+
+  ServingHealth health;
+  kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
+  ASSERT_TRUE(kubelet_->Start().ok());
+  plugin_ = std::make_unique<PluginServer>(config_, node_.Sources(),
+                                           std::vector<grpc::Service*>{&health});
+  ASSERT_TRUE(plugin_->Start().ok());
+  ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
+  EXPECT_TRUE(CheckHealth(config_.SocketPath()).ok());
+  ASSERT_TRUE(kubelet_->Restart().ok());
+  ASSERT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
+  EXPECT_EQ(plugin_->serves(), 2);
+  EXPECT_TRUE(CheckHealth(config_.SocketPath()).ok());
+  stub_ = kubelet_->PluginStub();
+  v1beta1::AllocateResponse response;
+  EXPECT_TRUE(Allocate({{"0000:1a:00.0"}}, &response).ok());
+  plugin_.reset();  // stopped before `health` goes
 }
 
 // The kubelet's directory removed and made again, as a node's cleanup or a kubelet reinstall

@@ -536,6 +536,56 @@ TEST_F(TrustTest, ReRegistrationDoesNotWaitOnDiscovery) {
   EXPECT_TRUE(registered) << "re-registration waited for discovery";
 }
 
+// Counts the reads of one file, forwarding every call.
+class ReadCountingEnv : public EnvWrapper {
+ public:
+  ReadCountingEnv(std::shared_ptr<Env> base, std::string counted)
+      : EnvWrapper(std::move(base)), counted_(std::move(counted)) {}
+  std::optional<std::string> ReadFile(const std::string& path, std::size_t max_bytes) override {
+    if (path == counted_) ++reads_;
+    return EnvWrapper::ReadFile(path, max_bytes);
+  }
+  int reads() const { return reads_.load(); }
+
+ private:
+  const std::string counted_;
+  std::atomic<int> reads_{0};
+};
+
+// --nvidia-gpu-list (`nvidia-smi -L`'s output, up to 1 MiB) is read at start and at each health
+// poll (so that a changed file is picked up), never by an RPC: GetPreferredAllocation with a GPU
+// context and Allocate use the map the last read made. A guard: this held before issue 25's
+// review asked (the file was never read per call).
+TEST_F(TrustTest, TheGpuListIsReadAtStartAndAtEachPollNeverPerCall) {
+  const std::string list = node_.dir().Sub("nvidia-smi-L.txt");
+  std::ofstream(list) << "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n";
+  const auto info = std::filesystem::path(node_.dir().Sub("node")) /
+                    "proc/driver/nvidia/gpus/0000:1b:00.0";
+  std::filesystem::create_directories(info);
+  std::ofstream(info / "information") << "GPU UUID: \t GPU-aaaa\n";
+  auto env = std::make_shared<ReadCountingEnv>(node_.NodeEnv(), list);
+  auto pods = std::make_unique<ScriptedPods>();
+  // A container holding a GPU, just admitted: GetPreferredAllocation looks its GPUs up.
+  pods->Answer({{"default/train/main", {{"nvidia.com/gpu", {"GPU-aaaa"}}}}});
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;  // the test's Poll() is the only poll
+  config.nvidia_gpu_list = list;
+  StartAll(config, node_.Sources(std::move(pods), env));
+  ASSERT_EQ(env->reads(), 1) << "read once at start";
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    v1beta1::PreferredAllocationResponse preferred;
+    ASSERT_TRUE(stub_->GetPreferredAllocation(&context, PreferredRequest(kPcis, {}, 2), &preferred)
+                    .ok());
+    v1beta1::AllocateResponse allocated;
+    ASSERT_TRUE(Allocate({kPcis[i % 4]}, &allocated).ok());
+  }
+  EXPECT_EQ(env->reads(), 1) << "an RPC read the GPU list";
+  plugin_->node().Poll();
+  EXPECT_EQ(env->reads(), 2) << "a health poll did not read the GPU list again";
+}
+
 // When a background thread cannot wait any more (poll(2) fails), the plugin does not go on
 // serving stale state: Wait() returns the error, and serve exits non-zero so that the pod
 // restarts.

@@ -173,7 +173,11 @@ TEST_F(DRAClaimReaderTest, PodClaimsResolveNamesTemplatesAndExtendedResources) {
       "initContainers": [{"name": "init", "resources": {"claims": [{"name": "hcas", "request": "a"}]}}],
       "containers": [
         {"name": "main", "resources": {"claims": [{"name": "hcas"}, {"name": "gpu-hca"},
-                                                  {"name": "unmade"}, {"name": "undeclared"}]}},
+                                                  {"name": "unmade"}, {"name": "undeclared"}]},
+         "env": [{"name": "NCCL_IB_HCA", "value": "=mlx5_0"},
+                 {"name": "NCCL_SOCKET_IFNAME", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+                 {"value": "no name"}, "not an object"],
+         "envFrom": [{"configMapRef": {"name": "nccl"}}]},
         {"name": "ext", "resources": {"limits": {"rdma/hca": "1"}}},
         {"name": "plain"}]},
     "status": {
@@ -190,6 +194,9 @@ TEST_F(DRAClaimReaderTest, PodClaimsResolveNamesTemplatesAndExtendedResources) {
   EXPECT_EQ(got.containers[1].name, "main");
   EXPECT_THAT(got.containers[1].uses,
               ElementsAre(ClaimUse{"shared-hcas", ""}, ClaimUse{"trainer-gpu-hca-x7k2", ""}));
+  // The names its env sets (envFrom's are in a ConfigMap, not in the pod).
+  EXPECT_THAT(got.containers[1].env, ElementsAre("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"));
+  EXPECT_TRUE(got.containers[0].env.empty());
   EXPECT_THAT(got.containers[2].uses,
               ElementsAre(ClaimUse{"trainer-extended-resources-abc", "container-1-request-0"}));
   EXPECT_TRUE(got.containers[3].uses.empty());

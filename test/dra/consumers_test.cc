@@ -64,5 +64,22 @@ TEST(DRAConsumersTest, ARequestThatIsNotOursHoldsNothing) {
   EXPECT_EQ(got.at({"uy", "hca"}), Devices{"hca-0"});
 }
 
+// Per pair: the names every container holding it sets, none from containers that do not.
+TEST(DRAConsumersTest, PodSetVariablesAreTheHoldersNames) {
+  const std::vector<PodClaims> pods = {
+      Pod("p1", {{"l", {{"x", "a"}}, {"NCCL_IB_HCA", "NCCL_DEBUG"}},
+                 {"r", {{"x", "b"}}, {"UCX_NET_DEVICES"}},
+                 {"other", {{"gpu", ""}}, {"NCCL_SOCKET_IFNAME"}}}),
+      Pod("p2", {{"c", {{"x", "a"}, {"y", ""}}, {"NCCL_IB_GID_INDEX"}}})};
+  using Names = std::set<std::string>;
+  auto got = PodSetVariables(pods, Table());
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got.at({"ux", "a"}), (Names{"NCCL_DEBUG", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA"}));
+  EXPECT_EQ(got.at({"ux", "b"}), Names{"UCX_NET_DEVICES"});
+  EXPECT_EQ(got.at({"uy", "hca"}), Names{"NCCL_IB_GID_INDEX"});
+  // A holder that sets nothing: its pair is there, with no names.
+  EXPECT_EQ(PodSetVariables({Pod("p", {{"c", {{"y", ""}}}})}, Table()).at({"uy", "hca"}), Names{});
+}
+
 }  // namespace
 }  // namespace rdp::dra

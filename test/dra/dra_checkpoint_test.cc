@@ -15,7 +15,8 @@ PreparedClaims Two() {
                 {{"hca", "node-a", "hca-0000-1a-00-0", ""},
                  {"hca/x", "node-a", "hca-0000-3a-00-0", "share-1"}},
                 {{"hca", {"hca-0000-1a-00-0", "hca-0000-3a-00-0", "hca-0000-9a-00-0"}}},
-                false};
+                false,
+                {{"hca", {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"}}}};
   c["uid-2"] = {{"other", "uid-2", "claim-2"}, {{"r", "node-a", "hca-0000-9a-00-0", ""}}, {}, true};
   return c;
 }
@@ -106,6 +107,33 @@ TEST(DRACheckpointTest, VersionOneEntriesAreClaimLayout) {
   auto again = cp.Load();
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(Same(*again, *loaded));
+}
+
+// A version 2 file written before podEnv: its claims load with no names, and the file is kept.
+TEST(DRACheckpointTest, AFileWithoutPodEnvLoads) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  WriteText(path, R"({"version": 2, "claims": {"u": {"namespace": "ns", "name": "c",
+      "devices": [{"request": "hca", "pool": "p", "device": "d"}],
+      "common": {"hca": ["d"]}}}})");
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_EQ(loaded->at("u").common.at("hca"), std::vector<std::string>{"d"});
+  EXPECT_TRUE(loaded->at("u").pod_env.empty());
+  EXPECT_EQ(Files(dir.path()), std::vector<std::string>{"checkpoint.json"});  // not set aside
+}
+
+TEST(DRACheckpointTest, AMalformedPodEnvIsABadEntry) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  WriteText(path, R"({"version": 2, "claims": {"u": {"namespace": "ns", "name": "c",
+      "devices": [{"request": "hca", "pool": "p", "device": "d"}],
+      "podEnv": {"hca": "NCCL_IB_HCA"}}}})");
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty());
+  EXPECT_FALSE(std::filesystem::exists(path));  // moved aside
 }
 
 TEST(DRACheckpointTest, OtherVersionIsMovedAside) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "dra/device_status.h"
@@ -549,30 +550,125 @@ TEST(DRADriverTest, UnreadablePodMeansNoCommonVariables) {
   }
 }
 
-// A claim prepared for one pod, then used by a new pod's container beside another claim: the
-// new claim's common variables name both; the old claim's, which named one, are withdrawn
-// (its spec re-written) rather than left to win over the new ones.
-TEST(DRADriverTest, SharedClaimWithdrawsCommonVariablesThatNoLongerHold) {
-  DraNode n;
+// A Pod object whose containers use the claims named ("claim" or "claim/request", each claim in
+// spec.resourceClaims under its own name) and set the variables named in their env.
+struct TestContainer {
+  std::string name;
+  std::vector<std::string> uses;
+  nlohmann::json env = nlohmann::json::array();
+};
+nlohmann::json PodObject(const PodRef& ref, const std::vector<TestContainer>& containers) {
+  nlohmann::json pod = {{"metadata", {{"namespace", ref.ns}, {"name", ref.name}, {"uid", ref.uid}}}};
+  std::set<std::string> claims;
+  for (const TestContainer& c : containers) {
+    nlohmann::json uses = nlohmann::json::array();
+    for (const std::string& use : c.uses) {
+      const std::size_t slash = use.find('/');
+      const std::string claim = use.substr(0, slash);
+      uses.push_back({{"name", claim}, {"request", slash == std::string::npos ? "" : use.substr(slash + 1)}});
+      if (claims.insert(claim).second) {
+        pod["spec"]["resourceClaims"].push_back({{"name", claim}, {"resourceClaimName", claim}});
+      }
+    }
+    pod["spec"]["containers"].push_back(
+        {{"name", c.name}, {"env", c.env}, {"resources", {{"claims", std::move(uses)}}}});
+  }
+  return pod;
+}
+
+const PodRef kFirst{"ns", "first", "pod-1"};
+const PodRef kSecond{"ns", "second", "pod-2"};
+
+// Claim "shared" (kUid1, mlx5_0) prepared for pod kFirst, whose one container uses it whole;
+// then claim "own" (kUid2, mlx5_1) prepared for pod kSecond, which uses both: ReadPod answers
+// kSecond with `second`.
+void PrepareSharedThenOwn(DraNode& n, const nlohmann::json& second) {
   n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
   n.reader().SetName(kUid1, "shared");
-  const PodRef first{"ns", "first", "pod-1"};
-  n.reader().SetReserved(kUid1, {first});
-  n.reader().SetPod({first, {{"c", {{"shared", ""}}}}});
+  n.reader().SetReserved(kUid1, {kFirst});
+  n.reader().SetPodObject(PodObject(kFirst, {{"c", {"shared"}}}));
   ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "shared"}}).at(kUid1).ok());
   EXPECT_EQ(SpecEnv(n, kUid1).at("NCCL_IB_HCA"), "=mlx5_0");
 
   n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
   n.reader().SetName(kUid2, "own");
-  const PodRef second{"ns", "second", "pod-2"};
-  n.reader().SetReserved(kUid1, {first, second});
-  n.reader().SetReserved(kUid2, {second});
-  n.reader().SetPod({second, {{"c", {{"shared", ""}, {"own", ""}}}}});
+  n.reader().SetReserved(kUid1, {kFirst, kSecond});
+  n.reader().SetReserved(kUid2, {kSecond});
+  n.reader().SetPodObject(second);
   ASSERT_TRUE(n.driver().Prepare({{"ns", kUid2, "own"}}).at(kUid2).ok());
+}
+
+// A claim prepared for one pod, then used by a new pod's container beside another claim: the
+// new claim's common variables name both; the old claim's, which named one, are withdrawn
+// (its spec re-written) rather than left to win over the new ones.
+TEST(DRADriverTest, SharedClaimWithdrawsCommonVariablesThatNoLongerHold) {
+  DraNode n;
+  ASSERT_NO_FATAL_FAILURE(PrepareSharedThenOwn(n, PodObject(kSecond, {{"c", {"shared", "own"}}})));
   EXPECT_EQ(SpecEnv(n, kUid2).at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
   EXPECT_EQ(SpecEnv(n, kUid1).count("NCCL_IB_HCA"), 0u);
   EXPECT_EQ(SpecEnv(n, kUid1).at("NCCL_IB_HCA_" + OwnVariableSuffix(kUid1, "hca")), "=mlx5_0");
   EXPECT_TRUE(n.driver().Prepared().at(kUid1).common.empty());
+}
+
+// A variable the pod spec sets (a value, or from a ConfigMap key) is left to it: the runtime
+// applies CDI's env after the pod spec's, so a common variable of ours would replace it. The
+// others and the request's own variables stay; a restart that re-writes the spec from the
+// checkpoint (the API server gone) leaves them out too.
+TEST(DRADriverTest, APodSpecValueIsNotSetOver) {
+  DraNode n;
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0), Dev(kHca1)});
+  n.reader().SetName(kUid1, "mine");
+  const PodRef pod{"ns", "p", "pod-1"};
+  n.reader().SetReserved(kUid1, {pod});
+  n.reader().SetPodObject(PodObject(
+      pod, {{"c",
+             {"mine"},
+             {{{"name", "NCCL_IB_HCA"}, {"value", "=mlx5_1"}},
+              {{"name", "RDMA_HCA_PCI"},
+               {"valueFrom", {{"configMapKeyRef", {{"name", "nccl"}, {"key", "pci"}}}}}},
+              {{"name", "NCCL_DEBUG"}, {"value", "INFO"}}}}}));
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "mine"}}).at(kUid1).ok());
+  const std::string own = "_" + OwnVariableSuffix(kUid1, "hca");
+  const std::map<std::string, std::string> want = {
+      {"RDMA_HCA_NAMES", "mlx5_0,mlx5_1"},
+      {"NCCL_IB_HCA" + own, "=mlx5_0,mlx5_1"},
+      {"RDMA_HCA_NAMES" + own, "mlx5_0,mlx5_1"},
+      {"RDMA_HCA_PCI" + own, "0000:1a:00.0,0000:3a:00.0"}};
+  EXPECT_EQ(SpecEnv(n, kUid1), want);
+  std::filesystem::remove(n.cdi().PathOf(kUid1));
+  n.reader().SetDown(true);
+  n.NewDriver();
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "mine"}}).at(kUid1).ok());
+  EXPECT_EQ(SpecEnv(n, kUid1), want);
+}
+
+// Only the holders' variables count: a container of the pod that does not hold the request sets
+// NCCL_IB_HCA for itself, and the request's holder still gets ours.
+TEST(DRADriverTest, AnotherContainersVariablesDoNotCount) {
+  DraNode n;
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0, "a"), Dev(kHca1, "b")});
+  n.reader().SetName(kUid1, "x");
+  const PodRef pod{"ns", "p", "pod-1"};
+  n.reader().SetReserved(kUid1, {pod});
+  n.reader().SetPodObject(
+      PodObject(pod, {{"left", {"x/a"}, {{{"name", "NCCL_IB_HCA"}, {"value", "=mlx5_9"}}}},
+                      {"right", {"x/b"}}}));
+  ASSERT_TRUE(n.driver().Prepare({{"ns", kUid1, "x"}}).at(kUid1).ok());
+  EXPECT_EQ(SpecEnv(n, kUid1, "a").count("NCCL_IB_HCA"), 0u);
+  EXPECT_EQ(SpecEnv(n, kUid1, "a").at("RDMA_HCA_NAMES"), "mlx5_0");
+  EXPECT_EQ(SpecEnv(n, kUid1, "b").at("NCCL_IB_HCA"), "=mlx5_1");
+}
+
+// A claim prepared for one pod, then held by a container of a new pod (prepared for its other
+// claim) that sets NCCL_IB_HCA itself: the shared claim's spec is re-written without it.
+TEST(DRADriverTest, ANewHolderOfASharedClaimKeepsItsOwnValue) {
+  DraNode n;
+  ASSERT_NO_FATAL_FAILURE(PrepareSharedThenOwn(
+      n, PodObject(kSecond, {{"reader", {"shared"}, {{{"name", "NCCL_IB_HCA"}, {"value", "=mlx5_0:1"}}}},
+                             {"writer", {"own"}}})));
+  EXPECT_EQ(SpecEnv(n, kUid2).at("NCCL_IB_HCA"), "=mlx5_1");
+  EXPECT_EQ(SpecEnv(n, kUid1).count("NCCL_IB_HCA"), 0u);
+  EXPECT_EQ(SpecEnv(n, kUid1).at("RDMA_HCA_NAMES"), "mlx5_0");
 }
 
 // A claim prepared by a version with one CDI device per claim (checkpoint version 1): the kubelet

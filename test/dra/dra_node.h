@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
+#include "dra/claim_reader.h"
 #include "dra/driver.h"
 #include "dra/model.h"
 #include "gtest/gtest.h"
@@ -88,6 +89,8 @@ class FakeClaimReader : public ClaimReader {
     absl::MutexLock lock(&mu_);
     pods_[pod.pod.uid] = pod;
   }
+  // ReadPod answers the pod with what the API client makes of this Pod object.
+  void SetPodObject(const nlohmann::json& pod) { SetPod(ParsePodClaims(pod)); }
   void SetPodError(const std::string& pod_uid, absl::Status error) {
     absl::MutexLock lock(&mu_);
     pod_errors_[pod_uid] = std::move(error);

@@ -157,7 +157,12 @@ func (e *draNodeEnv) inside(pod *v1.Pod, container string) inside {
 	for path, errs := range cache.GetErrors() {
 		e.t.Errorf("CDI cache: %s: %v", path, errs)
 	}
+	// As the runtime builds it: the container's env from the pod spec first, then the CDI
+	// devices' edits (containerd's CRI plugin), which replace a name already set.
 	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	for _, ev := range ctr.Env {
+		spec.Process.Env = append(spec.Process.Env, ev.Name+"="+ev.Value)
+	}
 	if unresolved, err := cache.InjectDevices(spec, in.ids...); err != nil {
 		e.t.Fatalf("%s/%s: InjectDevices(%v): unresolved %v: %v", pod.Name, container, in.ids, unresolved, err)
 	}
@@ -260,7 +265,8 @@ func claimPod(name string, containers map[string][]string) *v1.Pod {
 // container's CDI devices injected by the CDI library:
 //   - two containers asking rdma/hca: 1 each (one scheduler-made claim, two requests);
 //   - one claim with two requests, one per container;
-//   - one container using two claims.
+//   - one container using two claims;
+//   - a container whose pod spec sets NCCL_IB_HCA itself: its value wins over the CDI spec's.
 func TestDRAPerContainerIsolation(t *testing.T) {
 	e := startDRANodeEnv(t, "dgx-h100-like.xml")
 	c := e.cp.Client
@@ -326,6 +332,36 @@ func TestDRAPerContainerIsolation(t *testing.T) {
 		}
 		if sets != 2 {
 			t.Errorf("%d RDMA_HCA_NAMES_* variables, want one per claim: %v", sets, in.env)
+		}
+	})
+
+	t.Run("PodSpecValueWins", func(t *testing.T) {
+		e.t = t
+		if _, err := c.ResourceV1().ResourceClaims("default").Create(ctx, hcaClaim("own-env", "hca"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := claimPod("own-env", map[string][]string{"c": {"own-env"}})
+		const mine = "=mlx5_99:1"
+		pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "NCCL_IB_HCA", Value: mine}}
+		pod = e.run(pod)
+		devices := e.allocated("default", "own-env", "")
+		in := e.inside(pod, "c")
+		if in.env["NCCL_IB_HCA"] != mine {
+			t.Errorf("NCCL_IB_HCA=%q, want the pod spec's %q (env %v)", in.env["NCCL_IB_HCA"], mine, in.env)
+		}
+		// The rest as usual: the device nodes, and RDMA_HCA_NAMES naming the claim's HCAs.
+		var want []string
+		for _, d := range devices {
+			want = append(want, e.hcaName[d])
+		}
+		sort.Strings(want)
+		if got := strings.Split(in.env["RDMA_HCA_NAMES"], ","); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("RDMA_HCA_NAMES=%q, want %v", in.env["RDMA_HCA_NAMES"], want)
+		}
+		for _, d := range devices {
+			if !in.devices[e.uverbs[d]] {
+				t.Errorf("no %s (device %s) in %v", e.uverbs[d], d, in.devices)
+			}
 		}
 	})
 }

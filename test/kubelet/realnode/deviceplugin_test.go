@@ -16,11 +16,12 @@ import (
 
 const podTimeout = 60 * time.Second
 
-// TestRealNodeDevicePlugin: the chart's device-plugin DaemonSets on a real kubelet, one cluster
-// through shared mode, the relabel to exclusive, exclusive mode, GPU alignment, `check`, and
-// restarts of every piece.
+// TestRealNodeDevicePlugin: the chart's device-plugin DaemonSets on a real kubelet and containerd
+// with NRI, one cluster through shared mode, the relabel to exclusive, exclusive mode, what a
+// container holds besides its devices (locked memory, variables, allocation.json), GPU
+// alignment, `check`, and restarts of every piece.
 func TestRealNodeDevicePlugin(t *testing.T) {
-	c := up(t, "--driver", "deviceplugin", "--mode", "shared")
+	c := up(t, "--driver", "deviceplugin", "--mode", "shared", "--nri")
 	usable := c.usableHCAs()
 	t.Logf("node: %d usable HCAs %v", len(usable), usable)
 
@@ -135,6 +136,7 @@ func TestRealNodeDevicePlugin(t *testing.T) {
 	t.Logf("a pod asking %d HCAs with %d free: Pending, Insufficient rdma/hca", free+1, free)
 	c.deletePods(podTimeout, "too-many", "two", "pair", "init")
 
+	t.Run("InsideThePod", func(t *testing.T) { insideThePod(t, c.with(t)) })
 	t.Run("Check", func(t *testing.T) { checkSubcommand(t, c.with(t)) })
 	t.Run("GPUAndHCA", func(t *testing.T) { gpuAndHCA(t, c.with(t)) })
 	t.Run("Restarts", func(t *testing.T) { deviceplugInRestarts(t, c.with(t), usable) })

@@ -31,7 +31,7 @@ const (
 // TestRealNodeDRA: the chart's DRA driver on a real kubelet, claims prepared by the kubelet through
 // our driver and injected by containerd through CDI; the fake GPU driver beside it; restarts.
 func TestRealNodeDRA(t *testing.T) {
-	c := up(t, "--driver", "dra", "--mode", "exclusive")
+	c := up(t, "--driver", "dra", "--mode", "exclusive", "--nri")
 	usable := c.usableHCAs()
 
 	// One claim from the chart's DeviceClass.
@@ -68,6 +68,7 @@ func TestRealNodeDRA(t *testing.T) {
 
 	t.Run("GPUAndHCA", func(t *testing.T) { draGPUAndHCA(t, c.with(t)) })
 	t.Run("PerContainer", func(t *testing.T) { draPerContainer(t, c.with(t)) })
+	t.Run("Rollout", func(t *testing.T) { draRollout(t, c.with(t)) })
 	t.Run("Restarts", func(t *testing.T) { draRestarts(t, c.with(t)) })
 }
 

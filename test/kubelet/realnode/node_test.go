@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,6 +86,10 @@ type cluster struct {
 	client kubernetes.Interface
 	run    string // build/real-node/run
 	node   *kubelet.Node
+	nri    bool // up --nri: containerd's NRI on, the chart's NRI plugin connected to it
+	// With nri: `ulimit -l` in a container the NRI plugin adjusted (KiB or "unlimited"): the
+	// chart's nri.memlock as real-node.sh set it (memlock_hard in run/config).
+	memlock string
 }
 
 // up brings the cluster up; at the end of the test it is taken down, and the host is checked
@@ -96,6 +101,12 @@ func up(t *testing.T, args ...string) *cluster {
 	out, code := script(append([]string{"up"}, args...)...)
 	t.Logf("real-node.sh up %s: exit %d after %v\n%s", strings.Join(args, " "), code, time.Since(start).Round(time.Millisecond), out)
 	c := &cluster{t: t, run: filepath.Join(buildDir(), "real-node", "run")}
+	for _, a := range args {
+		c.nri = c.nri || a == "--nri"
+	}
+	if c.nri {
+		c.memlock = memlockOf(t, filepath.Join(c.run, "config"))
+	}
 	t.Cleanup(func() {
 		start := time.Now()
 		out, code := script("down")
@@ -125,6 +136,30 @@ func up(t *testing.T, args ...string) *cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// memlockOf: from real-node.sh's run/config, the limit the chart's NRI plugin sets
+// (memlock_hard, bytes or "unlimited") as `ulimit -l` shows it.
+func memlockOf(t *testing.T, config string) string {
+	t.Helper()
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(kv, "memlock_hard="); ok {
+			if v == "unlimited" {
+				return v
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: memlock_hard=%q", config, v)
+			}
+			return strconv.FormatInt(n/1024, 10)
+		}
+	}
+	t.Fatalf("%s has no memlock_hard: %s", config, b)
+	return ""
 }
 
 // hostState is what the node must not change on the machine: its /var/lib/kubelet,
@@ -262,6 +297,8 @@ const probe = `for f in /dev/infiniband/*; do
   echo "dev ${f##*/} $mm $r"
 done
 env | grep -E '^(NCCL_|RDMA_)' | sed 's/^/env /'
+echo "memlock $(ulimit -l)"
+if [ -e /etc/rdma/allocation.json ]; then echo "allocation $(tr -d '\n' </etc/rdma/allocation.json)"; fi
 echo probe-done`
 
 // mknodProbe makes a node for major:minor inside the container and opens it.
@@ -277,6 +314,7 @@ type ctr struct {
 	name   string
 	limits map[string]int64
 	claims []v1.ResourceClaim // container.resources.claims (DRA)
+	env    []v1.EnvVar        // set in the pod spec
 }
 
 func hca(n int64) map[string]int64 { return map[string]int64{hcaResource: n} }
@@ -294,7 +332,7 @@ func workloadPod(name string, inits []ctr, ctrs ...ctr) *v1.Pod {
 			limits[v1.ResourceName(r)] = *resource.NewQuantity(n, resource.DecimalSI)
 		}
 		return v1.Container{Name: c.name, Image: workloadImage, ImagePullPolicy: v1.PullNever,
-			Command:   []string{"/bin/sh", "-c", cmd},
+			Command: []string{"/bin/sh", "-c", cmd}, Env: c.env,
 			Resources: v1.ResourceRequirements{Limits: limits, Claims: c.claims}}
 	}
 	zero := int64(0)
@@ -408,9 +446,11 @@ func (c *cluster) deletePods(timeout time.Duration, names ...string) {
 
 // inside is what the probe saw in one container.
 type inside struct {
-	devs map[string]devNode // by name: uverbs0, umad0, issm0, rdma_cm
-	env  map[string]string
-	raw  string
+	devs       map[string]devNode // by name: uverbs0, umad0, issm0, rdma_cm
+	env        map[string]string
+	memlock    string // `ulimit -l`: KiB or "unlimited"
+	allocation string // /etc/rdma/allocation.json on one line, "" when there is none
+	raw        string
 }
 
 type devNode struct {
@@ -451,6 +491,10 @@ func parseProbe(t *testing.T, text string) inside {
 				t.Fatalf("probe line %q", sc.Text())
 			}
 			in.devs[f[1]] = devNode{int(major), int(minor), f[3]}
+		case f[0] == "memlock" && len(f) == 2:
+			in.memlock = f[1]
+		case f[0] == "allocation" && len(f) >= 2:
+			in.allocation = strings.TrimPrefix(sc.Text(), "allocation ")
 		case f[0] == "env" && len(f) >= 2:
 			kv := strings.SplitN(strings.TrimPrefix(sc.Text(), "env "), "=", 2)
 			if len(kv) == 2 {
@@ -604,7 +648,61 @@ func (c *cluster) checkExactly(what string, in inside, hcas []string) {
 	if got := ncclHCAs(in.env["NCCL_IB_HCA"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
 		c.t.Errorf("%s: NCCL_IB_HCA=%q names %v, want %v", what, in.env["NCCL_IB_HCA"], got, hcas)
 	}
-	c.t.Logf("%s: inside: %s; NCCL_IB_HCA=%s", what, describe(in), in.env["NCCL_IB_HCA"])
+	c.checkAllocationFile(what, in, hcas)
+	if c.nri && in.memlock != c.memlock {
+		c.t.Errorf("%s: ulimit -l is %s, want %s (the NRI plugin's nri.memlock)", what, in.memlock, c.memlock)
+	}
+	c.t.Logf("%s: inside: %s; NCCL_IB_HCA=%s; ulimit -l %s", what, describe(in), in.env["NCCL_IB_HCA"], in.memlock)
+}
+
+// allocationFile is what the probe reads of /etc/rdma/allocation.json (docs/server.md).
+type allocationFile struct {
+	HCAs []struct {
+		Name    string   `json:"name"`
+		PCI     string   `json:"pci"`
+		Netdevs []string `json:"netdevs"`
+		Uverbs  string   `json:"uverbs"`
+		Ports   []struct {
+			Port      int    `json:"port"`
+			State     string `json:"state"`
+			LinkLayer string `json:"link_layer"`
+			Netdev    string `json:"netdev"`
+		} `json:"ports"`
+	} `json:"hcas"`
+	Env map[string]string `json:"env"`
+}
+
+// checkAllocationFile: the container's /etc/rdma/allocation.json lists exactly hcas, each with
+// its PCI address (as the node's sysfs has it) and uverbs node, and the variables the container
+// got from us.
+func (c *cluster) checkAllocationFile(what string, in inside, hcas []string) {
+	c.t.Helper()
+	if in.allocation == "" {
+		c.t.Errorf("%s: no /etc/rdma/allocation.json in the container", what)
+		return
+	}
+	var f allocationFile
+	if err := json.Unmarshal([]byte(in.allocation), &f); err != nil {
+		c.t.Errorf("%s: /etc/rdma/allocation.json: %v: %s", what, err, in.allocation)
+		return
+	}
+	var names []string
+	for _, h := range f.HCAs {
+		names = append(names, h.Name)
+		dev, err := filepath.EvalSymlinks(filepath.Join(c.run, "node", "sys", "class", "infiniband", h.Name, "device"))
+		if pci := filepath.Base(dev); err != nil || pci != h.PCI {
+			c.t.Errorf("%s: allocation.json gives %s PCI %q, the node's sysfs %q (%v)", what, h.Name, h.PCI, pci, err)
+		}
+		if h.Uverbs == "" || len(h.Ports) == 0 {
+			c.t.Errorf("%s: allocation.json's %s has no uverbs node or no port: %s", what, h.Name, in.allocation)
+		}
+	}
+	if strings.Join(names, ",") != strings.Join(hcas, ",") {
+		c.t.Errorf("%s: allocation.json lists %v, want %v", what, names, hcas)
+	}
+	if got := ncclHCAs(f.Env["NCCL_IB_HCA"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
+		c.t.Errorf("%s: allocation.json's NCCL_IB_HCA=%q, want %v", what, f.Env["NCCL_IB_HCA"], hcas)
+	}
 }
 
 func describe(in inside) string {
