@@ -197,7 +197,14 @@ func checkSubcommand(t *testing.T, c *cluster) {
 // polls the node every second, --health-interval=1s).
 func (c *cluster) waitPluginLog(part1, part2 string) {
 	c.t.Helper()
-	eventually(c.t, podTimeout, "the plugin logging "+part1+"... "+part2, func() (bool, string) {
+	c.waitContainerLog("rdma-device-plugin", part1, part2)
+}
+
+// waitContainerLog waits until a running plugin pod's container logged a line with part1 and
+// part2.
+func (c *cluster) waitContainerLog(container, part1, part2 string) {
+	c.t.Helper()
+	eventually(c.t, podTimeout, container+" logging "+part1+"... "+part2, func() (bool, string) {
 		pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -206,13 +213,13 @@ func (c *cluster) waitPluginLog(part1, part2 string) {
 			if p.Status.Phase != v1.PodRunning {
 				continue
 			}
-			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: "rdma-device-plugin"}).Do(c.ctx()).Raw()
+			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: container}).Do(c.ctx()).Raw()
 			if err != nil {
 				return false, err.Error()
 			}
 			for _, l := range strings.Split(string(raw), "\n") {
 				if strings.Contains(l, part1) && strings.Contains(l, part2) {
-					c.t.Logf("plugin: %s", l)
+					c.t.Logf("%s: %s", container, l)
 					return true, ""
 				}
 			}

@@ -21,14 +21,7 @@ import (
 // the pod that held its claim across the rollout keeps its devices, and its claim is unprepared
 // (its CDI spec removed) by the new driver when it is deleted.
 func draRollout(t *testing.T, c *cluster) {
-	c.claim("across", request("hca", hcaClass, 1))
-	p := claimPod("across", map[string][]string{"c": {"across"}})
-	p.Spec.RestartPolicy = v1.RestartPolicyAlways
-	c.create(p)
-	c.waitRunning(podTimeout, "across")
-	held := c.allocated("across", "hca")
-	before := c.inside("across", "c")
-	c.checkExactly("across, before the rollout", before, held)
+	_, before := c.heldClaim("across")
 
 	ds := c.driverDaemonSet()
 	old := map[types.UID]bool{}
@@ -163,4 +156,19 @@ func movePorts(t *testing.T, ctr *v1.Container) {
 		ctr.Ports[i].ContainerPort = port
 		ctr.Ports[i].HostPort = 0
 	}
+}
+
+// heldClaim: a claim `name` of one HCA and a pod `name` (restartPolicy Always) whose container
+// "c" holds it, running; the HCA allocated and what the container sees (checked).
+func (c *cluster) heldClaim(name string) ([]string, inside) {
+	c.t.Helper()
+	c.claim(name, request("hca", hcaClass, 1))
+	p := claimPod(name, map[string][]string{"c": {name}})
+	p.Spec.RestartPolicy = v1.RestartPolicyAlways
+	c.create(p)
+	c.waitRunning(podTimeout, name)
+	held := c.allocated(name, "hca")
+	in := c.inside(name, "c")
+	c.checkExactly(name, in, held)
+	return held, in
 }

@@ -57,6 +57,15 @@ func TestRealNodeDRA(t *testing.T) {
 	}
 	c.checkExactly("extended resource", in, ext)
 
+	// A variable the pod spec sets is the container's, not the CDI spec's (issue 29).
+	c.claim("user", request("hca", hcaClass, 1))
+	user := claimPod("user-env", map[string][]string{"c": {"user"}})
+	user.Spec.Containers[0].Env = []v1.EnvVar{{Name: "NCCL_IB_HCA", Value: "=mlx5_chosen_by_the_user"}}
+	c.create(user)
+	c.waitRunning(podTimeout, "user-env")
+	c.checkPodSpecWins("user-env (DRA)", c.inside("user-env", "c"), "=mlx5_chosen_by_the_user", 1)
+	c.deletePods(podTimeout, "user-env")
+
 	// Deleting the pod removes its claim's CDI spec.
 	uid := c.claimUID("one")
 	c.deletePods(podTimeout, "claim-one")
@@ -308,14 +317,7 @@ func draGPUAndHCA(t *testing.T, c *cluster) {
 // prepared again for the restarted container, and the CDI directory holds exactly the specs of
 // the claims in use).
 func draRestarts(t *testing.T, c *cluster) {
-	c.claim("kept", request("hca", hcaClass, 1))
-	p := claimPod("kept", map[string][]string{"c": {"kept"}})
-	p.Spec.RestartPolicy = v1.RestartPolicyAlways
-	c.create(p)
-	c.waitRunning(podTimeout, "kept")
-	want := c.allocated("kept", "hca")
-	before := c.inside("kept", "c")
-	c.checkExactly("kept", before, want)
+	want, before := c.heldClaim("kept")
 
 	if out, code := script("restart", "kubelet"); code != 0 {
 		t.Fatalf("restart kubelet: %s", out)

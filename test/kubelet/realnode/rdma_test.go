@@ -46,17 +46,7 @@ func insideThePod(t *testing.T, c *cluster) {
 
 	// The pod spec's NCCL_IB_HCA is the one the container has; the device nodes, the limit and
 	// the allocation file (which names our choice) are still ours.
-	user := c.inside("user-env", "c")
-	if got := user.env["NCCL_IB_HCA"]; got != userHCA {
-		t.Errorf("user-env: NCCL_IB_HCA=%q inside, the pod spec set %q: the pod spec must win", got, userHCA)
-	}
-	var f allocationFile
-	if err := json.Unmarshal([]byte(user.allocation), &f); err != nil || len(f.HCAs) != 1 {
-		t.Fatalf("user-env: allocation.json %q: %v", user.allocation, err)
-	}
-	user.env["NCCL_IB_HCA"] = f.Env["NCCL_IB_HCA"]
-	c.checkExactly("user-env", user, []string{f.HCAs[0].Name})
-	t.Logf("user-env: the pod spec set NCCL_IB_HCA=%s and the container has it; ours, in allocation.json: %s", userHCA, f.Env["NCCL_IB_HCA"])
+	c.checkPodSpecWins("user-env", c.inside("user-env", "c"), userHCA, 1)
 	c.deletePods(podTimeout, "plain", "rdma", "user-env")
 
 	// The NRI plugin's container killed (SIGKILL, through containerd): a container holding an
@@ -120,26 +110,28 @@ func nriContainerID(t *testing.T, c *cluster) string {
 // waitNRIConnected: the running NRI container logged that it registered with the runtime.
 func (c *cluster) waitNRIConnected() {
 	c.t.Helper()
-	eventually(c.t, podTimeout, "the NRI plugin registered with containerd", func() (bool, string) {
-		pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range pods.Items {
-			if p.Status.Phase != v1.PodRunning {
-				continue
-			}
-			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: "nri"}).Do(c.ctx()).Raw()
-			if err != nil {
-				return false, err.Error()
-			}
-			if strings.Contains(string(raw), nriRegisteredLine) {
-				return true, ""
-			}
-			return false, string(raw)
-		}
-		return false, "no running plugin pod"
-	})
+	c.waitContainerLog("nri", nriRegisteredLine, "")
+}
+
+// checkPodSpecWins: the container's NCCL_IB_HCA is userHCA, the value its pod spec set, and
+// otherwise it is as checkExactly wants for the n HCAs its allocation file lists (the file gives
+// our NCCL_IB_HCA, for reference).
+func (c *cluster) checkPodSpecWins(what string, in inside, userHCA string, n int) {
+	c.t.Helper()
+	if got := in.env["NCCL_IB_HCA"]; got != userHCA {
+		c.t.Errorf("%s: NCCL_IB_HCA=%q inside, the pod spec set %q: the pod spec must win", what, got, userHCA)
+	}
+	var f allocationFile
+	if err := json.Unmarshal([]byte(in.allocation), &f); err != nil || len(f.HCAs) != n {
+		c.t.Fatalf("%s: allocation.json %q, want %d HCAs: %v", what, in.allocation, n, err)
+	}
+	var names []string
+	for _, h := range f.HCAs {
+		names = append(names, h.Name)
+	}
+	in.env["NCCL_IB_HCA"] = f.Env["NCCL_IB_HCA"]
+	c.checkExactly(what, in, names)
+	c.t.Logf("%s: the pod spec set NCCL_IB_HCA=%s and the container has it; ours, in allocation.json: %s", what, userHCA, f.Env["NCCL_IB_HCA"])
 }
 
 // What the NRI plugin logs once the runtime took its registration (nri/plugin.cc).
