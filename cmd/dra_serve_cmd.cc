@@ -28,6 +28,7 @@
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
 #include "dra/claim_reader.h"
+#include "dra/claim_status.h"
 #include "dra/devices.h"
 #include "dra/dra_server.h"
 #include "dra/driver.h"
@@ -172,7 +173,9 @@ struct Node {
 
 // `serving`: the instance that serves the kubelet, which asks one that holds the plugin
 // directory to hand over (dra/plugin_lock.h); prepare-local only waits.
-Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, bool serving) {
+// `status`: where prepared claims' status.devices go (none for prepare-local).
+Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, bool serving,
+               dra::ClaimStatusWriter* status = nullptr) {
   Node n;
   // Before the checkpoint is read: a second instance waits for the first to release the lock
   // (SIGTERM ends the wait: the stop signals are not blocked yet).
@@ -196,7 +199,7 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
   dra::NodeSnapshot* snapshot = n.snapshot.get();
   n.driver = std::make_unique<dra::Driver>(
       r.driver, reader, *n.cdi, *n.checkpoint, [snapshot] { return snapshot->Current(); }, n.env,
-      [snapshot] { return snapshot->Rediscover(); });
+      [snapshot] { return snapshot->Rediscover(); }, status);
   if (absl::Status s = n.driver->Start(); !s.ok()) {
     Log()->error("cannot start: {}", s.ToString());
     Exit(1);
@@ -229,7 +232,8 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo,
                              const hca::FlaggedHcas& flagged, Env& env,
                              metrics::PortCounterCache& counters,
                              bool registered, const dra::SliceSync::Status& sync,
-                             std::map<std::string, std::uint64_t> dropped) {
+                             std::map<std::string, std::uint64_t> dropped,
+                             const dra::ApiClaimStatusWriter::Counts& claim_status) {
   metrics::NodeMetricsInput in;
   in.mode = r.mode;
   in.topology = topo;
@@ -270,6 +274,12 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo,
              "Publishes of the node's ResourceSlices, by result", Type::kCounter);
   out.Sample({{"result", "success"}}, static_cast<double>(sync.successes));
   out.Sample({{"result", "failure"}}, static_cast<double>(sync.failures));
+  out.Family("rdma_device_plugin_dra_claim_status_writes_total",
+             "Writes of our entries of prepared and unprepared claims' status.devices, by result "
+             "(a failure is retried or left for the claim's next prepare; it never fails one)",
+             Type::kCounter);
+  out.Sample({{"result", "success"}}, static_cast<double>(claim_status.successes));
+  out.Sample({{"result", "failure"}}, static_cast<double>(claim_status.failures));
   out.Family("rdma_device_plugin_dra_dropped_fields_total",
              "Writes of a ResourceSlice whose answer from the API server lacked a field we sent "
              "(its feature gate is off on the control plane), by field",
@@ -318,7 +328,9 @@ int Serve(const DraFlags& f, const Resolved& r) {
     return kExitUsage;
   }
   dra::ApiClaimReader reader(*client);
-  Node node = StartNode(f, r, reader, /*serving=*/true);
+  // Claims' status.devices, written on a thread of its own: a prepare never waits on it.
+  dra::ApiClaimStatusWriter claim_status(*client, r.driver.driver_name);
+  Node node = StartNode(f, r, reader, /*serving=*/true, &claim_status);
   // Publishing runs on its own thread: an API server that is slow or down delays the slices,
   // never a kubelet RPC.
   dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
@@ -368,6 +380,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   // The background threads start here, after RunServer blocked the stop signals.
   run.start = [&] {
     sync.Start();
+    claim_status.Start();
     poll = std::thread([&] {
       while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
         try {
@@ -398,6 +411,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
     stop_poll.Notify();
     if (poll.joinable()) poll.join();
     sync.Stop();
+    claim_status.Stop();
   };
   // Set once this instance has handed the plugin directory over; read by /metrics and /healthz.
   std::atomic<bool> handed_over{false};
@@ -427,10 +441,10 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.node = env;
   auto counters = std::make_shared<metrics::PortCounterCache>();
   run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher, &handed_over,
-                        &early_warning] {
+                        &early_warning, &claim_status] {
     return RenderDraMetrics(r, snapshot->Current(), early_warning.Flagged(), *env, *counters,
                             server.registered() && !handed_over, sync.status(),
-                            publisher.DroppedCounts());
+                            publisher.DroppedCounts(), claim_status.counts());
   };
   run.health = [&server, &sync, &handed_over]() -> absl::Status {
     if (handed_over) {

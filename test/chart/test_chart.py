@@ -834,15 +834,20 @@ def check_dra(r, helm):
                 sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False
                 and sc.get("capabilities", {}).get("drop") == ["ALL"], str(sc))
     roles = [d for d in docs if d.get("kind") == "ClusterRole"]
-    rules = sorted((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(sorted(rule["verbs"])))
+    rules = sorted((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(sorted(rule["verbs"])),
+                    tuple(rule.get("resourceNames", ())))
                    for role in roles for rule in role.get("rules", []))
-    r.check("DRA: the ClusterRole grants exactly slices CRUD and watch, claims get, nodes get, "
+    r.check("DRA: the ClusterRole grants exactly slices CRUD and watch, claims get, claims' status "
+            "update (our driver's status.devices entries, on the caller's node only), nodes get, "
             "pods get",
             rules == sorted([(("resource.k8s.io",), ("resourceslices",),
-                              ("create", "delete", "get", "list", "update", "watch")),
-                             (("resource.k8s.io",), ("resourceclaims",), ("get",)),
-                             (("",), ("nodes",), ("get",)),
-                             (("",), ("pods",), ("get",))]), str(rules))
+                              ("create", "delete", "get", "list", "update", "watch"), ()),
+                             (("resource.k8s.io",), ("resourceclaims",), ("get",), ()),
+                             (("resource.k8s.io",), ("resourceclaims/status",), ("update",), ()),
+                             (("resource.k8s.io",), ("resourceclaims/driver",),
+                              ("associated-node:update",), (DRA_DRIVER,)),
+                             (("",), ("nodes",), ("get",), ()),
+                             (("",), ("pods",), ("get",), ())]), str(rules))
     bindings = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
     r.check("DRA: the ClusterRoleBinding binds the role to the ServiceAccount",
             len(bindings) == 1 and len(roles) == 1

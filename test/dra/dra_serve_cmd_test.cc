@@ -57,6 +57,13 @@ class DRAServeCmdTest : public ::testing::Test {
   std::string RegSocket() const {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
   }
+  // GetInfo on the registration socket, as the kubelet's plugin watcher asks it.
+  grpc::Status GetInfo(pluginregistration::PluginInfo& info) const {
+    auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+    return reg->GetInfo(&ctx, {}, &info);
+  }
 
   deviceplugin::testing::TestNode node_;
   const std::string kubelet_dir_ = node_.dir().Sub("kubelet");
@@ -95,11 +102,8 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   rdp::testing::Child driver(RDP_BINARY, serve);
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
-  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
   pluginregistration::PluginInfo info;
-  grpc::ClientContext c1;
-  c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
-  ASSERT_TRUE(reg->GetInfo(&c1, {}, &info).ok());
+  ASSERT_TRUE(GetInfo(info).ok());
   EXPECT_EQ(info.type(), "DRAPlugin");
   EXPECT_EQ(info.endpoint(), kubelet_dir_ + "/plugins/rdma.example.com/dra.sock");
 
@@ -301,11 +305,8 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
   rdp::testing::Child driver(RDP_BINARY, serve);
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
-  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
   pluginregistration::PluginInfo info;
-  grpc::ClientContext c1;
-  c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
-  ASSERT_TRUE(reg->GetInfo(&c1, {}, &info).ok());
+  ASSERT_TRUE(GetInfo(info).ok());
   // DRAPlugin first (the kubelet takes the first it knows), the optional health service after.
   EXPECT_EQ(std::vector<std::string>(info.supported_versions().begin(),
                                      info.supported_versions().end()),

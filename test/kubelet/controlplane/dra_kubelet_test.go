@@ -170,7 +170,8 @@ func cdiSpecs(t *testing.T, dir string) map[string]map[string]any {
 // socket, and the kubelet's DRA manager prepares and unprepares the pod's claim through it. Then
 // the restarts: a plugin restart (with the API server unreachable for it) keeps the prepared
 // claim, a kubelet restart (which wipes the node's slices) re-registers the driver, which
-// publishes again, and unprepare removes the claim's CDI spec.
+// publishes again, and unprepare removes the claim's CDI spec. The claim's status.devices names
+// the HCA and its netdev once the kubelet prepared it, and has no entry of ours after unprepare.
 func TestDRAKubeletPrepare(t *testing.T) {
 	const node = "dra-node"
 	cp := draControlPlane(t, node)
@@ -315,6 +316,29 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	if len(specs) != 1 {
 		t.Fatalf("CDI specs after prepare: %v", specs)
 	}
+	// What the pod got, in the claim's status.devices (written by the driver after the prepare).
+	ourStatus := func(ctx context.Context) ([]resourcev1.AllocatedDeviceStatus, error) {
+		rc, err := c.ResourceV1().ResourceClaims("default").Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var out []resourcev1.AllocatedDeviceStatus
+		for _, d := range rc.Status.Devices {
+			if d.Driver == draDriver {
+				out = append(out, d)
+			}
+		}
+		return out, nil
+	}
+	waitFor(t, settle, "the claim's status.devices after the kubelet's prepare", func(ctx context.Context) (bool, string, error) {
+		got, err := ourStatus(ctx)
+		if err != nil || len(got) != 1 {
+			return false, fmt.Sprintf("%+v", got), err
+		}
+		return got[0].Device == device && got[0].Pool == node && got[0].Data != nil &&
+			strings.Contains(string(got[0].Data.Raw), `"hcaName"`) && got[0].NetworkData != nil &&
+			got[0].NetworkData.InterfaceName != "" && got[0].NetworkData.HardwareAddress != "", fmt.Sprintf("%+v", got), nil
+	})
 
 	// Health in the pod's status: the kubelet's DRA manager opened our health stream when it
 	// registered the driver (ResourceHealthStatus, on by default); the allocated HCA's port going
@@ -436,6 +460,12 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	if specs := cdiSpecs(t, cdiRoot); len(specs) != 0 {
 		t.Errorf("CDI specs after unprepare: %v\ndriver log:\n%s", specs, driver.output())
 	}
+	// ... and our entries of the claim's status.devices (the driver that wrote them was restarted
+	// twice since: what it removes is what the claim holds, not what it remembers).
+	waitFor(t, settle, "the claim's status.devices after unprepare", func(ctx context.Context) (bool, string, error) {
+		got, err := ourStatus(ctx)
+		return err == nil && len(got) == 0, fmt.Sprintf("%+v", got), err
+	})
 }
 
 // deviceTaint: the first taint of `device` in the node's published slices as "key=value:effect",
