@@ -42,7 +42,8 @@ KNOWN_FLAGS = {
     "--pod-resources-socket", "--sysfs-root", "--dev-root", "--proc-root", "--topology-xml",
     "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
-    "--allocation-dir",
+    "--allocation-dir", "--degraded-symbol-errors", "--degraded-link-downed", "--degraded-window",
+    "--flap-count", "--flap-window", "--flap-stable",
 }
 
 # The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
@@ -54,6 +55,8 @@ KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
     "--gpu-vendors", "--metrics-address", "--proc-root", "--allocation-dir",
+    "--degraded-symbol-errors", "--degraded-link-downed", "--degraded-window", "--flap-count",
+    "--flap-window", "--flap-stable",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}

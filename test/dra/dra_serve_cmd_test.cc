@@ -18,6 +18,7 @@
 #include "proto/dra_health_v1alpha1.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
+#include "gmock/gmock.h"
 #include "test/dra/dra_node.h"
 #include "test/support/child.h"
 #include "test/support/http_get.h"
@@ -338,6 +339,22 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
   EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
   HealthV1::Response rest;
   while (v1.Read(rest)) {
+  }
+}
+
+// The same early-warning flags as serve's, checked alike.
+TEST_F(DRAServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
+  for (const auto& [flag, value] : {std::pair{"--degraded-window", "-5m"},
+                                    std::pair{"--flap-count", "-2"},
+                                    std::pair{"--flap-stable", "later"},
+                                    std::pair{"--degraded-link-downed", "-1"}}) {
+    std::vector<std::string> args = {"dra"};
+    for (const std::string& a : Flags()) args.push_back(a);
+    args.push_back(flag);
+    args.push_back(value);
+    rdp::testing::Child child(RDP_BINARY, args);
+    EXPECT_EQ(child.Wait(kTimeout), 2) << flag;
+    EXPECT_THAT(child.output(), ::testing::HasSubstr(flag)) << child.output();
   }
 }
 
