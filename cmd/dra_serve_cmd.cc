@@ -22,11 +22,13 @@
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
 #include "cmd/dra_cmd.h"
+#include "cmd/early_warning_flags.h"
 #include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
 #include "dra/claim_reader.h"
+#include "dra/claim_status.h"
 #include "dra/devices.h"
 #include "dra/dra_server.h"
 #include "dra/driver.h"
@@ -60,6 +62,7 @@ struct DraFlags {
   std::string health_interval = "5s";
   std::string resync = "30s";
   MetricsFlags metrics;
+  EarlyWarningFlags early_warning;
   std::string proc_root = "/";  // GPUDirect RDMA's signals (/proc/modules, /proc/driver/nvidia)
   std::string allocation_dir;   // /etc/rdma/allocation.json's host files; empty: none
   // dra prepare-local
@@ -102,6 +105,7 @@ struct Resolved {
   dra::DriverConfig driver;
   dra::DraServerConfig server;
   metrics::HttpOptions metrics;
+  hca::EarlyWarningConfig early_warning;
 };
 
 absl::StatusOr<Resolved> Resolve(DraFlags& f) {
@@ -117,6 +121,9 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   absl::StatusOr<metrics::HttpOptions> http = f.metrics.Options();
   if (!http.ok()) return http.status();
   r.metrics = *http;
+  absl::StatusOr<hca::EarlyWarningConfig> early_warning = f.early_warning.Config();
+  if (!early_warning.ok()) return early_warning.status();
+  r.early_warning = *early_warning;
   for (auto [flag, text, out] : {std::make_tuple("--health-interval", &f.health_interval,
                                                  &r.health_interval),
                                  std::make_tuple("--slice-resync", &f.resync, &r.resync)}) {
@@ -166,7 +173,9 @@ struct Node {
 
 // `serving`: the instance that serves the kubelet, which asks one that holds the plugin
 // directory to hand over (dra/plugin_lock.h); prepare-local only waits.
-Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, bool serving) {
+// `status`: where prepared claims' status.devices go (none for prepare-local).
+Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, bool serving,
+               dra::ClaimStatusWriter* status = nullptr) {
   Node n;
   // Before the checkpoint is read: a second instance waits for the first to release the lock
   // (SIGTERM ends the wait: the stop signals are not blocked yet).
@@ -190,7 +199,7 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
   dra::NodeSnapshot* snapshot = n.snapshot.get();
   n.driver = std::make_unique<dra::Driver>(
       r.driver, reader, *n.cdi, *n.checkpoint, [snapshot] { return snapshot->Current(); }, n.env,
-      [snapshot] { return snapshot->Rediscover(); });
+      [snapshot] { return snapshot->Rediscover(); }, status);
   if (absl::Status s = n.driver->Start(); !s.ok()) {
     Log()->error("cannot start: {}", s.ToString());
     Exit(1);
@@ -219,10 +228,12 @@ absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
 // What a scrape shows in DRA mode: the node's HCAs (health, placement) and their port counters,
 // from the current snapshot, the same families device-plugin mode writes (docs/metrics.md). The
 // driver knows claims, not pods: no hca_allocated series here (the claims' status has them).
-std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env& env,
+std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo,
+                             const hca::FlaggedHcas& flagged, Env& env,
                              metrics::PortCounterCache& counters,
                              bool registered, const dra::SliceSync::Status& sync,
-                             std::map<std::string, std::uint64_t> dropped) {
+                             std::map<std::string, std::uint64_t> dropped,
+                             const dra::ApiClaimStatusWriter::Counts& claim_status) {
   metrics::NodeMetricsInput in;
   in.mode = r.mode;
   in.topology = topo;
@@ -232,9 +243,10 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
     health.name = h.name;
     health.numa = h.place.numa;
     health.present = true;
-    health.healthy = hca::HcaUsable(h);
+    health.healthy = hca::AssessWithHistory(h, flagged).usable;
     in.hcas.push_back(std::move(health));
   }
+  in.early_warning = flagged;
   metrics::Exposition out;
   metrics::WriteNodeMetrics(in, env, counters, out);
   using Type = metrics::Exposition::Type;
@@ -262,6 +274,12 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo, Env&
              "Publishes of the node's ResourceSlices, by result", Type::kCounter);
   out.Sample({{"result", "success"}}, static_cast<double>(sync.successes));
   out.Sample({{"result", "failure"}}, static_cast<double>(sync.failures));
+  out.Family("rdma_device_plugin_dra_claim_status_writes_total",
+             "Writes of our entries of prepared and unprepared claims' status.devices, by result "
+             "(a failure is retried or left for the claim's next prepare; it never fails one)",
+             Type::kCounter);
+  out.Sample({{"result", "success"}}, static_cast<double>(claim_status.successes));
+  out.Sample({{"result", "failure"}}, static_cast<double>(claim_status.failures));
   out.Family("rdma_device_plugin_dra_dropped_fields_total",
              "Writes of a ResourceSlice whose answer from the API server lacked a field we sent "
              "(its feature gate is off on the control plane), by field",
@@ -290,13 +308,15 @@ absl::Status DraHealth(bool registered, const dra::SliceSync::Status& sync) {
 
 // The pool this node publishes now: its HCAs as devices (health as taints), in slices.
 std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Topology& topo,
-                                          Env& env, bool taints) {
+                                          const hca::FlaggedHcas& flagged, Env& env,
+                                          bool taints) {
   dra::DeviceOptions options;
   options.driver_name = r.driver.driver_name;
   options.mode = r.mode;
   options.taints = taints;
   options.kernel = dra::ReadKernelPci(env, topo);
   options.gpudirect_rdma = topology::ReadGpuDirect(env).Available();
+  options.early_warning = flagged;
   return dra::BuildResourceSlices(dra::BuildDevices(topo, options),
                                   {r.driver.driver_name, r.driver.node_name, "", 1});
 }
@@ -308,7 +328,9 @@ int Serve(const DraFlags& f, const Resolved& r) {
     return kExitUsage;
   }
   dra::ApiClaimReader reader(*client);
-  Node node = StartNode(f, r, reader, /*serving=*/true);
+  // Claims' status.devices, written on a thread of its own: a prepare never waits on it.
+  dra::ApiClaimStatusWriter claim_status(*client, r.driver.driver_name);
+  Node node = StartNode(f, r, reader, /*serving=*/true, &claim_status);
   // Publishing runs on its own thread: an API server that is slow or down delays the slices,
   // never a kubelet RPC.
   dra::ApiSlicePublisher publisher(*client, r.driver.driver_name, r.driver.node_name);
@@ -316,9 +338,14 @@ int Serve(const DraFlags& f, const Resolved& r) {
   Env* env = node.env.get();
   // Cleared when the API server drops device taints: unusable HCAs are then left out.
   std::atomic<bool> taints{true};
+  // Early-warning health: the health poll updates it; publications, the health stream and
+  // scrapes read it.
+  hca::EarlyWarningMonitor early_warning(r.early_warning, "dra");
   dra::SliceSync sync(
       publisher,
-      [&r, snapshot, env, &taints] { return DesiredSlices(r, *snapshot->Current(), *env, taints); },
+      [&r, snapshot, env, &taints, &early_warning] {
+        return DesiredSlices(r, *snapshot->Current(), early_warning.Flagged(), *env, taints);
+      },
       {r.resync, absl::Seconds(10), absl::Seconds(1), absl::Seconds(30)});
   publisher.SetOnDropped([&taints, &sync](const std::string& field) {
     if (field == "taints" && taints.exchange(false)) {
@@ -353,6 +380,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   // The background threads start here, after RunServer blocked the stop signals.
   run.start = [&] {
     sync.Start();
+    claim_status.Start();
     poll = std::thread([&] {
       while (!stop_poll.WaitForNotificationWithTimeout(r.health_interval)) {
         try {
@@ -363,8 +391,11 @@ int Serve(const DraFlags& f, const Resolved& r) {
             Log()->info("the node's HCAs changed: publishing the pool again");
             sync.Trigger();
           }
+          // An HCA degraded, flapping or clear again: its taints change.
+          if (scan.ok() && early_warning.Poll(*scan, *env, absl::Now())) sync.Trigger();
           // Each poll (a Prepare may have rediscovered the node since); streams wake on a change.
-          health.Publish(dra::DeviceHealthOf(*snapshot->Current(), r.driver.node_name));
+          health.Publish(dra::DeviceHealthOf(*snapshot->Current(), r.driver.node_name,
+                                             early_warning.Flagged()));
         } catch (const std::exception& e) {  // the next poll tries again; the process goes on
           Log()->error("the health poll failed: {}", e.what());
         }
@@ -380,6 +411,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
     stop_poll.Notify();
     if (poll.joinable()) poll.join();
     sync.Stop();
+    claim_status.Stop();
   };
   // Set once this instance has handed the plugin directory over; read by /metrics and /healthz.
   std::atomic<bool> handed_over{false};
@@ -408,10 +440,11 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.metrics = r.metrics;
   run.node = env;
   auto counters = std::make_shared<metrics::PortCounterCache>();
-  run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher, &handed_over] {
-    return RenderDraMetrics(r, snapshot->Current(), *env, *counters,
+  run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher, &handed_over,
+                        &early_warning, &claim_status] {
+    return RenderDraMetrics(r, snapshot->Current(), early_warning.Flagged(), *env, *counters,
                             server.registered() && !handed_over, sync.status(),
-                            publisher.DroppedCounts());
+                            publisher.DroppedCounts(), claim_status.counts());
   };
   run.health = [&server, &sync, &handed_over]() -> absl::Status {
     if (handed_over) {
@@ -480,6 +513,7 @@ void AddDraServeFlags(CLI::App* dra) {
       ->envname("RDP_HEALTH_INTERVAL")
       ->capture_default_str();
   f->metrics.Register(dra);
+  f->early_warning.Register(dra);
   dra->add_option("--proc-root", f->proc_root,
                   "Root under which proc/ is read (GPUDirect RDMA: modules, driver/nvidia)")
       ->envname("RDP_PROC_ROOT")

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/early_warning_flags.h"
 #include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
 #include "deviceplugin/config.h"
@@ -29,6 +30,7 @@ struct ServeFlags {
   std::string admission_window = "10s";
   std::string gpu_resources = "nvidia.com/gpu,amd.com/gpu";
   MetricsFlags metrics;
+  EarlyWarningFlags early_warning;
 };
 
 // What Serve() needs beside the Config.
@@ -70,6 +72,9 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
   if (!window.ok()) return window.status();
   c.admission_window = *window;
   c.gpu_resources = absl::StrSplit(f.gpu_resources, ',', absl::SkipWhitespace());
+  absl::StatusOr<hca::EarlyWarningConfig> early_warning = f.early_warning.Config();
+  if (!early_warning.ok()) return early_warning.status();
+  c.early_warning = *early_warning;
   if (c.node_name.empty()) {
     char host[256] = {};
     if (::gethostname(host, sizeof(host) - 1) == 0) c.node_name = host;
@@ -164,6 +169,7 @@ void AddServeCommand(CLI::App& app) {
       ->envname("RDP_ADMISSION_WINDOW")
       ->capture_default_str();
   f->metrics.Register(sub);
+  f->early_warning.Register(sub);
   sub->callback([f] {
     absl::StatusOr<Resolved> config = Resolve(*f);
     if (!config.ok()) {

@@ -77,7 +77,7 @@ absl::Status Validate(const Config& c) {
       return Bad("--gpu-resources", r, "each entry must be <domain>/<name>");
     }
   }
-  return absl::OkStatus();
+  return hca::ValidateEarlyWarning(c.early_warning);
 }
 
 }  // namespace rdp::deviceplugin

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hca/early_warning.h"
 #include "hca/hca.h"
 #include "topology/discovery.h"
 
@@ -40,6 +41,9 @@ struct Config {
   // --allocation-dir: a host directory (the same path in the plugin's container) where Allocate
   // writes the files it mounts at /etc/rdma/allocation.json (hca::AllocationFile); "" for none.
   std::string allocation_dir;
+  // Early-warning health (hca/early_warning.h): --degraded-symbol-errors, --degraded-link-downed,
+  // --degraded-window, --flap-count, --flap-window, --flap-stable.
+  hca::EarlyWarningConfig early_warning;
 
   // Seams and tuning, not flags.
   absl::Duration register_backoff_min = absl::Milliseconds(100);

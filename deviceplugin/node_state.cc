@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -53,6 +54,27 @@ void LogPortChanges(const topology::Topology& before, const std::vector<topology
   }
 }
 
+// alloc.Prefer(request), choosing among the HCAs the early-warning rule does not find degraded
+// first (must_include kept as given): only when those are too few does the answer take degraded
+// ones, the allocator completing a choice that holds all the others.
+absl::StatusOr<std::vector<std::string>> PreferNotDegraded(
+    const allocator::ExclusiveAllocator& alloc, const allocator::Request& request,
+    const hca::FlaggedHcas& flagged) {
+  const std::set<std::string> must(request.must_include.begin(), request.must_include.end());
+  allocator::Request first = request;
+  first.available.clear();
+  for (const std::string& id : request.available) {
+    const std::optional<std::string> pci = topology::NormalizePci(id);
+    const auto f = pci ? flagged.find(*pci) : flagged.end();
+    if (must.count(id) || f == flagged.end() || !f->second.degraded) first.available.push_back(id);
+  }
+  if (first.available.size() == request.available.size()) return alloc.Prefer(request);
+  if (static_cast<int>(first.available.size()) >= request.size) return alloc.Prefer(first);
+  allocator::Request rest = request;
+  rest.must_include = first.available;
+  return alloc.Prefer(rest);
+}
+
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
@@ -79,6 +101,7 @@ NodeState::NodeState(Config config, NodeSources sources)
       sources_(WithEnv(std::move(sources), config_)),
       port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
                                                         sources_.now}),
+      early_warning_(config_.early_warning, "server"),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 NodeState::~NodeState() {
@@ -162,7 +185,11 @@ bool NodeState::Poll() {
     if (changed) Notify();
     return changed;
   }
-  if (scanned_ok) LogPortChanges(*current, scanned);
+  if (scanned_ok) {
+    LogPortChanges(*current, scanned);
+    early_warning_.Poll(scanned, *sources_.env, sources_.now());
+  }
+  const hca::FlaggedHcas flagged = early_warning_.Flagged();
   topology::TopologyPtr fresh;
   const hca::ScanChange change =
       scanned_ok ? hca::CompareScan(current->hcas(), scanned) : hca::ScanChange::kNone;
@@ -194,7 +221,7 @@ bool NodeState::Poll() {
     for (const topology::Hca& h : scanned) {
       present.insert(h.place.pci);
       hca::AdvertisedHca& a = advertised_[h.place.pci];
-      const hca::Verdict verdict = hca::Assess(h);
+      const hca::Verdict verdict = hca::AssessWithHistory(h, flagged);
       if (a.pci.empty()) {
         Log()->info("HCA added: {}", Describe(h));
       } else if (!a.present) {
@@ -557,6 +584,7 @@ metrics::NodeMetricsInput NodeState::MetricsInput() const {
   in.hcas.reserve(advertised_.size());
   for (const auto& [pci, a] : advertised_) in.hcas.push_back(a);
   for (const auto& [pci, why] : withheld_) in.withheld.insert(pci);
+  in.early_warning = early_warning_.Flagged();
   in.pods_known = pods_known_;
   if (pods_known_) {
     for (const ContainerDevices& c : pods_) {
@@ -627,7 +655,8 @@ absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::stri
   }
   if (known.size > 0) {
     absl::StatusOr<std::vector<std::string>> chosen =
-        shared ? allocator::PreferShared(known) : alloc->Prefer(known);
+        shared ? allocator::PreferShared(known)
+               : PreferNotDegraded(*alloc, known, early_warning_.Flagged());
     if (!chosen.ok()) return chosen.status();  // malformed: two spellings of one HCA
     if (!shared) {
       // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.

@@ -33,6 +33,7 @@
 #include "deviceplugin/plugin_metrics.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/resource_model.h"
+#include "hca/early_warning.h"
 #include "hca/hca.h"
 #include "metrics/metrics.h"
 #include "metrics/node_metrics.h"
@@ -131,7 +132,9 @@ class NodeState {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
-  // the pod list as last refreshed (the caller refreshes first: RefreshPods). The IDs are those
+  // the pod list as last refreshed (the caller refreshes first: RefreshPods). Exclusive mode
+  // prefers HCAs the early-warning rule does not find degraded: the allocator chooses among those
+  // first, and completes the answer from the degraded ones only when they are too few. The IDs are those
   // of `available`, spelled as given. InvalidArgument only for a malformed request (size out of
   // range, duplicate or empty IDs, must_include not within available): IDs not offered now are
   // left out of the choice, must_include is kept as given, and the answer is filled from the
@@ -185,6 +188,8 @@ class NodeState {
   std::atomic<std::uint64_t> last_list_epoch_{0};
   mutable PluginMetrics metrics_;
   mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
+  // Early-warning health: the health poll updates it; Prefer and scrapes read it.
+  hca::EarlyWarningMonitor early_warning_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);

@@ -48,6 +48,7 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
 // HCA. Keyed on the wording of hca::Assess; devices_test pins every class.
 std::string TaintValue(const std::string& reason) {
   if (absl::StartsWith(reason, "no port state")) return "NoPortState";
+  if (absl::StartsWith(reason, "flapping")) return "Flapping";
   if (absl::StartsWith(reason, "port ")) return "PortNotActive";
   if (absl::StrContains(reason, "no uverbs")) return "NoUverbsDevice";
   if (absl::StartsWith(reason, "device node")) return "DeviceNodeMissing";
@@ -143,18 +144,30 @@ std::string UnhealthyTaintKey(std::string_view driver_name) {
   return std::string(driver_name) + "/unhealthy";
 }
 
+std::string DegradedTaintKey(std::string_view driver_name) {
+  return std::string(driver_name) + "/degraded";
+}
+
 std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
                                          const DeviceOptions& opts) {
   std::vector<nlohmann::json> devices;
   devices.reserve(topo.hcas().size());
   for (const topology::Hca& hca : topo.hcas()) {
-    const hca::Verdict verdict = hca::Assess(hca);
+    const hca::Verdict verdict = hca::AssessWithHistory(hca, opts.early_warning);
     if (!verdict.usable && !opts.taints) continue;
     nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
+    const auto flagged = opts.early_warning.find(hca.place.pci);
     if (!verdict.usable) {
       device["taints"] = nlohmann::json::array({{
           {"key", UnhealthyTaintKey(opts.driver_name)},
           {"value", TaintValue(verdict.reason)},
+          {"effect", "NoSchedule"},
+      }});
+    } else if (opts.taints && flagged != opts.early_warning.end() && flagged->second.degraded) {
+      device["taints"] = nlohmann::json::array({{
+          {"key", DegradedTaintKey(opts.driver_name)},
+          {"value", flagged->second.degraded_counter == "link_downed" ? "LinkDowned"
+                                                                      : "SymbolErrors"},
           {"effect", "NoSchedule"},
       }});
     }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "dra/model.h"
 #include "nlohmann/json.hpp"
+#include "hca/early_warning.h"
 #include "hca/hca.h"
 #include "topology/topology.h"
 
@@ -46,6 +47,9 @@ struct DeviceOptions {
   // publisher saw the server drop them), an unusable HCA is left out instead: no device, rather
   // than an untainted one the scheduler would allocate and Prepare would refuse.
   bool taints = true;
+  // The HCAs the early-warning rule flags now (hca::EarlyWarningMonitor::Flagged), by PCI
+  // address: degraded ones carry the degraded taint, held ones are unusable.
+  hca::FlaggedHcas early_warning;
 };
 
 // The device name of an HCA: "hca-" and its PCI address with ':' and '.' as '-'
@@ -65,6 +69,8 @@ absl::Status ValidateNodeName(std::string_view name);
 
 // The taint key that marks an unhealthy HCA: "<driver>/unhealthy".
 std::string UnhealthyTaintKey(std::string_view driver_name);
+// The taint key that marks a degraded HCA (early-warning health): "<driver>/degraded".
+std::string DegradedTaintKey(std::string_view driver_name);
 
 // One resource.k8s.io/v1 Device per HCA of `topo`, in PCI order, named DeviceName(hca).
 //
@@ -99,10 +105,13 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 //                                    device.attributes["<driver>"].gpuDirectRDMA
 // A string longer than the API's 64 characters is left out rather than make the slice invalid.
 //
-// Health: an HCA that hca::Assess finds unusable carries the taint
+// Health: an HCA that hca::AssessWithHistory finds unusable carries the taint
 //   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
-// with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing (Unusable for
-// a reason this code does not know); with opts.taints false, no device at all. NoSchedule: the scheduler allocates it to no new claim that
+// with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing, Flapping (held
+// by the early-warning rule; Unusable for a reason this code does not know); with opts.taints
+// false, no device at all. A usable HCA the early-warning rule finds degraded carries
+//   {key: "<driver>/degraded", value: SymbolErrors or LinkDowned, effect: NoSchedule}
+// (left without it when opts.taints is false: it is still usable). NoSchedule: the scheduler allocates it to no new claim that
 // does not tolerate the taint; pods already running keep it (NoExecute would evict them, which
 // a flapping link must not do). A healthy HCA has no taint: the output depends only on the input.
 //

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
+#include "dra/device_status.h"
 #include "dra/devices.h"
 #include "hca/hca.h"
 #include "serving/atomic_file.h"
@@ -65,13 +66,14 @@ std::string Key(const std::string& ns, const std::string& name) { return absl::S
 
 Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
                std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
-               std::function<topology::TopologyPtr()> rediscover)
+               std::function<topology::TopologyPtr()> rediscover, ClaimStatusWriter* status)
     : config_(std::move(config)),
       reader_(reader),
       cdi_(cdi),
       topology_(std::move(topology)),
       rediscover_(std::move(rediscover)),
       env_(std::move(env)),
+      status_(status),
       checkpoint_(checkpoint) {}
 
 absl::Status Driver::Start() {
@@ -223,6 +225,7 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
     if (it == out.end()) continue;
     if (it->second.ok()) {
       Log()->info("prepared claim {}: {} device(s)", Describe(ref), it->second->size());
+      WriteStatus(ref);
     } else {
       Log()->warn("preparing claim {} failed: {}", Describe(ref), it->second.status().ToString());
     }
@@ -621,7 +624,11 @@ std::map<std::string, absl::Status> Driver::Unprepare(const std::vector<ClaimRef
     LockClaim(ref.uid);
     absl::Status s = UnprepareOne(ref);
     UnlockClaim(ref.uid);
-    if (!s.ok()) Log()->warn("unpreparing claim {} failed: {}", Describe(ref), s.ToString());
+    if (!s.ok()) {
+      Log()->warn("unpreparing claim {} failed: {}", Describe(ref), s.ToString());
+    } else if (status_ != nullptr) {
+      status_->Set(ref, {});  // also for a claim not prepared here: entries a crash left
+    }
     out.emplace(ref.uid, std::move(s));
   }
   return out;
@@ -646,6 +653,35 @@ absl::Status Driver::UnprepareOne(const ClaimRef& ref) {
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+void Driver::WriteStatus(const ClaimRef& ref) {
+  if (status_ == nullptr) return;
+  try {
+    std::optional<PreparedClaim> claim;
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = prepared_.find(ref.uid); it != prepared_.end()) claim = it->second;
+    }
+    if (!claim) return;  // unprepared meanwhile
+    topology::TopologyPtr snapshot = topology_();
+    std::vector<nlohmann::json> entries;
+    std::set<std::pair<std::string, std::string>> seen;  // (device, shareID): the list's keys
+    for (const AllocatedDevice& d : claim->devices) {
+      if (!seen.emplace(d.device, d.share_id).second) continue;
+      const int idx = snapshot ? FindHca(*snapshot, d.device) : -1;
+      nlohmann::json entry =
+          idx >= 0 ? AllocatedDeviceStatus(config_.driver_name, d.pool, snapshot->hcas()[idx], *env_)
+                   : nlohmann::json{{"driver", config_.driver_name}, {"pool", d.pool},
+                                    {"device", d.device}};
+      if (!d.share_id.empty()) entry["shareID"] = d.share_id;
+      entries.push_back(std::move(entry));
+    }
+    status_->Set(claim->ref, std::move(entries));
+  } catch (const std::exception& e) {  // the claim is prepared all the same
+    Log()->error("claim {}: its status.devices entries cannot be built: {}", Describe(ref),
+                 e.what());
+  }
 }
 
 PreparedClaims Driver::Prepared() const {

@@ -19,6 +19,9 @@
 // for that claim and is that claim's alone.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file removed; a claim
 // that is not prepared is OK (its spec file is removed if one was left behind).
+// With a ClaimStatusWriter, a prepared claim's status.devices gets an entry per device of ours
+// (dra/device_status.h) and an unprepared one loses them; the writer does it in the background:
+// neither call waits on it, and its failures are not the call's.
 // Thread-safe: calls run concurrently; calls for one claim UID are serialised, and so are the
 // calls that read claims from the API server.
 
@@ -75,9 +78,11 @@ class Driver {
   // returns the current snapshot; `env` reads the node (device nodes, sysfs). `rediscover`
   // (optional; null when it fails or declines, e.g. rate-limited) is called when a claim names a
   // device the snapshot does not have: an HCA hot-plugged since; it runs on the calling thread.
+  // `status` (optional, not owned, outlives the driver) keeps the claims' status.devices.
   Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
          std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
-         std::function<topology::TopologyPtr()> rediscover = nullptr);
+         std::function<topology::TopologyPtr()> rediscover = nullptr,
+         ClaimStatusWriter* status = nullptr);
 
   // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered, then makes
   // the CDI directory agree with it (before any call, while this instance holds the plugin
@@ -136,6 +141,8 @@ class Driver {
   // Writes the spec, then the checkpoint entry; on failure neither is left.
   absl::Status Commit(const PreparedClaim& claim, const nlohmann::json& spec);
   std::vector<PreparedDevice> Answer(const PreparedClaim& claim) const;
+  // The claim's status.devices entries of ours, to status_ (when there is one).
+  void WriteStatus(const ClaimRef& ref);
   absl::Status UnprepareOne(const ClaimRef& ref);
   // Serialises work on one claim UID.
   void LockClaim(const std::string& uid);
@@ -147,6 +154,7 @@ class Driver {
   const std::function<topology::TopologyPtr()> topology_;
   const std::function<topology::TopologyPtr()> rediscover_;
   const std::shared_ptr<Env> env_;
+  ClaimStatusWriter* const status_;
 
   // Held by a Prepare that reads claims: one at a time decides what the common variables say.
   absl::Mutex prepare_mu_ ABSL_ACQUIRED_BEFORE(mu_);

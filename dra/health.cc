@@ -49,11 +49,12 @@ void Fill(const std::vector<DeviceHealth>& devices, std::int64_t timeout_seconds
 
 }  // namespace
 
-std::vector<DeviceHealth> DeviceHealthOf(const topology::Topology& topo, const std::string& pool) {
+std::vector<DeviceHealth> DeviceHealthOf(const topology::Topology& topo, const std::string& pool,
+                                         const hca::FlaggedHcas& flagged) {
   std::vector<DeviceHealth> out;
   out.reserve(topo.hcas().size());
   for (const topology::Hca& hca : topo.hcas()) {
-    hca::Verdict v = hca::Assess(hca);
+    const hca::Verdict v = hca::AssessWithHistory(hca, flagged);
     out.push_back({pool, DeviceName(hca),
                    v.usable ? DeviceHealth::State::kHealthy : DeviceHealth::State::kUnhealthy,
                    v.usable ? "" : hca.name + ": " + v.reason});

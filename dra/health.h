@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "proto/dra_health.grpc.pb.h"
 #include "proto/dra_health_v1alpha1.grpc.pb.h"
+#include "hca/early_warning.h"
 #include "topology/topology.h"
 
 namespace rdp::dra {
@@ -45,8 +46,10 @@ struct DeviceHealth {
   }
 };
 
-// Every HCA of `topo`, in its order, in the pool `pool` (the node's name).
-std::vector<DeviceHealth> DeviceHealthOf(const topology::Topology& topo, const std::string& pool);
+// Every HCA of `topo`, in its order, in the pool `pool` (the node's name); one the early-warning
+// rule holds (`flagged`: its ports flapped) is unhealthy too (hca::AssessWithHistory).
+std::vector<DeviceHealth> DeviceHealthOf(const topology::Topology& topo, const std::string& pool,
+                                         const hca::FlaggedHcas& flagged = {});
 
 struct HealthFeedConfig {
   // The longest a stream goes without sending the list (the health poll's interval is a good

@@ -103,6 +103,17 @@ class ClaimReader {
   virtual absl::StatusOr<PodClaims> ReadPod(const PodRef& pod, absl::Time deadline) = 0;
 };
 
+// Keeps our driver's entries of a claim's status.devices (resource.k8s.io/v1
+// AllocatedDeviceStatus) in the API server.
+class ClaimStatusWriter {
+ public:
+  virtual ~ClaimStatusWriter() = default;
+  // Makes our driver's entries of the claim's status.devices `devices` (objects as
+  // AllocatedDeviceStatus makes them; none: ours are removed), other drivers' entries kept.
+  // Asynchronous: never waits on the API server; a failure is logged and retried by the writer.
+  virtual void Set(const ClaimRef& ref, std::vector<nlohmann::json> devices) = 0;
+};
+
 // Keeps this node's pool in the API server.
 class SlicePublisher {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 
 namespace rdp::hca {
 namespace {
@@ -160,6 +161,41 @@ std::vector<std::string> EarlyWarning::Held() const {
     if (h.status.held) out.push_back(pci);
   }
   return out;
+}
+
+Verdict AssessWithHistory(const topology::Hca& hca, const FlaggedHcas& flagged) {
+  Verdict v = Assess(hca);
+  const auto it = flagged.find(hca.place.pci);
+  if (v.usable && it != flagged.end() && it->second.held) {
+    v.usable = false;
+    v.reason = absl::StrCat("flapping: ", it->second.held_reason);
+  }
+  return v;
+}
+
+EarlyWarningMonitor::EarlyWarningMonitor(EarlyWarningConfig config, std::string logger)
+    : config_(config), logger_(std::move(logger)), rule_(config) {}
+
+bool EarlyWarningMonitor::Poll(const std::vector<topology::Hca>& scanned, Env& env,
+                               absl::Time now) {
+  std::vector<HcaObservation> observed;
+  observed.reserve(scanned.size());
+  // Outside the lock: on mlx5 each counter file is a firmware query.
+  for (const topology::Hca& h : scanned) observed.push_back(Observe(h, topology::ReadPortErrors(env, h)));
+  absl::MutexLock lock(&mu_);
+  const std::vector<std::string> lines = rule_.Update(now, observed);
+  for (const std::string& line : lines) Logger(logger_)->warn("{}", line);
+  flagged_.clear();
+  for (const HcaObservation& o : observed) {
+    const EarlyWarningStatus s = rule_.Status(o.pci);
+    if (s.degraded || s.held) flagged_[o.pci] = s;
+  }
+  return !lines.empty();
+}
+
+FlaggedHcas EarlyWarningMonitor::Flagged() const {
+  absl::MutexLock lock(&mu_);
+  return flagged_;
 }
 
 }  // namespace rdp::hca

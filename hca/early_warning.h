@@ -1,7 +1,5 @@
 #pragma once
 
-// NOT WIRED YET (issue 29): no door calls this rule; test/hca/early_warning_test.cc tests it.
-//
 // Early-warning health: links that degrade before they go down. hca::Assess says whether an HCA
 // can be handed out now; this says what its recent history adds, from one observation per health
 // poll (port states and error counters), with the time passed in (no clock here):
@@ -17,8 +15,9 @@
 //   whose ports flapped more than max_flaps times within flap_window is held unhealthy (not
 //   usable, whatever Assess says) until it has been stable (no flap) for stable_for.
 //
-// Pure: no I/O; the caller reads the counters (topology::ReadPortErrors). Not thread-safe: one
-// health poll drives it.
+// EarlyWarning is pure: no I/O; the caller reads the counters (topology::ReadPortErrors). Not
+// thread-safe: one health poll drives it. EarlyWarningMonitor is the rule on a node as both
+// doors' health polls run it: it reads the counters, logs, and answers readers on other threads.
 
 #include <cstdint>
 #include <deque>
@@ -27,9 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/env.h"
 #include "topology/port_counters.h"
+#include "hca/hca.h"
 #include "topology/topology.h"
 
 namespace rdp::hca {
@@ -113,6 +116,38 @@ class EarlyWarning {
 
   const EarlyWarningConfig config_;
   std::map<std::string, HcaHistory> hcas_;  // by PCI address
+};
+
+// The HCAs the rule flags (degraded or held), by PCI address.
+using FlaggedHcas = std::map<std::string, EarlyWarningStatus>;
+
+// Assess(hca) with the rule's history: not usable while the rule holds the HCA (its ports
+// flapped), with the reason "flapping: <held_reason>". A degraded HCA stays usable.
+Verdict AssessWithHistory(const topology::Hca& hca, const FlaggedHcas& flagged);
+
+// The rule on a node, for a door's health poll: Poll reads the scanned HCAs' error counters
+// through `env` (topology::ReadPortErrors), updates the rule at `now` and logs each change
+// (EarlyWarning::Update's lines) as a warning on the logger `logger`. Thread-safe: one health
+// poll calls Poll; RPCs, publications and scrapes read.
+class EarlyWarningMonitor {
+ public:
+  EarlyWarningMonitor(EarlyWarningConfig config, std::string logger);
+
+  // One poll of `scanned` (the HCAs as the health scan saw them; those not in it are forgotten).
+  // True when an HCA's degraded or held state changed.
+  bool Poll(const std::vector<topology::Hca>& scanned, Env& env, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The HCAs that are degraded or held now, by PCI address; the others are clear.
+  FlaggedHcas Flagged() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const EarlyWarningConfig& config() const { return config_; }
+
+ private:
+  const EarlyWarningConfig config_;
+  const std::string logger_;
+  mutable absl::Mutex mu_;
+  EarlyWarning rule_ ABSL_GUARDED_BY(mu_);
+  FlaggedHcas flagged_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rdp::hca

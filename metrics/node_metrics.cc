@@ -187,6 +187,24 @@ void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, PortCounterCache& 
   for (const hca::AdvertisedHca& h : node.hcas) {
     out.Sample({{"hca", h.name}, {"pci", h.pci}}, node.withheld.count(h.pci) ? 1 : 0);
   }
+  // Early-warning health: one series per HCA, so that an alert on "== 1" also sees it clear.
+  auto write_flag = [&node, &out](const std::string& family, const char* help,
+                                  bool hca::EarlyWarningStatus::*flag) {
+    out.Family(family, help, Exposition::Type::kGauge);
+    for (const hca::AdvertisedHca& h : node.hcas) {
+      const auto it = node.early_warning.find(h.pci);
+      out.Sample({{"hca", h.name}, {"pci", h.pci}},
+                 it != node.early_warning.end() && it->second.*flag ? 1 : 0);
+    }
+  };
+  write_flag(Name("hca_degraded"),
+             "1 while the HCA's symbol_error or link_downed counters grow faster than the "
+             "early-warning thresholds: still served, new pods get other HCAs.",
+             &hca::EarlyWarningStatus::degraded);
+  write_flag(Name("hca_flapping"),
+             "1 while the HCA is held unhealthy because its ports flapped more often than the "
+             "early-warning rule allows, until they have been stable long enough.",
+             &hca::EarlyWarningStatus::held);
   out.Family(Name("hca_info"),
              "Where each present HCA sits: NUMA node, PCIe root and switch, link layer of its "
              "first port, and the plugin's mode. Always 1.",

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 
 #include "base/env.h"
+#include "hca/early_warning.h"
 #include "hca/hca.h"
 #include "metrics/metrics.h"
 #include "topology/topology.h"
@@ -31,6 +32,7 @@ struct NodeMetricsInput {
   topology::TopologyPtr topology;        // the current snapshot (present HCAs, placement)
   std::vector<hca::AdvertisedHca> hcas;  // every HCA advertised, vanished ones included
   std::set<std::string> withheld;        // PCI addresses
+  hca::FlaggedHcas early_warning;        // degraded or flapping HCAs (hca/early_warning.h)
   bool pods_known = false;
   // Containers ("<namespace>/<pod>/<container>") holding IDs of our resource, with those IDs
   // (the device plugin knows them from pod-resources; DRA knows claims, not pods: none).

@@ -158,7 +158,13 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
     }
   }
   RDP_RETURN_IF_ERROR(Symlink(ib, sys / "class" / "infiniband" / hca.name));
-  for (const std::string& n : hca.netdevs) RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / n));
+  // Each netdev with a hardware address made from the function's address and the netdev's
+  // index, so that it is stable and differs between netdevs: "0000:1a:00.0", 0 ->
+  // "02:00:00:1a:00:00" (a locally administered address).
+  for (std::size_t i = 0; i < hca.netdevs.size(); ++i) {
+    RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / hca.netdevs[i]));
+    RDP_RETURN_IF_ERROR(Write(dev_dir / "net" / hca.netdevs[i] / "address", NetdevAddress(hca.pci, i)));
+  }
 
   const fs::path devib = fs::path(root_) / "dev" / "infiniband";
   const std::string uverbs = fmt::format("uverbs{}", laid.uverbs);
@@ -292,6 +298,13 @@ std::string Ipv4Gid(const std::string& ipv4) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (std::sscanf(ipv4.c_str(), "%u.%u.%u.%u", &a, &b, &c, &d) != 4) return "";
   return fmt::format("0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}", a, b, c, d);
+}
+
+std::string NetdevAddress(const std::string& pci, std::size_t index) {
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  if (std::sscanf(pci.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &function) != 4) return "";
+  return fmt::format("02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", domain & 0xff, bus & 0xff,
+                     device & 0xff, function & 0xff, index & 0xff);
 }
 
 absl::Status SysfsFixture::AddGpu(const topology::Gpu& gpu) {

@@ -47,6 +47,10 @@ struct FixtureGid {
 // The GID of an IPv4 address as the kernel makes it: "192.0.2.10" ->
 // "0000:0000:0000:0000:0000:ffff:c000:020a".
 std::string Ipv4Gid(const std::string& ipv4);
+// The hardware address the fixture gives the `index`th netdev of the PCI function `pci`:
+// "0000:1a:00.0", 0 -> "02:00:00:1a:00:00" (locally administered; domain's low byte, bus,
+// device, function, index); "" for an address that is not domain:bus:device.function.
+std::string NetdevAddress(const std::string& pci, std::size_t index);
 
 struct FixturePort {
   int number = 1;

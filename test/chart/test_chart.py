@@ -42,7 +42,8 @@ KNOWN_FLAGS = {
     "--pod-resources-socket", "--sysfs-root", "--dev-root", "--proc-root", "--topology-xml",
     "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
-    "--allocation-dir",
+    "--allocation-dir", "--degraded-symbol-errors", "--degraded-link-downed", "--degraded-window",
+    "--flap-count", "--flap-window", "--flap-stable",
 }
 
 # The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
@@ -54,6 +55,8 @@ KNOWN_DRA_FLAGS = {
     "--mode", "--driver-name", "--kubelet-dir", "--cdi-root", "--sysfs-root", "--dev-root",
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
     "--gpu-vendors", "--metrics-address", "--proc-root", "--allocation-dir",
+    "--degraded-symbol-errors", "--degraded-link-downed", "--degraded-window", "--flap-count",
+    "--flap-window", "--flap-stable",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
@@ -831,15 +834,20 @@ def check_dra(r, helm):
                 sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False
                 and sc.get("capabilities", {}).get("drop") == ["ALL"], str(sc))
     roles = [d for d in docs if d.get("kind") == "ClusterRole"]
-    rules = sorted((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(sorted(rule["verbs"])))
+    rules = sorted((tuple(rule["apiGroups"]), tuple(rule["resources"]), tuple(sorted(rule["verbs"])),
+                    tuple(rule.get("resourceNames", ())))
                    for role in roles for rule in role.get("rules", []))
-    r.check("DRA: the ClusterRole grants exactly slices CRUD and watch, claims get, nodes get, "
+    r.check("DRA: the ClusterRole grants exactly slices CRUD and watch, claims get, claims' status "
+            "update (our driver's status.devices entries, on the caller's node only), nodes get, "
             "pods get",
             rules == sorted([(("resource.k8s.io",), ("resourceslices",),
-                              ("create", "delete", "get", "list", "update", "watch")),
-                             (("resource.k8s.io",), ("resourceclaims",), ("get",)),
-                             (("",), ("nodes",), ("get",)),
-                             (("",), ("pods",), ("get",))]), str(rules))
+                              ("create", "delete", "get", "list", "update", "watch"), ()),
+                             (("resource.k8s.io",), ("resourceclaims",), ("get",), ()),
+                             (("resource.k8s.io",), ("resourceclaims/status",), ("update",), ()),
+                             (("resource.k8s.io",), ("resourceclaims/driver",),
+                              ("associated-node:update",), (DRA_DRIVER,)),
+                             (("",), ("nodes",), ("get",), ()),
+                             (("",), ("pods",), ("get",), ())]), str(rules))
     bindings = [d for d in docs if d.get("kind") == "ClusterRoleBinding"]
     r.check("DRA: the ClusterRoleBinding binds the role to the ServiceAccount",
             len(bindings) == 1 and len(roles) == 1

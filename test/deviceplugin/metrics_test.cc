@@ -630,5 +630,70 @@ TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
   }
 }
 
+// Early-warning health through the device plugin's health poll, on a fixture whose counters grow
+// and whose port flaps, with the time given: mlx5_0's symbol_error grows by 11 within a poll, so
+// it is degraded (hca_degraded 1): still Healthy and allocatable, but GetPreferredAllocation
+// picks another HCA while there is one. mlx5_1's port flaps four times: Unhealthy
+// (hca_flapping 1) though its port is ACTIVE, until it has been stable for --flap-stable.
+TEST_F(NodeMetricsTest, EarlyWarningDegradedAndFlapping) {
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.early_warning.stable_for = absl::Minutes(5);
+  NodeSources sources = node_.Sources();
+  auto now = std::make_shared<absl::Time>(absl::FromUnixSeconds(1'800'000'000));
+  sources.now = [now] { return *now; };
+  NodeState state(config, std::move(sources));
+  ASSERT_TRUE(state.Init().ok());
+  auto poll = [&] {
+    *now += absl::Seconds(30);
+    state.Poll();
+  };
+  poll();  // the counters' first reading
+  // Without a warning the allocator takes the lowest PCI address among equals.
+  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
+            std::vector<std::string>{"0000:1a:00.0"});
+
+  ASSERT_TRUE(node_.fixture().SetCounter("mlx5_0", 1, "symbol_error", 11).ok());
+  poll();
+  std::string text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_degraded{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_degraded{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"));
+  EXPECT_TRUE(state.Devices().devices[0].healthy);
+  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
+            std::vector<std::string>{"0000:3a:00.0"});
+  // Too few others: the degraded one completes the answer; asked for, it is kept.
+  EXPECT_THAT(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 2),
+              ::testing::UnorderedElementsAre("0000:1a:00.0", "0000:3a:00.0"));
+  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {"0000:1a:00.0"}, 1),
+            std::vector<std::string>{"0000:1a:00.0"});
+  EXPECT_TRUE(state.Allocate({"0000:1a:00.0"}).ok());
+
+  for (int flap = 0; flap < 4; ++flap) {
+    ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
+    poll();
+    ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
+    poll();
+  }
+  EXPECT_FALSE(state.Devices().devices[1].healthy);
+  text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_flapping{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_flapping{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 0"));
+  // Stable for 5 minutes: healthy again. The symbol errors stopped long ago: no longer degraded.
+  *now += absl::Minutes(5);
+  poll();
+  EXPECT_TRUE(state.Devices().devices[1].healthy);
+  text = Scrape(state);
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_flapping{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
+  *now += absl::Minutes(10);
+  poll();
+  EXPECT_TRUE(HasLine(Scrape(state),
+                      "rdma_device_plugin_hca_degraded{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 0"));
+  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
+            std::vector<std::string>{"0000:1a:00.0"});
+}
+
 }  // namespace
 }  // namespace rdp::deviceplugin

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
 #include "test/deviceplugin/test_node.h"
@@ -73,6 +74,22 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   struct stat st;
   EXPECT_NE(::stat(config.SocketPath().c_str(), &st), 0) << "socket left behind";
   EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir, "--timeout", "200ms"}), 1);
+}
+
+// The early-warning flags (docs/server.md): a value that cannot work exits 2 naming the flag.
+TEST(ServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
+  for (const auto& [flag, value] : {std::pair{"--degraded-window", "0s"},
+                                    std::pair{"--flap-window", "soon"},
+                                    std::pair{"--flap-stable", "-1m"},
+                                    std::pair{"--flap-count", "-1"},
+                                    std::pair{"--degraded-symbol-errors", "-3"}}) {
+    // A flag that were taken would serve: in a directory of the test's, never the node's.
+    rdp::testing::TempDir dir;
+    rdp::testing::Child child(RDP_BINARY, {"serve", "--kubelet-dir", dir.path(),
+                                           "--pod-resources-socket=", flag, value});
+    EXPECT_EQ(child.Wait(kTimeout), 2) << flag;
+    EXPECT_THAT(child.output(), ::testing::HasSubstr(flag)) << child.output();
+  }
 }
 
 }  // namespace

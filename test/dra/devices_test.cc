@@ -2,6 +2,7 @@
 // device name round trip; and `rdma-device-plugin dra slices` end to end on bundled fixtures.
 
 #include "dra/devices.h"
+#include "dra/health.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -572,6 +573,62 @@ TEST_F(DRASlicesCmdTest, DiscoveryFailureExitsOne) {
                            "--node-name", "n"});
   EXPECT_EQ(r.code, 1) << r.all;
   EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// Early-warning health (hca/early_warning.h): a degraded HCA stays usable and carries the
+// degraded taint, naming the counter; one held for flapping is unhealthy (class Flapping).
+// Without taints the degraded one is offered untainted and the held one left out.
+TEST(DRADevicesTest, EarlyWarningTaints) {
+  DeviceOptions opts;
+  opts.driver_name = "rdma.example.com";
+  hca::EarlyWarningStatus symbol_errors;
+  symbol_errors.degraded = true;
+  symbol_errors.degraded_counter = "symbol_error";
+  hca::EarlyWarningStatus link_downed = symbol_errors;
+  link_downed.degraded_counter = "link_downed";
+  hca::EarlyWarningStatus held;
+  held.held = true;
+  held.held_reason = "its ports flapped 4 times within 10m (more than 3)";
+  for (const auto& [status, key, value] :
+       {std::make_tuple(symbol_errors, "rdma.example.com/degraded", "SymbolErrors"),
+        std::make_tuple(link_downed, "rdma.example.com/degraded", "LinkDowned"),
+        std::make_tuple(held, "rdma.example.com/unhealthy", "Flapping")}) {
+    opts.early_warning = {{"0000:1a:00.0", status}};
+    const json want = json::array({{{"key", key}, {"value", value}, {"effect", "NoSchedule"}}});
+    EXPECT_EQ(One(HealthyHca(), opts)["taints"], want) << value;
+  }
+  // A flag on another HCA changes nothing here.
+  opts.early_warning = {{"0000:ff:00.0", held}};
+  EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
+
+  opts.taints = false;
+  opts.early_warning = {{"0000:1a:00.0", symbol_errors}};
+  EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
+  opts.early_warning = {{"0000:1a:00.0", held}};
+  const topology::Topology topo({0}, {HealthyHca()}, {});
+  EXPECT_TRUE(BuildDevices(topo, opts).empty());
+}
+
+// The health stream says the same: a held HCA is Unhealthy with the rule's reason, a degraded one
+// Healthy.
+TEST(DRADevicesTest, EarlyWarningInTheHealthStream) {
+  topology::Hca other = HealthyHca();
+  other.name = "mlx5_1";
+  other.place.pci = "0000:1b:00.0";
+  const topology::Topology topo({0}, {HealthyHca(), other}, {});
+  hca::EarlyWarningStatus held;
+  held.held = true;
+  held.held_reason = "its ports flapped 4 times within 10m (more than 3)";
+  hca::EarlyWarningStatus degraded;
+  degraded.degraded = true;
+  const std::vector<DeviceHealth> got =
+      DeviceHealthOf(topo, "node-a", {{"0000:1a:00.0", held}, {"0000:1b:00.0", degraded}});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].state, DeviceHealth::State::kUnhealthy);
+  EXPECT_EQ(got[0].message,
+            "mlx5_0: flapping: its ports flapped 4 times within 10m (more than 3)");
+  EXPECT_EQ(got[1].state, DeviceHealth::State::kHealthy);
+  EXPECT_EQ(DeviceHealthOf(topo, "node-a")[0].state, DeviceHealth::State::kHealthy);
 }
 
 }  // namespace

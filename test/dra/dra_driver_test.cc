@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "dra/device_status.h"
 #include "test/dra/dra_node.h"
 
 namespace rdp::dra {
@@ -215,6 +216,48 @@ TEST(DRADriverTest, StartReconcilesTheCdiDirectoryWithTheCheckpoint) {
   EXPECT_EQ(n.driver().Prepared().size(), 4u);
   EXPECT_FALSE(n.driver().Prepare({{"ns", kUid5, "e"}}).at(kUid5).ok());
   EXPECT_TRUE(n.driver().Unprepare({{"ns", kUid5, "e"}}).at(kUid5).ok());
+}
+
+// What the driver hands its ClaimStatusWriter, in order.
+class RecordingStatusWriter : public ClaimStatusWriter {
+ public:
+  void Set(const ClaimRef& ref, std::vector<nlohmann::json> devices) override {
+    calls.emplace_back(ref.uid, std::move(devices));
+  }
+  std::vector<std::pair<std::string, std::vector<nlohmann::json>>> calls;
+};
+
+TEST(DRADriverTest, PrepareAndUnprepareSetTheClaimsDeviceStatus) {
+  DraNode n;
+  RecordingStatusWriter status;
+  n.SetStatusWriter(&status);
+  n.NewDriver();
+  AllocatedDevice shared = Dev(kHca1, "hca/sub");
+  shared.share_id = "0a1b2c3d-0000-4000-8000-000000000001";
+  n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0), shared});
+  ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kClaim.uid).ok());
+  nlohmann::json second = AllocatedDeviceStatus(kDriver, kNode, n.topology().hcas()[1], n.env());
+  second["shareID"] = shared.share_id;
+  const std::vector<nlohmann::json> want = {
+      AllocatedDeviceStatus(kDriver, kNode, n.topology().hcas()[0], n.env()), second};
+  ASSERT_EQ(status.calls.size(), 1u);
+  EXPECT_EQ(status.calls[0].first, kClaim.uid);
+  EXPECT_EQ(status.calls[0].second, want);
+  EXPECT_EQ(want[0]["data"]["hcaName"], "mlx5_0");
+  // Answered from the checkpoint (another pod of the claim): set again (the writer sends nothing
+  // when they are there already).
+  ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kClaim.uid).ok());
+  ASSERT_EQ(status.calls.size(), 2u);
+  EXPECT_EQ(status.calls[1].second, want);
+  // A claim that fails to prepare gets none.
+  n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev("hca-0000-ff-00-0")});
+  EXPECT_FALSE(n.driver().Prepare({{"ns", kUid2, "claim-2"}}).at(kUid2).ok());
+  EXPECT_EQ(status.calls.size(), 2u);
+  // Unprepare removes ours.
+  ASSERT_TRUE(n.driver().Unprepare({kClaim}).at(kClaim.uid).ok());
+  ASSERT_EQ(status.calls.size(), 3u);
+  EXPECT_EQ(status.calls[2].first, kClaim.uid);
+  EXPECT_TRUE(status.calls[2].second.empty());
 }
 
 TEST(DRADriverTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {

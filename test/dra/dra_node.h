@@ -168,10 +168,13 @@ class DraNode {
     config.api_timeout = absl::Seconds(1);
     topology::TopologyPtr snapshot = topology_;
     driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_,
-                                       [snapshot] { return snapshot; }, env_, rediscover_);
+                                       [snapshot] { return snapshot; }, env_, rediscover_,
+                                       status_);
     ASSERT_TRUE(driver_->Start().ok());
   }
 
+  // Where the next NewDriver's driver writes claims' status.devices (not owned).
+  void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
   // What the next NewDriver's driver calls for a device its snapshot lacks.
   void SetRediscover(std::function<topology::TopologyPtr()> f) { rediscover_ = std::move(f); }
   // The node's topology read from sysfs now.
@@ -213,6 +216,7 @@ class DraNode {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
   std::function<topology::TopologyPtr()> rediscover_;
+  ClaimStatusWriter* status_ = nullptr;
 };
 
 }  // namespace rdp::dra::testing

@@ -18,6 +18,7 @@
 #include "proto/dra_health_v1alpha1.grpc.pb.h"
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
+#include "gmock/gmock.h"
 #include "test/dra/dra_node.h"
 #include "test/support/child.h"
 #include "test/support/http_get.h"
@@ -55,6 +56,13 @@ class DRAServeCmdTest : public ::testing::Test {
   }
   std::string RegSocket() const {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
+  }
+  // GetInfo on the registration socket, as the kubelet's plugin watcher asks it.
+  grpc::Status GetInfo(pluginregistration::PluginInfo& info) const {
+    auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+    return reg->GetInfo(&ctx, {}, &info);
   }
 
   deviceplugin::testing::TestNode node_;
@@ -94,11 +102,8 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   rdp::testing::Child driver(RDP_BINARY, serve);
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
-  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
   pluginregistration::PluginInfo info;
-  grpc::ClientContext c1;
-  c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
-  ASSERT_TRUE(reg->GetInfo(&c1, {}, &info).ok());
+  ASSERT_TRUE(GetInfo(info).ok());
   EXPECT_EQ(info.type(), "DRAPlugin");
   EXPECT_EQ(info.endpoint(), kubelet_dir_ + "/plugins/rdma.example.com/dra.sock");
 
@@ -300,11 +305,8 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
   rdp::testing::Child driver(RDP_BINARY, serve);
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
-  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
   pluginregistration::PluginInfo info;
-  grpc::ClientContext c1;
-  c1.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
-  ASSERT_TRUE(reg->GetInfo(&c1, {}, &info).ok());
+  ASSERT_TRUE(GetInfo(info).ok());
   // DRAPlugin first (the kubelet takes the first it knows), the optional health service after.
   EXPECT_EQ(std::vector<std::string>(info.supported_versions().begin(),
                                      info.supported_versions().end()),
@@ -337,6 +339,22 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
   EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
   HealthV1::Response rest;
   while (v1.Read(rest)) {
+  }
+}
+
+// The same early-warning flags as serve's, checked alike.
+TEST_F(DRAServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
+  for (const auto& [flag, value] : {std::pair{"--degraded-window", "-5m"},
+                                    std::pair{"--flap-count", "-2"},
+                                    std::pair{"--flap-stable", "later"},
+                                    std::pair{"--degraded-link-downed", "-1"}}) {
+    std::vector<std::string> args = {"dra"};
+    for (const std::string& a : Flags()) args.push_back(a);
+    args.push_back(flag);
+    args.push_back(value);
+    rdp::testing::Child child(RDP_BINARY, args);
+    EXPECT_EQ(child.Wait(kTimeout), 2) << flag;
+    EXPECT_THAT(child.output(), ::testing::HasSubstr(flag)) << child.output();
   }
 }
 

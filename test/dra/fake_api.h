@@ -5,6 +5,7 @@
 // and ResourceSlices the way kube-apiserver answers for them (status codes, resourceVersion
 // conflicts, field selectors, a taint's timeAdded, omitted empty fields).
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -103,8 +104,16 @@ class FakeApiServer {
   // The stored slices of `node` (all nodes when empty), by name.
   std::map<std::string, nlohmann::json> Slices(const std::string& node = "");
   Counters counters();
-  // The next `n` PUTs of a slice fail with 409 Conflict (another writer got there first).
+  // The next `n` PUTs of a slice or of a claim's status fail with 409 Conflict (another writer
+  // got there first).
   void FailNextUpdates(int n);
+  // The stored claim "<ns>/<name>" (null when there is none).
+  nlohmann::json Claim(const std::string& key);
+  // PUT .../resourceclaims/<name>/status drops status.devices, as a control plane with
+  // DRAResourceClaimDeviceStatus off does.
+  void DropClaimDeviceStatus(bool drop);
+  // The next `n` exchanges about claims are answered with this status (500, 403, ...).
+  void FailNextClaimRequests(int n, int status);
   // LIST answers at most this many items per page (0: all).
   void SetPageSize(int n);
   // Applied to every slice stored, after pruning: a server-side normalisation.
@@ -127,6 +136,9 @@ class FakeApiServer {
   std::map<std::string, nlohmann::json> slices_ ABSL_GUARDED_BY(mu_);
   Counters counters_ ABSL_GUARDED_BY(mu_);
   int fail_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  bool drop_device_status_ ABSL_GUARDED_BY(mu_) = false;
+  int fail_claims_ ABSL_GUARDED_BY(mu_) = 0;
+  int fail_claims_status_ ABSL_GUARDED_BY(mu_) = 0;
   int page_size_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void(nlohmann::json&)> normalize_ ABSL_GUARDED_BY(mu_);
   std::int64_t version_ ABSL_GUARDED_BY(mu_) = 100;
@@ -200,6 +212,23 @@ inline void FakeApiServer::AddClaim(const nlohmann::json& claim) {
   absl::MutexLock lock(&mu_);
   claims_[claim["metadata"]["namespace"].get<std::string>() + "/" +
           claim["metadata"]["name"].get<std::string>()] = claim;
+}
+
+inline nlohmann::json FakeApiServer::Claim(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  const auto it = claims_.find(key);
+  return it == claims_.end() ? nlohmann::json() : it->second;
+}
+
+inline void FakeApiServer::DropClaimDeviceStatus(bool drop) {
+  absl::MutexLock lock(&mu_);
+  drop_device_status_ = drop;
+}
+
+inline void FakeApiServer::FailNextClaimRequests(int n, int status) {
+  absl::MutexLock lock(&mu_);
+  fail_claims_ = n;
+  fail_claims_status_ = status;
 }
 
 inline void FakeApiServer::AddPod(const nlohmann::json& pod) {
@@ -390,17 +419,49 @@ inline absl::StatusOr<HttpResponse> FakeApiServer::Serve(const HttpRequest& requ
     const std::string name = fake_internal::Decode(path.substr(kSlices.size() + 1));
     return ServeSlices(request.method, name, query, body);
   }
-  if (path.rfind(kClaims, 0) == 0 && request.method == "GET") {
-    ++counters_.gets;
-    // <ns>/resourceclaims/<name>
-    const std::string rest = path.substr(kClaims.size());
-    const std::size_t slash = rest.find('/');
-    const std::string key = rest.substr(0, slash) + "/" + rest.substr(rest.rfind('/') + 1);
+  if (path.rfind(kClaims, 0) == 0 && path.find("/resourceclaims/") != std::string::npos) {
+    if (fail_claims_ > 0) {
+      --fail_claims_;
+      return StatusBody(fail_claims_status_, "InternalError", "injected failure");
+    }
+    // <ns>/resourceclaims/<name>[/status]
+    std::vector<std::string> parts;
+    for (std::size_t start = kClaims.size(), end; start <= path.size(); start = end + 1) {
+      end = std::min(path.find('/', start), path.size());
+      parts.push_back(fake_internal::Decode(path.substr(start, end - start)));
+    }
+    const bool status = parts.size() == 4 && parts[3] == "status";
+    if (parts.size() < 3 || parts[1] != "resourceclaims" || (parts.size() == 4 && !status) ||
+        parts.size() > 4) {
+      return StatusBody(404, "NotFound", "the server could not find the requested resource");
+    }
+    const std::string key = parts[0] + "/" + parts[2];
     const auto it = claims_.find(key);
     if (it == claims_.end()) {
       return StatusBody(404, "NotFound", "resourceclaims \"" + key + "\" not found");
     }
-    return Json(200, it->second);
+    if (request.method == "GET") {
+      ++counters_.gets;
+      return Json(200, it->second);
+    }
+    if (request.method != "PUT" || !status) return StatusBody(405, "MethodNotAllowed", request.method);
+    ++counters_.updates;
+    nlohmann::json& stored = it->second;
+    const std::string version = body["metadata"].value("resourceVersion", "");
+    if (fail_updates_ > 0 || version != stored["metadata"].value("resourceVersion", "")) {
+      if (fail_updates_ > 0) --fail_updates_;
+      return StatusBody(409, "Conflict",
+                        "Operation cannot be fulfilled on resourceclaims.resource.k8s.io \"" +
+                            parts[2] + "\": the object has been modified");
+    }
+    if (body["metadata"].value("uid", "") != stored["metadata"].value("uid", "")) {
+      return StatusBody(422, "Invalid", "metadata.uid: field is immutable");
+    }
+    // The status subresource: only the status changes.
+    stored["status"] = body.value("status", nlohmann::json::object());
+    if (drop_device_status_) stored["status"].erase("devices");
+    stored["metadata"]["resourceVersion"] = std::to_string(++version_);
+    return Json(200, stored);
   }
   return StatusBody(404, "NotFound", "the server could not find the requested resource");
 }

@@ -194,5 +194,29 @@ TEST(EarlyWarningTest, ValidatesItsConfig) {
   EXPECT_THAT(ValidateEarlyWarning(c).message(), HasSubstr("--flap-count"));
 }
 
+// The rule's verdict on top of Assess: held (flapping) is unusable with its reason; degraded
+// stays usable; an HCA Assess refuses keeps Assess's reason.
+TEST(EarlyWarningTest, AssessWithHistory) {
+  topology::Hca h;
+  h.name = "mlx5_0";
+  h.place.pci = kPci;
+  h.uverbs = "uverbs0";
+  h.ports = {{1, "ACTIVE", "LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"}};
+  h.char_devices = {{"/dev/infiniband/uverbs0", true}};
+  EarlyWarningStatus held;
+  held.held = true;
+  held.held_reason = "its ports flapped 4 times within 10m (more than 3)";
+  EarlyWarningStatus degraded;
+  degraded.degraded = true;
+  EXPECT_TRUE(AssessWithHistory(h, {}).usable);
+  EXPECT_TRUE(AssessWithHistory(h, {{kPci, degraded}}).usable);
+  const Verdict v = AssessWithHistory(h, {{kPci, held}});
+  EXPECT_FALSE(v.usable);
+  EXPECT_EQ(v.reason, "flapping: its ports flapped 4 times within 10m (more than 3)");
+  EXPECT_TRUE(AssessWithHistory(h, {{"0000:ff:00.0", held}}).usable);
+  h.ports[0].state = "DOWN";
+  EXPECT_EQ(AssessWithHistory(h, {{kPci, held}}).reason, Assess(h).reason);
+}
+
 }  // namespace
 }  // namespace rdp::hca

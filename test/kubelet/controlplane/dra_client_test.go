@@ -81,8 +81,8 @@ func writeJSONKubeconfig(t *testing.T, cp *ControlPlane, user map[string]any) st
 }
 
 // draServiceAccount creates the driver's identity with only the rights the driver needs
-// (ResourceSlices: create, get, list, watch, update, delete; ResourceClaims: get; Nodes: get;
-// Pods: get),
+// (ResourceSlices: create, get, list, watch, update, delete; ResourceClaims: get, their status:
+// update; Nodes: get; Pods: get),
 // writes a token of it to a file (as a projected token is mounted) and waits until the RBAC
 // authorizer has seen the binding. Returns the token file.
 func draServiceAccount(t *testing.T, cp *ControlPlane) string {
@@ -96,6 +96,11 @@ func draServiceAccount(t *testing.T, cp *ControlPlane) string {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"create", "get", "list", "watch", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get"}},
+		// A claim's status.devices (the chart's rules); this token is bound to no pod, so the API
+		// server's per-driver status check asks arbitrary-node where the chart's pod-bound token
+		// needs only associated-node (TestDRAClaimDeviceStatus).
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{draDriver}, Verbs: []string{"arbitrary-node:update"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 	}}

@@ -170,7 +170,8 @@ func cdiSpecs(t *testing.T, dir string) map[string]map[string]any {
 // socket, and the kubelet's DRA manager prepares and unprepares the pod's claim through it. Then
 // the restarts: a plugin restart (with the API server unreachable for it) keeps the prepared
 // claim, a kubelet restart (which wipes the node's slices) re-registers the driver, which
-// publishes again, and unprepare removes the claim's CDI spec.
+// publishes again, and unprepare removes the claim's CDI spec. The claim's status.devices names
+// the HCA and its netdev once the kubelet prepared it, and has no entry of ours after unprepare.
 func TestDRAKubeletPrepare(t *testing.T) {
 	const node = "dra-node"
 	cp := draControlPlane(t, node)
@@ -235,21 +236,7 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	// slice (the driver's health poll), and coming back lifts it.
 	state := filepath.Join(discovery[3], "sys", "class", "infiniband", "mlx5_0", "ports", "1", "state")
 	taintOf := func(ctx context.Context, device string) (string, error) {
-		got, err := nodeSlices(ctx, cp, node)
-		if err != nil {
-			return "", err
-		}
-		for _, s := range got {
-			for _, d := range s.Spec.Devices {
-				if d.Name == device {
-					for _, taint := range d.Taints {
-						return taint.Key + "=" + taint.Value + ":" + string(taint.Effect), nil
-					}
-					return "", nil
-				}
-			}
-		}
-		return "", fmt.Errorf("no device %s", device)
+		return deviceTaint(ctx, cp, node, device)
 	}
 	for _, step := range []struct{ state, taint string }{
 		{"1: DOWN", draDriver + "/unhealthy=PortNotActive:NoSchedule"},
@@ -329,6 +316,29 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	if len(specs) != 1 {
 		t.Fatalf("CDI specs after prepare: %v", specs)
 	}
+	// What the pod got, in the claim's status.devices (written by the driver after the prepare).
+	ourStatus := func(ctx context.Context) ([]resourcev1.AllocatedDeviceStatus, error) {
+		rc, err := c.ResourceV1().ResourceClaims("default").Get(ctx, claim.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		var out []resourcev1.AllocatedDeviceStatus
+		for _, d := range rc.Status.Devices {
+			if d.Driver == draDriver {
+				out = append(out, d)
+			}
+		}
+		return out, nil
+	}
+	waitFor(t, settle, "the claim's status.devices after the kubelet's prepare", func(ctx context.Context) (bool, string, error) {
+		got, err := ourStatus(ctx)
+		if err != nil || len(got) != 1 {
+			return false, fmt.Sprintf("%+v", got), err
+		}
+		return got[0].Device == device && got[0].Pool == node && got[0].Data != nil &&
+			strings.Contains(string(got[0].Data.Raw), `"hcaName"`) && got[0].NetworkData != nil &&
+			got[0].NetworkData.InterfaceName != "" && got[0].NetworkData.HardwareAddress != "", fmt.Sprintf("%+v", got), nil
+	})
 
 	// Health in the pod's status: the kubelet's DRA manager opened our health stream when it
 	// registered the driver (ResourceHealthStatus, on by default); the allocated HCA's port going
@@ -450,4 +460,84 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	if specs := cdiSpecs(t, cdiRoot); len(specs) != 0 {
 		t.Errorf("CDI specs after unprepare: %v\ndriver log:\n%s", specs, driver.output())
 	}
+	// ... and our entries of the claim's status.devices (the driver that wrote them was restarted
+	// twice since: what it removes is what the claim holds, not what it remembers).
+	waitFor(t, settle, "the claim's status.devices after unprepare", func(ctx context.Context) (bool, string, error) {
+		got, err := ourStatus(ctx)
+		return err == nil && len(got) == 0, fmt.Sprintf("%+v", got), err
+	})
+}
+
+// deviceTaint: the first taint of `device` in the node's published slices as "key=value:effect",
+// "" when it has none.
+func deviceTaint(ctx context.Context, cp *ControlPlane, node, device string) (string, error) {
+	got, err := nodeSlices(ctx, cp, node)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range got {
+		for _, d := range s.Spec.Devices {
+			if d.Name == device {
+				for _, taint := range d.Taints {
+					return taint.Key + "=" + taint.Value + ":" + string(taint.Effect), nil
+				}
+				return "", nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no device %s", device)
+}
+
+// TestDRAEarlyWarningTaints: early-warning health (docs/server.md) as device taints in the
+// slices the driver publishes, each step awaited through the API server: with --flap-count 1,
+// mlx5_0's port goes DOWN and back twice, and it stays tainted unhealthy=Flapping while its port
+// is ACTIVE; mlx5_1's symbol_error counter grows by 50 within a poll, and it is tainted
+// degraded=SymbolErrors (still usable: not unhealthy).
+func TestDRAEarlyWarningTaints(t *testing.T) {
+	const node = "dra-node"
+	cp := draControlPlane(t, node)
+	discovery := draFixtureNode(t, "dgx-h100-like.xml")
+	root := shortDir(t) // the sockets' paths: t.TempDir() has the test's name in it
+	kubelet := startDRAKubelet(t, cp, node, root, t.TempDir(), func() []*v1.Pod { return nil })
+	defer func() { kubelet.stop() }()
+	kubeconfig := writeJSONKubeconfig(t, cp, map[string]any{"tokenFile": draServiceAccount(t, cp)})
+	startDRAProcess(t, append([]string{"dra", "--mode", "exclusive", "--node-name", node,
+		"--kubeconfig", kubeconfig, "--kubelet-dir", root, "--cdi-root", filepath.Join(t.TempDir(), "cdi"),
+		"--health-interval", "200ms", "--flap-count", "1"}, discovery...))
+	sys := filepath.Join(discovery[3], "sys", "class", "infiniband")
+	deviceOf := func(hca string) string {
+		pci, err := filepath.EvalSymlinks(filepath.Join(sys, hca, "device"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "hca-" + strings.NewReplacer(":", "-", ".", "-").Replace(filepath.Base(pci))
+	}
+	step := func(what, device, want string) {
+		t.Helper()
+		waitFor(t, settle, what, func(ctx context.Context) (bool, string, error) {
+			taint, err := deviceTaint(ctx, cp, node, device)
+			return err == nil && taint == want, fmt.Sprintf("%s: taint %q (want %q) %v", device, taint, want, err), nil
+		})
+	}
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flapping, degraded := deviceOf("mlx5_0"), deviceOf("mlx5_1")
+	step("published", flapping, "")
+	state := filepath.Join(sys, "mlx5_0", "ports", "1", "state")
+	for i, s := range []struct{ state, taint string }{
+		{"1: DOWN", draDriver + "/unhealthy=PortNotActive:NoSchedule"},
+		{"4: ACTIVE", ""}, // one flap: not more than 1
+		{"1: DOWN", draDriver + "/unhealthy=PortNotActive:NoSchedule"},
+		{"4: ACTIVE", draDriver + "/unhealthy=Flapping:NoSchedule"},
+	} {
+		write(state, s.state)
+		step(fmt.Sprintf("step %d: mlx5_0 %s", i, s.state), flapping, s.taint)
+	}
+	step("mlx5_1 before", degraded, "")
+	write(filepath.Join(sys, "mlx5_1", "ports", "1", "counters", "symbol_error"), "50")
+	step("mlx5_1's symbol errors", degraded, draDriver+"/degraded=SymbolErrors:NoSchedule")
 }

@@ -36,16 +36,7 @@ func TestDRASliceWritesOwnNodeOnly(t *testing.T) {
 
 	// A token bound to a pod of the driver's ServiceAccount on `node`.
 	podToken := func(node string) kubernetes.Interface {
-		pod, err := c.CoreV1().Pods(ns).Create(ctx, &v1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "driver-" + node},
-			Spec: v1.PodSpec{NodeName: node, ServiceAccountName: sa,
-				Containers: []v1.Container{{Name: "driver", Image: testRepository}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("pod on %s: %v", node, err)
-		}
-		return saClient(t, cp, ns, sa, &authenticationv1.BoundObjectReference{
-			Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+		return saClient(t, cp, ns, sa, podOnNode(t, cp, ns, sa, node))
 	}
 	onA, onB := podToken(nodeA), podToken(nodeB)
 	unbound := saClient(t, cp, ns, sa, nil)
@@ -125,8 +116,29 @@ func TestDRASliceWritesOwnNodeOnly(t *testing.T) {
 	refused("a token bound to no node creates a slice", "bound to no node", err)
 }
 
+// podOnNode creates a pod "driver-<node>" of the ServiceAccount on the node (as the DaemonSet's)
+// and returns a reference for binding a token to it: such a token carries the node's name.
+func podOnNode(t *testing.T, cp *ControlPlane, ns, sa, node string) *authenticationv1.BoundObjectReference {
+	t.Helper()
+	pod, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "driver-" + node},
+		Spec: v1.PodSpec{NodeName: node, ServiceAccountName: sa,
+			Containers: []v1.Container{{Name: "driver", Image: testRepository}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("pod on %s: %v", node, err)
+	}
+	return &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+}
+
 // saClient: a client with a token of the ServiceAccount, bound to `bound` when not nil.
 func saClient(t *testing.T, cp *ControlPlane, ns, sa string, bound *authenticationv1.BoundObjectReference) kubernetes.Interface {
+	t.Helper()
+	return tokenClient(t, cp, saToken(t, cp, ns, sa, bound))
+}
+
+// saToken: a token of the ServiceAccount (an hour), bound to `bound` when not nil.
+func saToken(t *testing.T, cp *ControlPlane, ns, sa string, bound *authenticationv1.BoundObjectReference) string {
 	t.Helper()
 	tr, err := cp.Client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
@@ -135,8 +147,14 @@ func saClient(t *testing.T, cp *ControlPlane, ns, sa string, bound *authenticati
 	if err != nil {
 		t.Fatalf("token of %s/%s: %v", ns, sa, err)
 	}
+	return tr.Status.Token
+}
+
+// tokenClient: a client of the control plane that authenticates with `token` alone.
+func tokenClient(t *testing.T, cp *ControlPlane, token string) kubernetes.Interface {
+	t.Helper()
 	cfg := rest.AnonymousClientConfig(cp.Config)
-	cfg.BearerToken = tr.Status.Token
+	cfg.BearerToken = token
 	k, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -132,15 +132,7 @@ func TestDRAVersionSkew(t *testing.T) {
 	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var allocated *resourcev1.ResourceClaim
-	waitFor(t, settle, "the claim allocated", func(ctx context.Context) (bool, string, error) {
-		rc, err := c.ResourceV1().ResourceClaims("default").Get(ctx, "skew", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		allocated = rc
-		return rc.Status.Allocation != nil && len(rc.Status.ReservedFor) > 0, "not yet", nil
-	})
+	allocated := waitAllocated(t, cp, "skew")
 	conn, err := grpc.NewClient("unix:"+endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -184,4 +176,20 @@ func TestDRAVersionSkew(t *testing.T) {
 	if err := probe(t, root, true); err != nil {
 		t.Errorf("readiness probe after the 1.37 kubelet registered the driver: %v", err)
 	}
+}
+
+// waitAllocated waits until the scheduler has allocated the claim default/<name> and reserved it
+// for a pod, and returns it.
+func waitAllocated(t *testing.T, cp *ControlPlane, name string) *resourcev1.ResourceClaim {
+	t.Helper()
+	var allocated *resourcev1.ResourceClaim
+	waitFor(t, settle, "the claim "+name+" allocated", func(ctx context.Context) (bool, string, error) {
+		rc, err := cp.Client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		allocated = rc
+		return rc.Status.Allocation != nil && len(rc.Status.ReservedFor) > 0, "not yet", nil
+	})
+	return allocated
 }

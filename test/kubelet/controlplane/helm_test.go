@@ -753,33 +753,41 @@ func TestHelmControlPlaneDRA(t *testing.T) {
 	for _, tc := range []struct {
 		group, resource, verb string
 		allowed               bool
+		subresource, name     string
 	}{
-		{"resource.k8s.io", "resourceslices", "create", true},
-		{"resource.k8s.io", "resourceslices", "list", true},
-		{"resource.k8s.io", "resourceslices", "watch", true},
-		{"resource.k8s.io", "resourceslices", "update", true},
-		{"resource.k8s.io", "resourceslices", "delete", true},
-		{"resource.k8s.io", "resourceclaims", "get", true},
-		{"", "nodes", "get", true},
-		{"", "pods", "get", true},
-		{"resource.k8s.io", "resourceclaims", "update", false},
-		{"resource.k8s.io", "deviceclasses", "create", false},
-		{"", "nodes", "update", false},
-		{"", "secrets", "get", false},
-		{"", "pods", "list", false},
+		{"resource.k8s.io", "resourceslices", "create", true, "", ""},
+		{"resource.k8s.io", "resourceslices", "list", true, "", ""},
+		{"resource.k8s.io", "resourceslices", "watch", true, "", ""},
+		{"resource.k8s.io", "resourceslices", "update", true, "", ""},
+		{"resource.k8s.io", "resourceslices", "delete", true, "", ""},
+		{"resource.k8s.io", "resourceclaims", "get", true, "", ""},
+		{"", "nodes", "get", true, "", ""},
+		{"", "pods", "get", true, "", ""},
+		{"resource.k8s.io", "resourceclaims", "update", false, "", ""},
+		// status.devices: the claim's status, and (Kubernetes >= 1.36) the driver's synthetic
+		// subresource, for claims on the token's own node only.
+		{"resource.k8s.io", "resourceclaims", "update", true, "status", ""},
+		{"resource.k8s.io", "resourceclaims", "patch", false, "status", ""},
+		{"resource.k8s.io", "resourceclaims", "associated-node:update", true, "driver", draDriver},
+		{"resource.k8s.io", "resourceclaims", "associated-node:update", false, "driver", "gpu.example.com"},
+		{"resource.k8s.io", "resourceclaims", "arbitrary-node:update", false, "driver", draDriver},
+		{"resource.k8s.io", "deviceclasses", "create", false, "", ""},
+		{"", "nodes", "update", false, "", ""},
+		{"", "secrets", "get", false, "", ""},
+		{"", "pods", "list", false, "", ""},
 	} {
 		review, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   sa,
 				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Group: tc.group, Resource: tc.resource, Verb: tc.verb, Namespace: "default"},
+					Group: tc.group, Resource: tc.resource, Subresource: tc.subresource, Name: tc.name, Verb: tc.verb, Namespace: "default"},
 			}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if review.Status.Allowed != tc.allowed {
-			t.Errorf("%s %s.%s: allowed=%v, want %v (%s)", tc.verb, tc.resource, tc.group, review.Status.Allowed, tc.allowed, review.Status.Reason)
+			t.Errorf("%s %s.%s/%s %s: allowed=%v, want %v (%s)", tc.verb, tc.resource, tc.group, tc.subresource, tc.name, review.Status.Allowed, tc.allowed, review.Status.Reason)
 		}
 	}
 	h.must("uninstall", "rdp", "-n", "kube-system", "--wait", "--timeout", "60s")
