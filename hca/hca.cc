@@ -119,7 +119,7 @@ ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_r
     const std::string path = absl::StrCat(kDevDir, node);
     out.devices.push_back({path, path, "rw"});
   };
-  std::vector<std::string> names, pcis, nccl;
+  std::vector<std::string> names, pcis, nccl, ucx;
   for (const topology::Hca& hca : hcas) {
     if (!hca.uverbs.empty() && Existed(hca, hca.uverbs)) add(hca.uverbs);
     for (const auto* list : {&hca.umad, &hca.issm}) {
@@ -137,11 +137,19 @@ ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_r
     } else {
       for (int port : active) nccl.push_back(absl::StrCat(hca.name, ":", port));
     }
+    // UCX names a device by port always ("mlx5_0:1"): the ACTIVE ones, or every port where none
+    // is known ACTIVE (as NCCL is given the HCA by name then).
+    if (active.empty()) {
+      for (const topology::Port& port : hca.ports) ucx.push_back(absl::StrCat(hca.name, ":", port.number));
+    } else {
+      for (int port : active) ucx.push_back(absl::StrCat(hca.name, ":", port));
+    }
   }
   if (with_rdma_cm) add("rdma_cm");
   out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(nccl, ","));
   out.envs["RDMA_HCA_NAMES"] = absl::StrJoin(names, ",");
   out.envs["RDMA_HCA_PCI"] = absl::StrJoin(pcis, ",");
+  if (!ucx.empty()) out.envs["UCX_NET_DEVICES"] = absl::StrJoin(ucx, ",");
   SetGidIndex(hcas, out);
   out.file = AllocationFile(hcas, out.envs, paired_gpu);
   return out;

@@ -90,7 +90,9 @@ inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 // present in its char_devices (uverbsN, umadN, issmN, in that order), then
 // /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form;
 // an HCA with a port that is not ACTIVE is named with its ACTIVE ports, "=a:1,b", so that NCCL
-// uses only those), RDMA_HCA_NAMES ("a,b") and RDMA_HCA_PCI.
+// uses only those), RDMA_HCA_NAMES ("a,b"), RDMA_HCA_PCI, and UCX_NET_DEVICES ("a:1,b:1": UCX
+// names devices by port; the ACTIVE ports, every port of an HCA with none known ACTIVE), so that
+// UCX opens only the container's HCAs (libibverbs lists every HCA of the node from sysfs).
 //
 // The HCAs are taken in PCI address order, whatever order they are given in, so that every
 // container holding the same HCAs gets the same values (ranks of one job with different

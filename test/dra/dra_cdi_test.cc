@@ -79,7 +79,8 @@ TEST(DRACdiTest, SpecForOneRequestOfOneHca) {
           {{"env",
             {"NCCL_IB_HCA==mlx5_0", "NCCL_IB_HCA" + own + "=mlx5_0", "RDMA_HCA_NAMES=mlx5_0",
              "RDMA_HCA_NAMES" + own + "mlx5_0", "RDMA_HCA_PCI=0000:1a:00.0",
-             "RDMA_HCA_PCI" + own + "0000:1a:00.0"}},
+             "RDMA_HCA_PCI" + own + "0000:1a:00.0", "UCX_NET_DEVICES=mlx5_0:1",
+             "UCX_NET_DEVICES" + own + "mlx5_0:1"}},
            {"deviceNodes",
             {Node("/dev/infiniband/uverbs0", 231, 192), Node("/dev/infiniband/umad0", 231, 0),
              Node("/dev/infiniband/issm0", 231, 64),
@@ -110,8 +111,8 @@ TEST(DRACdiTest, SpecForTwoRequestsKeepsThemApart) {
   const nlohmann::json& env_a = spec["devices"][0]["containerEdits"]["env"];
   const nlohmann::json& env_b = spec["devices"][1]["containerEdits"]["env"];
   EXPECT_EQ(env_a[0], "NCCL_IB_HCA==mlx5_1,mlx5_3");
-  EXPECT_EQ(env_a.size(), 6u);
-  EXPECT_EQ(env_b.size(), 3u);  // its own only
+  EXPECT_EQ(env_a.size(), 8u);
+  EXPECT_EQ(env_b.size(), 4u);  // its own only
   EXPECT_EQ(env_b[0], "NCCL_IB_HCA_7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3_b==mlx5_3");
 }
 

@@ -633,7 +633,9 @@ TEST(DRADriverTest, APodSpecValueIsNotSetOver) {
       {"RDMA_HCA_NAMES", "mlx5_0,mlx5_1"},
       {"NCCL_IB_HCA" + own, "=mlx5_0,mlx5_1"},
       {"RDMA_HCA_NAMES" + own, "mlx5_0,mlx5_1"},
-      {"RDMA_HCA_PCI" + own, "0000:1a:00.0,0000:3a:00.0"}};
+      {"RDMA_HCA_PCI" + own, "0000:1a:00.0,0000:3a:00.0"},
+      {"UCX_NET_DEVICES", "mlx5_0:1,mlx5_1:1"},
+      {"UCX_NET_DEVICES" + own, "mlx5_0:1,mlx5_1:1"}};
   EXPECT_EQ(SpecEnv(n, kUid1), want);
   std::filesystem::remove(n.cdi().PathOf(kUid1));
   n.reader().SetDown(true);

@@ -71,6 +71,17 @@ TEST(BuildAllocationTest, NcclNamesTheActivePortsOfAPartlyDownHca) {
   EXPECT_EQ(got.envs["RDMA_HCA_NAMES"], "mlx5_0,mlx5_1,mlx5_2");
 }
 
+// UCX names a device by port, always: UCX_NET_DEVICES lists the ACTIVE ports, so that UCX opens
+// the container's HCAs only (libibverbs lists every HCA of the node, from sysfs) and no port
+// that is down; an HCA with no port state known is given with every port.
+TEST(BuildAllocationTest, UcxNamesTheActivePorts) {
+  ContainerAllocation got =
+      BuildAllocation({Card("mlx5_0", {"ACTIVE", "DOWN"}), Card("mlx5_1", {"ACTIVE", "ACTIVE"}),
+                       Card("mlx5_2", {"ACTIVE"})},
+                      true);
+  EXPECT_EQ(got.envs["UCX_NET_DEVICES"], "mlx5_0:1,mlx5_1:1,mlx5_1:2,mlx5_2:1");
+}
+
 TEST(BuildAllocationTest, SpecsAndExactMatchEnvs) {
   topology::Hca a;
   a.name = "mlx5_1";
@@ -199,7 +210,8 @@ TEST(BuildAllocationTest, TheAllocationFile) {
        "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "Ethernet", "netdev": "ens1",
                   "gid_index": 3, "gid_ipv4": "192.0.2.1"}]}],
     "env": {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
-            "RDMA_HCA_NAMES": "mlx5_0,mlx5_1", "RDMA_HCA_PCI": "0000:0a:00.0,0000:1a:00.0"}})"))
+            "RDMA_HCA_NAMES": "mlx5_0,mlx5_1", "RDMA_HCA_PCI": "0000:0a:00.0,0000:1a:00.0",
+            "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1"}})"))
       << got.file;
 }
 

@@ -156,6 +156,10 @@ func TestDRACDISpecValid(t *testing.T) {
 	// The env of device-plugin Allocate, and the same under the request's own names, nothing
 	// else.
 	own := "_" + strings.ReplaceAll(uid, "-", "") + "_hca="
+	var ucx []string // UCX names a device by port: the fixture's HCAs have one ACTIVE port
+	for _, n := range names {
+		ucx = append(ucx, n+":1")
+	}
 	wantEnv := []string{
 		"NCCL_IB_HCA==" + strings.Join(names, ","),
 		"NCCL_IB_HCA" + own + "=" + strings.Join(names, ","),
@@ -163,6 +167,8 @@ func TestDRACDISpecValid(t *testing.T) {
 		"RDMA_HCA_NAMES" + own + strings.Join(names, ","),
 		"RDMA_HCA_PCI=" + strings.Join(pcis, ","),
 		"RDMA_HCA_PCI" + own + strings.Join(pcis, ","),
+		"UCX_NET_DEVICES=" + strings.Join(ucx, ","),
+		"UCX_NET_DEVICES" + own + strings.Join(ucx, ","),
 	}
 	gotEnv := append([]string(nil), ociSpec.Process.Env...)
 	sort.Strings(gotEnv)

@@ -296,7 +296,7 @@ const probe = `for f in /dev/infiniband/*; do
   if out=$(cat "$f" 2>&1 </dev/null); then r=opened; else r=${out##*: }; fi
   echo "dev ${f##*/} $mm $r"
 done
-env | grep -E '^(NCCL_|RDMA_)' | sed 's/^/env /'
+env | grep -E '^(NCCL_|RDMA_|UCX_)' | sed 's/^/env /'
 echo "memlock $(ulimit -l)"
 if [ -e /etc/rdma/allocation.json ]; then echo "allocation $(tr -d '\n' </etc/rdma/allocation.json)"; fi
 echo probe-done`
@@ -599,6 +599,20 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
+// ucxHCAs: the HCAs UCX_NET_DEVICES names ("mlx5_0:1,mlx5_3:1"), each once, in its order.
+func ucxHCAs(v string) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, d := range splitList(v) {
+		name, _, _ := strings.Cut(d, ":")
+		if !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 // ncclHCAs parses NCCL_IB_HCA ("=mlx5_0,mlx5_3").
 func ncclHCAs(v string) []string {
 	v = strings.TrimPrefix(v, "=")
@@ -647,6 +661,9 @@ func (c *cluster) checkExactly(what string, in inside, hcas []string) {
 	}
 	if got := ncclHCAs(in.env["NCCL_IB_HCA"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
 		c.t.Errorf("%s: NCCL_IB_HCA=%q names %v, want %v", what, in.env["NCCL_IB_HCA"], got, hcas)
+	}
+	if got := ucxHCAs(in.env["UCX_NET_DEVICES"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
+		c.t.Errorf("%s: UCX_NET_DEVICES=%q names %v, want %v", what, in.env["UCX_NET_DEVICES"], got, hcas)
 	}
 	c.checkAllocationFile(what, in, hcas)
 	if c.nri && in.memlock != c.memlock {
