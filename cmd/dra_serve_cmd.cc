@@ -407,6 +407,10 @@ int Serve(const DraFlags& f, const Resolved& r) {
   auto stop = [&] {
     if (stopped) return;
     stopped = true;
+    // First: every API call in flight ends now (a Prepare, a publish, a status write waiting out
+    // an unreachable API server would otherwise each hold the stop up to its deadline, one after
+    // the other: SIGTERM took over 10 s).
+    (*client)->Shutdown();
     server.Stop();
     stop_poll.Notify();
     if (poll.joinable()) poll.join();

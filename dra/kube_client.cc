@@ -168,7 +168,8 @@ absl::Status KubeClient::Watch(const std::string& path, absl::Duration timeout,
   if (!headers.ok()) return headers.status();
   request.headers = *std::move(headers);
   request.timeout = timeout;
-  request.cancelled = cancelled;
+  request.cancelled = [this, cancelled] { return ShutDown() || (cancelled && cancelled()); };
+  if (ShutDown()) return absl::CancelledError(absl::StrCat(what, ": the driver is stopping"));
   std::string pending;  // a line not complete yet
   absl::Status ended;   // set by an ERROR event or a line that is not JSON
   auto on_data = [&](std::string_view data) {
@@ -227,8 +228,14 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
   // replace: a string that is not UTF-8 (read from sysfs) must not make dump() throw on the
   // publishing thread; the server gets U+FFFD in its place.
   if (!body.is_null()) request.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  request.cancelled = [this] { return ShutDown(); };
   absl::Status last;
   for (int attempt = 1;; ++attempt) {
+    if (ShutDown()) {
+      return absl::CancelledError(
+          absl::StrCat(what, ": the driver is stopping", attempt == 1 ? "" : "; last: ",
+                       attempt == 1 ? "" : last.message()));
+    }
     const absl::Time now = clock.Now();
     if (now >= deadline) {
       return absl::DeadlineExceededError(
@@ -279,7 +286,26 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
     }
     Logger("dra")->debug("api retry method={} path={} attempt={} wait={} error=\"{}\"", method,
                          path, attempt, absl::FormatDuration(wait), std::string(last.message()));
-    clock.SleepFor(wait);
+    WaitToRetry(wait);
+  }
+}
+
+void KubeClient::Shutdown() {
+  absl::MutexLock lock(&stop_mu_);
+  shut_down_.store(true, std::memory_order_release);
+  stop_cv_.SignalAll();
+}
+
+void KubeClient::WaitToRetry(absl::Duration wait) {
+  if (options_.clock != RealClock()) {  // a test's clock: its own time, not ended early
+    options_.clock->SleepFor(wait);
+    return;
+  }
+  const absl::Time until = absl::Now() + wait;
+  absl::MutexLock lock(&stop_mu_);
+  // A CondVar loop, not Mutex::Await (test/sanitizers/await_rule_test.py).
+  while (!ShutDown()) {
+    if (stop_cv_.WaitWithDeadline(&stop_mu_, until)) return;
   }
 }
 

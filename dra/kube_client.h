@@ -26,6 +26,7 @@
 //     any token was read
 //   a token for an http:// server     -> FailedPrecondition (nothing sent: CheckCredentialsSafe)
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -216,6 +217,13 @@ class KubeClient {
 
   const KubeConfig& config() const { return config_; }
 
+  // The process is stopping: every call in flight or made from now on ends at once (Cancelled,
+  // "the driver is stopping"): an exchange in progress is abandoned (the transport polls about
+  // once a second), a retry's wait ends, no further attempt is made. So that SIGTERM is not held
+  // up by a Prepare, a publish or a status write waiting out an unreachable API server. Never
+  // undone. Thread-safe.
+  void Shutdown();
+
  private:
   // The "Authorization: Bearer" header's token, from the file when there is one; the last token
   // read when the file cannot be read now (a rotation in progress).
@@ -230,6 +238,13 @@ class KubeClient {
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  // Shutdown: the flag the exchanges poll, and the retry waits' wake-up.
+  std::atomic<bool> shut_down_{false};
+  absl::Mutex stop_mu_;
+  absl::CondVar stop_cv_;
+  // Waits `wait` (the clock's, or the real one ended early by Shutdown).
+  void WaitToRetry(absl::Duration wait);
+  bool ShutDown() const { return shut_down_.load(std::memory_order_acquire); }
 };
 
 // `s` percent-encoded for a URL's query value or path segment (RFC 3986 unreserved kept).

@@ -261,6 +261,59 @@ TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
   EXPECT_EQ(calls.load(), 400);
 }
 
+// Shutdown (the process stopping) ends a call that waits out an unreachable API server at once:
+// the retry's wait ends, no attempt follows, the answer is Cancelled naming the stop; a call made
+// after it sends nothing, and an exchange in progress is told to give up (its `cancelled`).
+// Before, a Prepare, a publish and a status write each ran to its deadline after SIGTERM, one
+// after the other: the driver took over 10 s to exit (TestDRAKubeletPluginManager).
+TEST(DRAKubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
+  absl::Mutex mu;
+  absl::CondVar attempted;
+  int attempts = 0;
+  std::function<bool()> cancelled;  // the last exchange's
+  auto transport = std::make_unique<FuncTransport>(
+      [&](const HttpRequest& r) -> absl::StatusOr<HttpResponse> {
+        absl::MutexLock lock(&mu);
+        ++attempts;
+        cancelled = r.cancelled;
+        attempted.SignalAll();
+        return absl::UnavailableError("connection refused");
+      });
+  KubeConfig config;
+  config.server = "https://api.test";
+  config.token = "t";
+  KubeClient::Options options;  // the real clock: Shutdown ends its waits
+  options.retry.initial = absl::Seconds(30);  // one wait would outlast the test's timeout
+  options.retry.max = absl::Seconds(30);
+  KubeClient client(config, std::move(transport), options);
+  absl::Status got;
+  std::thread call([&] { got = client.Get("/p", absl::Now() + absl::Minutes(10)).status(); });
+  {
+    absl::MutexLock lock(&mu);
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (attempts < 1) {
+      if (attempted.WaitWithDeadline(&mu, until)) break;
+    }
+    ASSERT_EQ(attempts, 1);
+    ASSERT_TRUE(cancelled != nullptr);
+    EXPECT_FALSE(cancelled());
+  }
+  client.Shutdown();  // the call is in its 15-30 s wait now, or about to be
+  call.join();
+  EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
+  EXPECT_THAT(got.message(), HasSubstr("the driver is stopping"));
+  EXPECT_THAT(got.message(), HasSubstr("connection refused"));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(attempts, 1);
+    EXPECT_TRUE(cancelled());  // an exchange still running would stop at its next poll
+  }
+  const absl::Status after = client.Get("/p", absl::Now() + absl::Minutes(1)).status();
+  EXPECT_EQ(after.code(), absl::StatusCode::kCancelled) << after;
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(attempts, 1);
+}
+
 TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
   EXPECT_EQ(PercentEncode("spec.nodeName=n-1,spec.driver=a.b_c~"),
             "spec.nodeName%3Dn-1%2Cspec.driver%3Da.b_c~");
