@@ -565,8 +565,11 @@ func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
 	if err := symlink(ib, filepath.Join(sys, "class", "infiniband", h.Name)); err != nil {
 		return err
 	}
-	for _, nd := range h.Netdevs {
+	for i, nd := range h.Netdevs {
 		if err := os.MkdirAll(filepath.Join(devDir, "net", nd), 0o755); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(devDir, "net", nd, "address"), netdevAddress(h.PCI, i)); err != nil {
 			return err
 		}
 	}
@@ -743,4 +746,15 @@ func Minus(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// netdevAddress: the hardware address the binary's fixture gives netdev `index` of the PCI
+// function `pci` (sim/sysfs_fixture.cc NetdevAddress): "0000:1a:00.0", 0 -> "02:00:00:1a:00:00",
+// a locally administered address.
+func netdevAddress(pci string, index int) string {
+	var domain, bus, device, function uint
+	if n, _ := fmt.Sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &device, &function); n != 4 {
+		return ""
+	}
+	return fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", domain&0xff, bus&0xff, device&0xff, function&0xff, index&0xff)
 }
