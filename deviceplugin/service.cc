@@ -381,8 +381,10 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   // Withholding is checked against a pod list at least as new as the call (issue 25): the
   // kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
   // relabel overlap the last periodic list may not show a container the other mode has just
-  // admitted. Bounded by the List's deadline. While Lists fail (or before the first one) the
-  // state as it is decides at once (fail closed until the list is known; the last list after).
+  // admitted. Bounded by the List's deadline. While Lists fail the state as it is decides at once
+  // (fail closed until the list is known; the last list after). Before the first List has ended
+  // the call waits for a List too: refusing then failed the first pods of a plugin that started
+  // while the kubelet was slow to list.
   auto answer = [reactor, node = node_, request, response] {
     reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
   };
