@@ -8,7 +8,8 @@
 
 namespace rdp::serving {
 
-SingleFlight::SingleFlight(Start start) : start_(std::move(start)) {}
+SingleFlight::SingleFlight(Start start, Gate gate)
+    : start_(std::move(start)), gate_(std::move(gate)) {}
 
 SingleFlight::~SingleFlight() { WaitIdle(); }
 
@@ -16,13 +17,41 @@ void SingleFlight::Request(Then then) {
   {
     absl::MutexLock lock(&mu_);
     if (running_) {
-      next_.push_back(std::move(then));
+      // A run still at the gate has not started: it answers this call too.
+      (started_ ? next_ : current_).push_back(std::move(then));
       return;
     }
     running_ = true;
+    started_ = false;
     current_.push_back(std::move(then));
   }
-  Run();
+  AtGate();
+}
+
+void SingleFlight::AtGate() {
+  // go() counts once, whoever calls it (the gate, or the catch below).
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  Then go = [this, once] {
+    if (once->exchange(true)) return;
+    {
+      absl::MutexLock lock(&mu_);
+      started_ = true;
+    }
+    Run();
+  };
+  if (!gate_) {
+    go();
+    return;
+  }
+  try {
+    gate_(go);
+  } catch (const std::exception& e) {
+    rdp::Logger("serving")->error("refresh gate failed: {}", e.what());
+    go();
+  } catch (...) {
+    rdp::Logger("serving")->error("refresh gate failed with an unknown exception");
+    go();
+  }
 }
 
 void SingleFlight::Run() {
@@ -56,13 +85,14 @@ void SingleFlight::Finished() {
     absl::MutexLock lock(&mu_);
     if (!next_.empty()) {
       current_.swap(next_);
+      started_ = false;
       again = true;
     } else {
       running_ = false;
       idle_.SignalAll();
     }
   }
-  if (again) Run();
+  if (again) AtGate();
 }
 
 void SingleFlight::WaitIdle() {
