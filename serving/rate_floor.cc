@@ -66,11 +66,12 @@ void RateFloor::Stop() {
 
 absl::Duration RateFloor::Take(absl::Time now) {
   const double burst = std::max(1, options_.burst);
-  // A clock that went back refills nothing.
+  // A clock that went back (the wall clock set back) refills nothing, and counts from there on:
+  // waiting for it to catch up would hold every List for as long as it went back.
   if (now > refilled_) {
     tokens_ = std::min(burst, tokens_ + absl::ToDoubleSeconds(now - refilled_) * options_.per_second);
-    refilled_ = now;
   }
+  refilled_ = now;
   // Within rounding of a whole token counts as one: a timer set for the exact wait must find it.
   constexpr double kSlack = 1e-9;
   if (tokens_ >= 1 - kSlack) {

@@ -52,6 +52,10 @@ class FakeTimers {
     fn();
     return true;
   }
+  void SetBack(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ -= d;
+  }
   int pending() {
     absl::MutexLock lock(&mu_);
     return static_cast<int>(timers_.size());
@@ -117,6 +121,20 @@ TEST(RateFloorTest, StopLetsTheWaitingGoAndEveryLaterOne) {
   EXPECT_EQ(went, 3);
   ASSERT_TRUE(timers.FireNext());  // the old timer finds nothing waiting
   EXPECT_EQ(went, 3);
+}
+
+// The wall clock set back an hour: the floor counts from the new time on, and the pass that
+// waits goes one interval later, not an hour later.
+TEST(RateFloorTest, AClockSetBackDoesNotHoldPasses) {
+  FakeTimers timers;
+  auto floor = RateFloor::Make(timers.Options(20, 1));
+  int went = 0;
+  EXPECT_FALSE(floor->Pass([&] { ++went; }));
+  timers.SetBack(absl::Hours(1));
+  EXPECT_TRUE(floor->Pass([&] { ++went; }));
+  ASSERT_TRUE(timers.FireNext());
+  EXPECT_EQ(went, 2);
+  EXPECT_EQ(timers.pending(), 0);
 }
 
 // A timer that fires after the floor is gone does nothing.
