@@ -28,47 +28,46 @@ void SingleFlight::Request(Then then) {
   AtGate();
 }
 
-void SingleFlight::AtGate() {
-  // go() counts once, whoever calls it (the gate, or the catch below).
+namespace {
+
+// Calls step(next), where next() runs `then` once, whoever calls it: the step, or this function
+// when the step throws (logged as `what` failed), so that a throw counts as the step's end.
+void OnceThen(const char* what, const std::function<void(std::function<void()>)>& step,
+              std::function<void()> then) {
   auto once = std::make_shared<std::atomic<bool>>(false);
-  Then go = [this, once] {
-    if (once->exchange(true)) return;
+  std::function<void()> next = [once, then = std::move(then)] {
+    if (!once->exchange(true)) then();
+  };
+  try {
+    step(next);
+  } catch (const std::exception& e) {
+    rdp::Logger("serving")->error("{} failed: {}", what, e.what());
+    next();
+  } catch (...) {
+    rdp::Logger("serving")->error("{} failed with an unknown exception", what);
+    next();
+  }
+}
+
+}  // namespace
+
+void SingleFlight::AtGate() {
+  auto go = [this] {
     {
       absl::MutexLock lock(&mu_);
       started_ = true;
     }
     Run();
   };
-  if (!gate_) {
-    go();
-    return;
-  }
-  try {
-    gate_(go);
-  } catch (const std::exception& e) {
-    rdp::Logger("serving")->error("refresh gate failed: {}", e.what());
-    go();
-  } catch (...) {
-    rdp::Logger("serving")->error("refresh gate failed with an unknown exception");
+  if (gate_) {
+    OnceThen("refresh gate", gate_, std::move(go));
+  } else {
     go();
   }
 }
 
 void SingleFlight::Run() {
-  // finished() counts once per run, whoever calls it (the operation, or the catch below).
-  auto once = std::make_shared<std::atomic<bool>>(false);
-  Then finished = [this, once] {
-    if (!once->exchange(true)) Finished();
-  };
-  try {
-    start_(finished);
-  } catch (const std::exception& e) {
-    rdp::Logger("serving")->error("refresh failed: {}", e.what());
-    finished();
-  } catch (...) {
-    rdp::Logger("serving")->error("refresh failed with an unknown exception");
-    finished();
-  }
+  OnceThen("refresh", start_, [this] { Finished(); });
 }
 
 void SingleFlight::Finished() {
