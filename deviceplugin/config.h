@@ -61,8 +61,8 @@ struct Config {
   // meanwhile share it). Well under the kubelet's node-wide pod-resources budget (100/s, burst 10),
   // which the DCGM exporter, NFD and topology-aware schedulers share with us. Not flags: the
   // kubelet's budget is a constant compiled into it (no kubelet setting changes it), and the
-  // kubelet admits containers one at a time, so 20 admissions a second are not throttled by a
-  // List each. Tests set them; <= 0 turns the floor off.
+  // kubelet admits containers one at a time (one List each): a steady 20 a second is more than a
+  // node admits. Tests set them; <= 0 turns the floor off.
   double pod_resources_lists_per_second = 20;
   int pod_resources_list_burst = 5;
   // How long Start waits for the first List before serving (the pods thread goes on trying).

@@ -107,7 +107,8 @@ NodeState::NodeState(Config config, NodeSources sources)
                                             sources_.after})),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); },
                    [this](std::function<void()> go) {
-                     if (list_floor_->Pass(std::move(go))) metrics_.pod_resources_lists_delayed.Add();
+                     const bool delayed = list_floor_->Pass(std::move(go));
+                     if (delayed) metrics_.pod_resources_lists_delayed.Add();
                    }) {}
 
 NodeState::~NodeState() {

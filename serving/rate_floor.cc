@@ -69,7 +69,8 @@ absl::Duration RateFloor::Take(absl::Time now) {
   // A clock that went back (the wall clock set back) refills nothing, and counts from there on:
   // waiting for it to catch up would hold every List for as long as it went back.
   if (now > refilled_) {
-    tokens_ = std::min(burst, tokens_ + absl::ToDoubleSeconds(now - refilled_) * options_.per_second);
+    const double refill = absl::ToDoubleSeconds(now - refilled_) * options_.per_second;
+    tokens_ = std::min(burst, tokens_ + refill);
   }
   refilled_ = now;
   // Within rounding of a whole token counts as one: a timer set for the exact wait must find it.

@@ -448,8 +448,9 @@ class ClockTimers {
           absl::MutexLock lock(&mu);
           while (timers.empty() && !done) changed.Wait(&mu);
           if (done) return;
-          auto first = std::min_element(timers.begin(), timers.end(),
-                                        [](const auto& a, const auto& b) { return a.first < b.first; });
+          auto first =
+              std::min_element(timers.begin(), timers.end(),
+                               [](const auto& a, const auto& b) { return a.first < b.first; });
           now = std::max(now, first->first);
           fn = std::move(first->second);
           timers.erase(first);
