@@ -326,6 +326,7 @@ void NodeState::StartList(std::function<void()> finished) {
 
 void NodeState::OnPods(absl::StatusOr<PodList> pods) {
   last_list_ok_ = pods.ok();
+  last_list_failed_ = !pods.ok();
   if (!pods.ok()) metrics_.pod_resources_errors.Add();
   bool changed = false;
   {

@@ -99,7 +99,9 @@ class NodeState {
   // floor holds starts at once, and fails).
   void StopPodLists();
   // The latest List failed, or none has finished yet (false without a pod-resources source).
-  bool pod_list_failing() const { return sources_.pod_resources && !last_list_ok_; }
+  // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
+  // it (within its deadline) rather than refusing every HCA as not known yet.
+  bool pod_list_failing() const { return sources_.pod_resources && last_list_failed_; }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
   // The latest List succeeded and began after the latest registration with the kubelet had
@@ -190,6 +192,7 @@ class NodeState {
   NodeSources sources_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
+  std::atomic<bool> last_list_failed_{false};  // it ended, and failed
   // Odd while a Register RPC is under way: incremented as each begins and as it ends.
   std::atomic<std::uint64_t> registration_epoch_{0};
   // registration_epoch_ when the latest successful List began.

@@ -232,6 +232,31 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
   });
 }
 
+namespace {
+
+// Runs `answer` once a pod-resources List that started after this call has ended, or after
+// `at_most` with the state as it is (a grpc::Alarm), whichever comes first; exactly once.
+void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<void()> answer) {
+  struct Pending {
+    std::atomic<bool> answered{false};
+    std::function<void()> answer;
+    grpc::Alarm alarm;  // destroyed (cancelled) with the last holder
+    void Answer() {
+      if (!answered.exchange(true)) answer();
+    }
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->answer = std::move(answer);
+  std::weak_ptr<Pending> weak = pending;
+  pending->alarm.Set(absl::ToChronoTime(absl::Now() + at_most), [weak](bool fired) {
+    if (!fired) return;
+    if (std::shared_ptr<Pending> p = weak.lock()) p->Answer();
+  });
+  node.RefreshPods([pending] { pending->Answer(); });
+}
+
+}  // namespace
+
 void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done) {
@@ -246,23 +271,7 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
   // serves every container of the request; `answer` runs once it is over, or after
   // config().admission_wait with the last list (the call is advice; a slow kubelet must not
   // hold admission for the List's whole deadline), whichever comes first.
-  struct Pending {
-    std::atomic<bool> answered{false};
-    std::function<void()> answer;
-    grpc::Alarm alarm;  // destroyed (cancelled) with the last holder
-    void Answer() {
-      if (!answered.exchange(true)) answer();
-    }
-  };
-  auto pending = std::make_shared<Pending>();
-  pending->answer = std::move(answer);
-  std::weak_ptr<Pending> weak = pending;
-  pending->alarm.Set(absl::ToChronoTime(absl::Now() + node.config().admission_wait),
-                     [weak](bool fired) {
-                       if (!fired) return;
-                       if (std::shared_ptr<Pending> p = weak.lock()) p->Answer();
-                     });
-  node.RefreshPods([pending] { pending->Answer(); });
+  AfterAFreshPodList(node, node.config().admission_wait, std::move(answer));
 }
 
 namespace {
@@ -381,8 +390,10 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   // Withholding is checked against a pod list at least as new as the call (issue 25): the
   // kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
   // relabel overlap the last periodic list may not show a container the other mode has just
-  // admitted. Bounded by the List's deadline. While Lists fail (or before the first one) the
-  // state as it is decides at once (fail closed until the list is known; the last list after).
+  // admitted. Bounded by the List's deadline. While Lists fail the state as it is decides at once
+  // (fail closed until the list is known; the last list after). Before the first List has ended
+  // the call waits for one too, at most admission_wait: refusing at once failed the first pods of
+  // a plugin that started while the kubelet was slow to list.
   auto answer = [reactor, node = node_, request, response] {
     reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
   };
@@ -390,6 +401,11 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   // another plugin (NodeState::list_since_registration): then no new List is needed.
   if (node_->pod_list_failing() || node_->list_since_registration()) {
     answer();
+  } else if (!node_->pods_known()) {
+    // No List has ended yet: wait for one as GetPreferredAllocation does, at most admission_wait,
+    // then refuse (fail closed) with the state as it is: a pod-resources server that never
+    // answers must not hold the kubelet's admission for the List's whole deadline.
+    AfterAFreshPodList(*node_, node_->config().admission_wait, std::move(answer));
   } else {
     node_->RefreshPods(std::move(answer));
   }
