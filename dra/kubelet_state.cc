@@ -97,8 +97,13 @@ absl::StatusOr<KubeletClaims> ReadKubeletClaims(const std::string& path,
   }
   const nlohmann::json d = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (d.is_discarded() || !d.is_object()) return bad("its Data is not a JSON object");
-  const std::string kind = d.value("kind", "");
-  const std::string api_version = d.value("apiVersion", "");
+  // Not json::value(): it throws on a member of another type, and nothing may throw out of Start.
+  auto text_of = [&d](const char* key) {
+    const auto it = d.find(key);
+    return it != d.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string kind = text_of("kind");
+  const std::string api_version = text_of("apiVersion");
   if (kind != kKind || api_version != kApiVersion) {
     return absl::UnimplementedError(
         absl::StrCat(path, ": kind '", kind, "' apiVersion '", api_version, "', not ", kKind,

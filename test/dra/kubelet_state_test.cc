@@ -108,6 +108,14 @@ TEST(DRAKubeletStateTest, FilesThatCannotBeTrustedAreErrorsNamingThePath) {
        [&] { std::ofstream(path, std::ios::trunc) << R"({"version":"v1","entries":[],"checksum":1})"; },
        absl::StatusCode::kUnimplemented},
       {"not JSON", [&] { std::ofstream(path, std::ios::trunc) << "{\"Data\":"; }, absl::StatusCode::kDataLoss},
+      // Checksummed, but its kind a number: json::value() threw here, out of the driver's Start.
+      {"a kind that is not a string",
+       [&] {
+         const std::string data = R"({"kind":5,"apiVersion":"checkpoint.dra.kubelet.k8s.io/v1"})";
+         std::ofstream(path, std::ios::trunc)
+             << nlohmann::json{{"Data", data}, {"Checksum", Crc32Ieee(data)}}.dump();
+       },
+       absl::StatusCode::kUnimplemented},
       {"a directory", [&] { std::filesystem::remove(path); std::filesystem::create_directory(path); },
        absl::StatusCode::kInternal},
   };
