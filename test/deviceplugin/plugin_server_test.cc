@@ -769,6 +769,45 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   EXPECT_EQ(file(), both);
 }
 
+// Shared mode: GetPreferredAllocation's path on the request's own strings (PreferViews) answers
+// what Prefer answers, errors included: the kubelet's usual request, must_include, IDs not
+// offered (above --shared-devices, another spelling), malformed requests.
+TEST(PreferViewsTest, SharedAnswersAsPrefer) {
+  testing::TestNode node;
+  Config config = node.MakeConfig(hca::Mode::kShared);
+  config.shared_devices = 100;
+  NodeState state(config, node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  std::vector<std::string> all;
+  for (int i = 99; i >= 0; --i) all.push_back(SharedId(i));
+  struct Case {
+    std::vector<std::string> available, must;
+    int size;
+  };
+  const std::vector<Case> cases = {
+      {all, {}, 8},
+      {all, {"shared-50", "shared-7"}, 3},
+      {{"shared-3", "shared-100", "shared-1"}, {}, 3},     // one above the count
+      {{"shared-3", "shared-01", "shared-1"}, {"shared-01"}, 2},  // another spelling
+      {{"shared-3", "shared-3"}, {}, 1},                   // a duplicate
+      {{"shared-3", ""}, {}, 1},                           // an empty ID
+      {{"shared-3", "shared-4"}, {"shared-5"}, 1},         // must_include not available
+      {{"shared-3", "shared-4"}, {}, 3},                   // size above available
+      {{"shared-3", "shared-4"}, {}, 0},                   // size 0
+      {{"shared-3", "shared-4"}, {"shared-3", "shared-4"}, 1},  // must_include above size
+  };
+  for (const Case& c : cases) {
+    const std::vector<std::string_view> available(c.available.begin(), c.available.end());
+    const std::vector<std::string_view> must(c.must.begin(), c.must.end());
+    const absl::StatusOr<std::vector<std::string>> views = state.PreferViews(available, must, c.size);
+    const absl::StatusOr<std::vector<std::string>> copies = state.Prefer(c.available, c.must, c.size);
+    ASSERT_EQ(views.status(), copies.status()) << c.available.size() << " IDs, size " << c.size;
+    if (views.ok()) {
+      EXPECT_EQ(*views, *copies) << c.available.size() << " IDs, size " << c.size;
+    }
+  }
+}
+
 // NCCL_IB_GID_INDEX from the fixture's GID tables (RoCE v2 with IPv4; IPv6 only; RoCE v1 only).
 TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
   auto card = [](const std::string& name, const std::string& pci, const std::string& netdev,
