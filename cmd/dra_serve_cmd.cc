@@ -21,6 +21,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/flag_values.h"
 #include "cmd/dra_cmd.h"
 #include "cmd/early_warning_flags.h"
 #include "cmd/metrics_flags.h"
@@ -127,10 +128,9 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   for (auto [flag, text, out] : {std::make_tuple("--health-interval", &f.health_interval,
                                                  &r.health_interval),
                                  std::make_tuple("--slice-resync", &f.resync, &r.resync)}) {
-    if (!absl::ParseDuration(*text, out) || *out <= absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " '", *text, "': not a positive duration such as 5s"));
-    }
+    absl::StatusOr<absl::Duration> d = DurationFlag(flag, *text);
+    if (!d.ok()) return d.status();
+    *out = *d;
   }
   // As `dra slices` and the kubelet name the node: a host name "Node-A" is the Node "node-a".
   if (f.node_name.empty()) f.node_name = HostNodeName();

@@ -1,7 +1,7 @@
 #include "cmd/early_warning_flags.h"
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cmd/flag_values.h"
 
 namespace rdp::cmd {
 
@@ -43,10 +43,9 @@ absl::StatusOr<hca::EarlyWarningConfig> EarlyWarningFlags::Config() const {
        {std::make_tuple("--degraded-window", &window, &c.window),
         std::make_tuple("--flap-window", &flap_window, &c.flap_window),
         std::make_tuple("--flap-stable", &flap_stable, &c.stable_for)}) {
-    if (!absl::ParseDuration(*text, out)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " '", *text, "': not a duration such as 10m or 90s"));
-    }
+    absl::StatusOr<absl::Duration> d = DurationFlag(flag, *text, /*positive=*/false);
+    if (!d.ok()) return d.status();
+    *out = *d;
   }
   if (absl::Status s = hca::ValidateEarlyWarning(c); !s.ok()) return s;
   return c;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "cmd/flag_values.h"
 
 namespace rdp::cmd {
 
@@ -33,10 +34,10 @@ absl::StatusOr<metrics::HttpOptions> MetricsFlags::Options() const {
   o.allow = absl::StrSplit(allow, ',', absl::SkipWhitespace());
   for (std::string& entry : o.allow) entry = std::string(absl::StripAsciiWhitespace(entry));
   o.threads = threads;
-  if (!absl::ParseDuration(request_timeout, &o.request_timeout)) {
-    return absl::InvalidArgumentError(absl::StrCat("--metrics-request-timeout '", request_timeout,
-                                                   "': not a duration such as 2s"));
-  }
+  absl::StatusOr<absl::Duration> timeout =
+      DurationFlag("--metrics-request-timeout", request_timeout, /*positive=*/false);
+  if (!timeout.ok()) return timeout.status();
+  o.request_timeout = *timeout;
   if (address.empty()) return o;
   if (absl::Status s = metrics::Validate(o); !s.ok()) return s;
   return o;

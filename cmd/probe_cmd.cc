@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/flag_values.h"
 #include "dra/model.h"
 #include "dra/probe.h"
 #include "deviceplugin/probe.h"
@@ -48,10 +49,9 @@ void AddProbeCommand(CLI::App& app) {
       ->envname("RDP_PROBE_TIMEOUT")
       ->capture_default_str();
   sub->callback([f, kubelet_dir] {
-    absl::Duration timeout;
-    if (!absl::ParseDuration(f->timeout, &timeout) || timeout <= absl::ZeroDuration()) {
-      std::cerr << "rdma-device-plugin probe: --timeout '" << f->timeout
-                << "': not a positive duration such as 1s\n";
+    absl::StatusOr<absl::Duration> timeout = DurationFlag("--timeout", f->timeout);
+    if (!timeout.ok()) {
+      std::cerr << "rdma-device-plugin probe: " << timeout.status().message() << "\n";
       Exit(kExitUsage);
     }
     if (f->ready && !f->dra) {
@@ -60,7 +60,7 @@ void AddProbeCommand(CLI::App& app) {
     }
     if (f->dra) {
       const std::string root = kubelet_dir->count() > 0 ? f->kubelet_dir : "/var/lib/kubelet";
-      absl::Status status = dra::Probe(root, f->driver_name, timeout, f->ready);
+      absl::Status status = dra::Probe(root, f->driver_name, *timeout, f->ready);
       if (!status.ok()) {
         std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
         Exit(1);
@@ -70,7 +70,7 @@ void AddProbeCommand(CLI::App& app) {
       return;
     }
     const std::string path = (std::filesystem::path(f->kubelet_dir) / f->socket_name).string();
-    absl::Status status = deviceplugin::Probe(path, timeout);
+    absl::Status status = deviceplugin::Probe(path, *timeout);
     if (!status.ok()) {
       std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
       Exit(1);

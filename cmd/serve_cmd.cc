@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
+#include "cmd/flag_values.h"
 #include "cmd/early_warning_flags.h"
 #include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
@@ -39,16 +40,6 @@ struct Resolved {
   metrics::HttpOptions metrics;
 };
 
-absl::StatusOr<absl::Duration> ParseDurationFlag(const std::string& flag,
-                                                 const std::string& text) {
-  absl::Duration d;
-  if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(flag + " '" + text +
-                                      "': not a positive duration such as 5s or 500ms");
-  }
-  return d;
-}
-
 // Flags -> a validated Config.
 absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
   deviceplugin::Config c = f.config;
@@ -65,10 +56,10 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
         "--exclusive-label '", c.exclusive_label, "' names the node label that chose exclusive "
         "mode, but --mode is '", f.mode, "': give --mode exclusive with it, or drop it"));
   }
-  auto interval = ParseDurationFlag("--health-interval", f.health_interval);
+  auto interval = DurationFlag("--health-interval", f.health_interval);
   if (!interval.ok()) return interval.status();
   c.health_interval = *interval;
-  auto window = ParseDurationFlag("--admission-window", f.admission_window);
+  auto window = DurationFlag("--admission-window", f.admission_window);
   if (!window.ok()) return window.status();
   c.admission_window = *window;
   c.gpu_resources = absl::StrSplit(f.gpu_resources, ',', absl::SkipWhitespace());

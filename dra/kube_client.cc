@@ -16,7 +16,9 @@ namespace {
 class RealClockImpl : public Clock {
  public:
   absl::Time Now() override { return absl::Now(); }
-  void SleepFor(absl::Duration d) override { absl::SleepFor(d); }
+  bool SleepFor(absl::Duration d, WaitEnder& ender) override {
+    return ender.WaitUntil(absl::Now() + d);
+  }
 };
 
 bool Retriable(int code) { return code == 429 || (code >= 500 && code != 501); }
@@ -58,6 +60,20 @@ absl::Status MapStatus(const std::string& what, const std::string& method, int c
 }
 
 }  // namespace
+
+void WaitEnder::End() {
+  absl::MutexLock lock(&mu_);
+  ended_.store(true, std::memory_order_release);
+  cv_.SignalAll();
+}
+
+bool WaitEnder::WaitUntil(absl::Time until) {
+  absl::MutexLock lock(&mu_);
+  while (!Ended()) {
+    if (cv_.WaitWithDeadline(&mu_, until)) return Ended();
+  }
+  return true;
+}
 
 Clock* RealClock() {
   static Clock* clock = new RealClockImpl;
@@ -286,27 +302,10 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
     }
     Logger("dra")->debug("api retry method={} path={} attempt={} wait={} error=\"{}\"", method,
                          path, attempt, absl::FormatDuration(wait), std::string(last.message()));
-    WaitToRetry(wait);
+    clock.SleepFor(wait, shut_down_);  // the loop's next turn answers a Shutdown
   }
 }
 
-void KubeClient::Shutdown() {
-  absl::MutexLock lock(&stop_mu_);
-  shut_down_.store(true, std::memory_order_release);
-  stop_cv_.SignalAll();
-}
-
-void KubeClient::WaitToRetry(absl::Duration wait) {
-  if (options_.clock != RealClock()) {  // a test's clock: its own time, not ended early
-    options_.clock->SleepFor(wait);
-    return;
-  }
-  const absl::Time until = absl::Now() + wait;
-  absl::MutexLock lock(&stop_mu_);
-  // A CondVar loop, not Mutex::Await (test/sanitizers/await_rule_test.py).
-  while (!ShutDown()) {
-    if (stop_cv_.WaitWithDeadline(&stop_mu_, until)) return;
-  }
-}
+void KubeClient::Shutdown() { shut_down_.End(); }
 
 }  // namespace rdp::dra

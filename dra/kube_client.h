@@ -141,15 +141,31 @@ class Transport {
 // Thread-safe.
 std::unique_ptr<Transport> NewCurlTransport(const KubeConfig& config);
 
+// A flag set once to end every wait on it early (a client's Shutdown). Thread-safe.
+class WaitEnder {
+ public:
+  void End();
+  bool Ended() const { return ended_.load(std::memory_order_acquire); }
+  // Waits until `until` on the real clock, or until End; true when ended.
+  bool WaitUntil(absl::Time until);
+
+ private:
+  std::atomic<bool> ended_{false};
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled by End; a CondVar loop, not Mutex::Await (await_rule)
+};
+
 // Time and waiting, so that unit tests of the back-off do not sleep.
 class Clock {
  public:
   virtual ~Clock() = default;
   virtual absl::Time Now() = 0;
-  virtual void SleepFor(absl::Duration d) = 0;
+  // Waits `d` of this clock's time, or less when `ender` ends it; true when it was ended.
+  virtual bool SleepFor(absl::Duration d, WaitEnder& ender) = 0;
 };
 
-// The real clock (absl::Now, absl::SleepFor). Thread-safe; never destroyed.
+// The real clock (absl::Now; a wait on the WaitEnder's condition variable). Thread-safe; never
+// destroyed.
 Clock* RealClock();
 
 // Exponential back-off with jitter for the retriable outcomes (Unavailable, 429, 5xx): the n-th
@@ -238,13 +254,9 @@ class KubeClient {
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
-  // Shutdown: the flag the exchanges poll, and the retry waits' wake-up.
-  std::atomic<bool> shut_down_{false};
-  absl::Mutex stop_mu_;
-  absl::CondVar stop_cv_;
-  // Waits `wait` (the clock's, or the real one ended early by Shutdown).
-  void WaitToRetry(absl::Duration wait);
-  bool ShutDown() const { return shut_down_.load(std::memory_order_acquire); }
+  // Shutdown: the flag the exchanges poll, and what ends the retry waits on any clock.
+  WaitEnder shut_down_;
+  bool ShutDown() const { return shut_down_.Ended(); }
 };
 
 // `s` percent-encoded for a URL's query value or path segment (RFC 3986 unreserved kept).

@@ -21,9 +21,12 @@ namespace rdp::dra::testing {
 class FakeClock : public Clock {
  public:
   absl::Time Now() override { return now_; }
-  void SleepFor(absl::Duration d) override {
+  // Moves time on at once, unless the wait is already ended (a Shutdown).
+  bool SleepFor(absl::Duration d, WaitEnder& ender) override {
+    if (ender.Ended()) return true;
     sleeps.push_back(d);
     now_ += d;
+    return false;
   }
   void Advance(absl::Duration d) { now_ += d; }
 

@@ -314,6 +314,32 @@ TEST(DRAKubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
   EXPECT_EQ(attempts, 1);
 }
 
+// Shutdown ends a retry's wait on any clock, a test's too: the wait it ends takes none of the
+// clock's time, and no attempt follows it.
+TEST(DRAKubeClientTest, ShutdownEndsAWaitOnTheClientsOwnClock) {
+  FakeClock clock;
+  KubeClient* client_ptr = nullptr;
+  int attempts = 0;
+  auto transport = std::make_unique<FuncTransport>(
+      [&](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
+        if (++attempts == 2) client_ptr->Shutdown();  // the stop comes during the second try
+        return absl::UnavailableError("connection refused");
+      });
+  KubeConfig config;
+  config.server = "https://api.test";
+  config.token = "t";
+  KubeClient::Options options;
+  options.clock = &clock;
+  KubeClient client(config, std::move(transport), options);
+  client_ptr = &client;
+  const absl::Time start = clock.Now();
+  const absl::Status got = client.Get("/p", start + absl::Minutes(10)).status();
+  EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
+  EXPECT_EQ(attempts, 2);
+  ASSERT_EQ(clock.sleeps.size(), 1u);  // the wait after the first try only
+  EXPECT_EQ(clock.Now(), start + clock.sleeps[0]);
+}
+
 TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
   EXPECT_EQ(PercentEncode("spec.nodeName=n-1,spec.driver=a.b_c~"),
             "spec.nodeName%3Dn-1%2Cspec.driver%3Da.b_c~");

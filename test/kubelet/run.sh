@@ -8,7 +8,8 @@
 #        test/kubelet/run.sh --control-plane [go test flags...]
 #        test/kubelet/run.sh --nri [BINARY] [go test flags...]
 #   BINARY defaults to $RDP_BINARY, then <repo>/build/cmd/rdma-device-plugin.
-#   --build-only: download the modules and compile the harness (fills Go's caches), run nothing.
+#   --build-only: download the modules and compile the harness (fills Go's caches), check that
+#   every file is gofmt-formatted, run nothing.
 #   --proto: only TestProtoMatchesKubelet and TestProtoMatchesNRI (proto/*.proto against the
 #   kubelet's, NRI's and ttrpc's descriptors); needs
 #   neither root nor the binary. Both take the descriptor set from $RDP_PROTO_DESCRIPTORS, else
@@ -71,6 +72,12 @@ if ((build_only)); then
   go test -count=1 -ldflags "$version_ldflags" -run '^$' ./controlplane
   go test -count=1 -run '^$' ./nri
   go test -count=1 -run '^$' ./realnode
+  # House style for the harness is gofmt's: a file it would change fails the build step.
+  unformatted=$(gofmt -l .)
+  if [[ -n $unformatted ]]; then
+    echo "kubelet conformance: FAILED: not gofmt-formatted (run gofmt -w):" $unformatted >&2
+    exit 1
+  fi
   echo "kubelet conformance: harness built in $(( $(date +%s) - start ))s"
   exit 0
 fi

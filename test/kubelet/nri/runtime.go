@@ -47,8 +47,8 @@ type runtimeCommand struct {
 // runtimeReply answers one runtimeCommand.
 type runtimeReply struct {
 	Error       string             `json:"error,omitempty"`
-	Plugins     int                `json:"plugins"` // connected now
-	Added       int                `json:"added"`   // plugins connected and synchronized so far
+	Plugins     int                `json:"plugins"`               // connected now
+	Added       int                `json:"added"`                 // plugins connected and synchronized so far
 	Rlimits     []*api.POSIXRlimit `json:"rlimits,omitempty"`     // create: the adjustment's
 	LatencyUs   int64              `json:"latency_us,omitempty"`  // create: the runtime's call
 	Invocations []string           `json:"invocations,omitempty"` // "<plugin> <operation>"
