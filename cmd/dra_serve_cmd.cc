@@ -36,6 +36,7 @@
 #include "dra/health.h"
 #include "dra/kernel_pci.h"
 #include "dra/kube_client.h"
+#include "dra/kubelet_state.h"
 #include "dra/model.h"
 #include "dra/node_snapshot.h"
 #include "dra/plugin_lock.h"
@@ -55,6 +56,7 @@ namespace {
 struct DraFlags {
   DiscoveryFlags discovery;
   std::string kubelet_dir = "/var/lib/kubelet";
+  std::string kubelet_state;  // "": <kubelet_dir>/dra_manager_state
   std::string driver_name = dra::kDefaultDriverName;
   std::string node_name;
   std::string cdi_root = dra::kDefaultCdiRoot;
@@ -154,6 +156,10 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   r.driver.driver_name = f.driver_name;
   r.driver.node_name = f.node_name;
   r.driver.allocation_dir = f.allocation_dir;
+  r.driver.kubelet_state =
+      f.kubelet_state.empty()
+          ? (std::filesystem::path(f.kubelet_dir) / dra::kKubeletDraStateFile).string()
+          : f.kubelet_state;
   r.server.kubelet_dir = f.kubelet_dir;
   r.server.driver_name = f.driver_name;
   return r;
@@ -233,7 +239,8 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo,
                              metrics::PortCounterCache& counters,
                              bool registered, const dra::SliceSync::Status& sync,
                              std::map<std::string, std::uint64_t> dropped,
-                             const dra::ApiClaimStatusWriter::Counts& claim_status) {
+                             const dra::ApiClaimStatusWriter::Counts& claim_status,
+                             int unprepared_at_start) {
   metrics::NodeMetricsInput in;
   in.mode = r.mode;
   in.topology = topo;
@@ -280,6 +287,11 @@ std::string RenderDraMetrics(const Resolved& r, topology::TopologyPtr topo,
              Type::kCounter);
   out.Sample({{"result", "success"}}, static_cast<double>(claim_status.successes));
   out.Sample({{"result", "failure"}}, static_cast<double>(claim_status.failures));
+  out.Family("rdma_device_plugin_dra_claims_unprepared_at_start_total",
+             "Prepared claims unprepared at the driver's start because the kubelet's DRA "
+             "checkpoint no longer lists them (docs/dra.md, \"Claims the kubelet forgot\")",
+             Type::kCounter);
+  out.Sample({}, unprepared_at_start);
   out.Family("rdma_device_plugin_dra_dropped_fields_total",
              "Writes of a ResourceSlice whose answer from the API server lacked a field we sent "
              "(its feature gate is off on the control plane), by field",
@@ -444,11 +456,13 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.metrics = r.metrics;
   run.node = env;
   auto counters = std::make_shared<metrics::PortCounterCache>();
+  dra::Driver* driver = node.driver.get();
   run.render_metrics = [&r, snapshot, env, counters, &server, &sync, &publisher, &handed_over,
-                        &early_warning, &claim_status] {
+                        &early_warning, &claim_status, driver] {
     return RenderDraMetrics(r, snapshot->Current(), early_warning.Flagged(), *env, *counters,
                             server.registered() && !handed_over, sync.status(),
-                            publisher.DroppedCounts(), claim_status.counts());
+                            publisher.DroppedCounts(), claim_status.counts(),
+                            driver->UnpreparedAtStart());
   };
   run.health = [&server, &sync, &handed_over]() -> absl::Status {
     if (handed_over) {
@@ -465,7 +479,10 @@ int PrepareLocal(const DraFlags& f, const Resolved& r) {
   std::vector<dra::AllocatedDevice> devices;
   for (const std::string& d : f.devices) devices.push_back({"hca", r.driver.node_name, d});
   StaticClaimReader reader({f.claim_ns, f.claim_uid, f.claim_name}, devices);
-  Node node = StartNode(f, r, reader, /*serving=*/false);
+  // The claims prepared here are not the kubelet's: none is unprepared for its not holding it.
+  Resolved local = r;
+  local.driver.kubelet_state.clear();
+  Node node = StartNode(f, local, reader, /*serving=*/false);
   auto results = node.driver->Prepare({{f.claim_ns, f.claim_uid, f.claim_name}});
   const auto& result = results.begin()->second;
   if (!result.ok()) {
@@ -490,6 +507,10 @@ void AddCommonFlags(CLI::App* app, DraFlags& f) {
                   "The kubelet's root directory (plugins/ and plugins_registry/ below it)")
       ->envname("RDP_KUBELET_DIR")
       ->capture_default_str();
+  app->add_option("--kubelet-state-file", f.kubelet_state,
+                  "The kubelet's DRA checkpoint, read at start: prepared claims it no longer "
+                  "holds are unprepared (default: <kubelet-dir>/dra_manager_state)")
+      ->envname("RDP_KUBELET_STATE_FILE");
   app->add_option("--driver-name", f.driver_name, "The DRA driver name")
       ->envname("RDP_DRIVER_NAME")
       ->capture_default_str();

@@ -1,5 +1,7 @@
 #include "dra/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -35,6 +37,9 @@ nlohmann::json ToJson(const PreparedClaim& c) {
   if (!c.common.empty()) out["common"] = c.common;
   if (!c.pod_env.empty()) out["podEnv"] = c.pod_env;
   if (c.legacy) out["layout"] = "claim";
+  if (c.prepared_at != absl::InfinitePast()) {
+    out["preparedAt"] = absl::FormatTime(absl::RFC3339_full, c.prepared_at, absl::UTCTimeZone());
+  }
   return out;
 }
 
@@ -82,6 +87,14 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
     if (d.contains("shareID") && d["shareID"].is_string()) device.share_id = d["shareID"];
     c.devices.push_back(std::move(device));
   }
+  if (j.contains("preparedAt")) {
+    std::string err;
+    if (!j["preparedAt"].is_string() ||
+        !absl::ParseTime(absl::RFC3339_full, j["preparedAt"].get<std::string>(), &c.prepared_at,
+                         &err)) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed preparedAt"));
+    }
+  }
   if (version == kLegacyVersion) {
     c.legacy = true;
     return c;
@@ -111,6 +124,7 @@ absl::StatusOr<PreparedClaims> Checkpoint::Load() {
   for (const std::string& file : *leftovers) {
     Log()->warn("removed {}: the temporary file of a checkpoint write that did not finish", file);
   }
+  written_ = absl::InfinitePast();
   std::ifstream in(path_);
   if (!in) {
     if (errno == ENOENT) return PreparedClaims{};
@@ -118,6 +132,9 @@ absl::StatusOr<PreparedClaims> Checkpoint::Load() {
   }
   std::stringstream text;
   text << in.rdbuf();
+  // Now when the file cannot be stat'ed: a later bound keeps more claims.
+  struct stat st {};
+  written_ = ::stat(path_.c_str(), &st) == 0 ? absl::TimeFromTimespec(st.st_mtim) : absl::Now();
   PreparedClaims out;
   std::vector<std::string> problems;
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);

@@ -9,12 +9,14 @@
 //   {"version": 2, "claims": {"<uid>": {"namespace": ..., "name": ...,
 //     "devices": [{"request": ..., "pool": ..., "device": ..., "shareID": ...}],
 //     "common": {"<request>": ["<device>", ...]}, "podEnv": {"<request>": ["<NAME>", ...]},
-//     "layout": "claim"}}}
+//     "layout": "claim", "preparedAt": "<RFC 3339 UTC>"}}}
 // "common" lists, per request whose CDI device sets the common variables, the devices they name
 // (dra/consumers.h); "podEnv", per request, the variables the pod specs of its containers set,
 // which those common variables leave out (absent in files written before it: none);
 // "layout": "claim" marks a claim prepared with one CDI device per claim. A version 1 file
-// (before per-request CDI devices) is read as such claims.
+// (before per-request CDI devices) is read as such claims. "preparedAt": when the kubelet last
+// had the claim prepared (absent in files written before it: the file's modification time, a
+// bound no claim of it was prepared after: Written()).
 
 #include <map>
 #include <set>
@@ -22,6 +24,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "dra/model.h"
 
 namespace rdp::dra {
@@ -41,10 +45,14 @@ struct PreparedClaim {
   // By base request: the variables the pod specs of the containers holding it set
   // (PodSetVariables); its CDI device's common variables leave them out.
   std::map<std::string, std::set<std::string>> pod_env;
+  // When the last NodePrepareResources answered for it (set just before its checkpoint write;
+  // InfinitePast when not known): a claim the kubelet's own checkpoint does not list is unprepared at start only when
+  // that checkpoint was written after this (Driver::Start).
+  absl::Time prepared_at = absl::InfinitePast();
   bool operator==(const PreparedClaim& o) const {
     return ref.ns == o.ref.ns && ref.uid == o.ref.uid && ref.name == o.ref.name &&
            devices == o.devices && common == o.common && pod_env == o.pod_env &&
-           legacy == o.legacy;
+           legacy == o.legacy && prepared_at == o.prepared_at;
   }
 };
 
@@ -69,9 +77,13 @@ class Checkpoint {
   absl::Status Save(const PreparedClaims& claims);
 
   const std::string& path() const { return path_; }
+  // The modification time of the file the last Load read (InfinitePast when there was none):
+  // none of its claims was prepared after it.
+  absl::Time Written() const { return written_; }
 
  private:
   const std::string path_;
+  absl::Time written_ = absl::InfinitePast();
 };
 
 }  // namespace rdp::dra

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "dra/device_status.h"
 #include "dra/devices.h"
+#include "dra/kubelet_state.h"
 #include "hca/hca.h"
 #include "serving/atomic_file.h"
 
@@ -82,10 +83,62 @@ absl::Status Driver::Start() {
   absl::StatusOr<PreparedClaims> loaded = checkpoint_.Load();
   if (!loaded.ok()) return loaded.status();
   prepared_ = *std::move(loaded);
+  for (auto& [uid, claim] : prepared_) {
+    // Written by a version that did not record it: prepared no later than the file's last write.
+    if (claim.prepared_at == absl::InfinitePast()) claim.prepared_at = checkpoint_.Written();
+  }
   if (absl::Status s = checkpoint_.Save(prepared_); !s.ok()) return s;
   Log()->info("DRA driver {}: {} prepared claim(s) in checkpoint {}", config_.driver_name,
               prepared_.size(), checkpoint_.path());
+  if (absl::Status s = UnprepareForgotten(); !s.ok()) return s;
   return Reconcile();
+}
+
+absl::Status Driver::UnprepareForgotten() {
+  if (config_.kubelet_state.empty()) return absl::OkStatus();
+  absl::StatusOr<KubeletClaims> kubelet =
+      ReadKubeletClaims(config_.kubelet_state, config_.driver_name);
+  if (!kubelet.ok()) {
+    Log()->warn("the kubelet's DRA checkpoint {} cannot be used ({}): no claim is unprepared "
+                "for the kubelet having forgotten it; the {} prepared claim(s) stay",
+                config_.kubelet_state, kubelet.status().ToString(), prepared_.size());
+    return absl::OkStatus();
+  }
+  const std::string written = absl::FormatTime(absl::RFC3339_full, kubelet->written, absl::UTCTimeZone());
+  std::vector<PreparedClaim> forgotten;
+  for (const auto& [uid, claim] : prepared_) {
+    if (kubelet->uids.count(uid)) continue;
+    if (claim.prepared_at >= kubelet->written) {
+      Log()->info("claim {}: kept although the kubelet's DRA checkpoint {} does not list it: it "
+                  "was prepared at {}, after the kubelet last wrote that file ({}); the kubelet "
+                  "may not have recorded it yet",
+                  Describe(claim.ref), kubelet->path,
+                  absl::FormatTime(absl::RFC3339_full, claim.prepared_at, absl::UTCTimeZone()),
+                  written);
+      continue;
+    }
+    forgotten.push_back(claim);
+  }
+  if (forgotten.empty()) {
+    Log()->info("the kubelet's DRA checkpoint {} (written {}) holds every prepared claim",
+                kubelet->path, written);
+    return absl::OkStatus();
+  }
+  PreparedClaims kept = prepared_;
+  for (const PreparedClaim& claim : forgotten) kept.erase(claim.ref.uid);
+  if (absl::Status s = checkpoint_.Save(kept); !s.ok()) return s;
+  prepared_ = std::move(kept);
+  for (const PreparedClaim& claim : forgotten) {
+    absl::Status s = cdi_.Remove(claim.ref.uid);  // else Reconcile removes it as an orphan
+    Log()->info("unprepared claim {}: the kubelet's DRA checkpoint {} (written {}) does not list "
+                "it for driver {}, and it was prepared before that ({}){}",
+                Describe(claim.ref), kubelet->path, written, config_.driver_name,
+                absl::FormatTime(absl::RFC3339_full, claim.prepared_at, absl::UTCTimeZone()),
+                s.ok() ? "" : absl::StrCat("; removing its CDI spec failed: ", s.ToString()));
+    if (status_ != nullptr) status_->Set(claim.ref, {});
+  }
+  unprepared_at_start_ = static_cast<int>(forgotten.size());
+  return absl::OkStatus();
 }
 
 absl::Status Driver::Reconcile() {
@@ -266,6 +319,7 @@ void Driver::PrepareFresh(
     batch.insert(uid);
     const auto& [ref, allocation] = entry;
     PreparedClaim claim{ref, allocation.devices, {}, false};
+    claim.prepared_at = absl::Now();
     for (const std::string& request : Requests(claim.devices)) {
       const auto it = consumers.commons.find({ref.uid, request});
       if (it == consumers.commons.end() || !it->second) continue;
@@ -450,6 +504,19 @@ absl::StatusOr<std::vector<PreparedDevice>> Driver::AnswerKnown(const PreparedCl
     if (!spec.ok()) return spec.status();
     if (absl::Status s = cdi_.Write(claim.ref.uid, *spec); !s.ok()) return s;
     Log()->info("claim {}: CDI spec re-written from the checkpoint", Describe(claim.ref));
+  }
+  // The kubelet asks again (it lost its own state): it records the claim after this answer, so
+  // this is now its time of prepare (UnprepareForgotten).
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = prepared_.find(claim.ref.uid); it != prepared_.end()) {
+      const absl::Time before = it->second.prepared_at;
+      it->second.prepared_at = absl::Now();
+      if (absl::Status s = checkpoint_.Save(prepared_); !s.ok()) {
+        it->second.prepared_at = before;
+        return absl::InternalError(absl::StrCat("claim ", Describe(claim.ref), ": ", s.message()));
+      }
+    }
   }
   return Answer(claim);
 }
@@ -692,6 +759,11 @@ void Driver::WriteStatus(const ClaimRef& ref) {
 PreparedClaims Driver::Prepared() const {
   absl::MutexLock lock(&mu_);
   return prepared_;
+}
+
+int Driver::UnpreparedAtStart() const {
+  absl::MutexLock lock(&mu_);
+  return unprepared_at_start_;
 }
 
 }  // namespace rdp::dra

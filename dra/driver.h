@@ -56,6 +56,9 @@ struct DriverConfig {
   // dra --allocation-dir: a host directory (the same path in the driver's container) for the
   // files a request's CDI device mounts at /etc/rdma/allocation.json; "" for none.
   std::string allocation_dir;
+  // The kubelet's DRA checkpoint (<kubelet root dir>/dra_manager_state, dra/kubelet_state.h),
+  // read by Start; "" for none (nothing is reconciled with the kubelet).
+  std::string kubelet_state;
 };
 
 // One entry of a claim's NodePrepareResources answer.
@@ -85,8 +88,16 @@ class Driver {
          std::function<topology::TopologyPtr()> rediscover = nullptr,
          ClaimStatusWriter* status = nullptr);
 
-  // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered, then makes
-  // the CDI directory agree with it (before any call, while this instance holds the plugin
+  // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered (a claim
+  // without a time of prepare gets the file's modification time), then unprepares the claims the
+  // kubelet has forgotten: with config.kubelet_state, each claim of the checkpoint that the
+  // kubelet's DRA checkpoint does not list for this driver, and that was prepared before the
+  // kubelet last wrote it, loses its checkpoint entry, its CDI spec and its status.devices
+  // entries (an info log each, with the reason). When that file is absent, unreadable, corrupt
+  // (checksum) or of a version we do not know, a warning names it and no claim is unprepared.
+  // The kubelet lists a claim before it asks us to prepare it and until it has unprepared it; a
+  // claim prepared after its last write is kept all the same (docs/dra.md, "Claims the kubelet
+  // forgot"). Then it makes the CDI directory agree with the checkpoint (before any call, while this instance holds the plugin
   // directory; a crash or a driver reload since the last run left it otherwise):
   //   - temporary files of spec writes a crash interrupted are removed;
   //   - a spec file of this driver for a claim the checkpoint does not hold is removed (a crash
@@ -111,6 +122,8 @@ class Driver {
 
   // The claims prepared now.
   PreparedClaims Prepared() const;
+  // The claims Start unprepared because the kubelet had forgotten them.
+  int UnpreparedAtStart() const;
   const DriverConfig& config() const { return config_; }
 
  private:
@@ -139,6 +152,8 @@ class Driver {
   absl::StatusOr<nlohmann::json> SpecFor(const PreparedClaim& claim, bool require_usable = true);
   // Start's agreement of the CDI directory with prepared_.
   absl::Status Reconcile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Start's unprepare of the claims the kubelet has forgotten (config_.kubelet_state).
+  absl::Status UnprepareForgotten() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the spec, then the checkpoint entry; on failure neither is left.
   absl::Status Commit(const PreparedClaim& claim, const nlohmann::json& spec);
   std::vector<PreparedDevice> Answer(const PreparedClaim& claim) const;
@@ -165,6 +180,7 @@ class Driver {
   Checkpoint& checkpoint_ ABSL_GUARDED_BY(mu_);
   PreparedClaims prepared_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ ABSL_GUARDED_BY(mu_);  // claim UIDs being worked on
+  int unprepared_at_start_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar claim_done_;                          // a UID left busy_
 };
 

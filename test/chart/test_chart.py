@@ -799,6 +799,14 @@ def check_dra(r, helm):
             r.check(name + f"{sub} mounted read-write at <--kubelet-dir>/{sub}",
                     m is not None and m["mountPath"] == f"{root}/{sub}" and not m.get("readOnly"),
                     str(m))
+        state = hm.get("/var/lib/kubelet/dra_manager_state")
+        state_types = [v["hostPath"].get("type") for v in volumes_by_name(ds).values()
+                       if v.get("hostPath", {}).get("path") == "/var/lib/kubelet/dra_manager_state"]
+        r.check(name + "the kubelet's DRA checkpoint mounted read-only at "
+                "<--kubelet-dir>/dra_manager_state (--kubelet-state-file's default), never created",
+                state is not None and state["mountPath"] == f"{root}/dra_manager_state"
+                and state.get("readOnly") is True and state_types == ["File"],
+                f"{state} {state_types}")
         cdi = hm.get("/var/run/cdi")
         r.check(name + "/var/run/cdi mounted read-write at --cdi-root",
                 cdi is not None and cdi["mountPath"] == flag(ds, "--cdi-root")

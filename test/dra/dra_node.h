@@ -166,6 +166,7 @@ class DraNode {
     config.driver_name = kDriver;
     config.node_name = kNode;
     config.api_timeout = absl::Seconds(1);
+    config.kubelet_state = kubelet_state_;
     topology::TopologyPtr snapshot = topology_;
     driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_,
                                        [snapshot] { return snapshot; }, env_, rediscover_,
@@ -173,6 +174,8 @@ class DraNode {
     ASSERT_TRUE(driver_->Start().ok());
   }
 
+  // The kubelet's DRA checkpoint the next NewDriver's driver reads at start ("": none).
+  void SetKubeletState(std::string path) { kubelet_state_ = std::move(path); }
   // Where the next NewDriver's driver writes claims' status.devices (not owned).
   void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
   // What the next NewDriver's driver calls for a device its snapshot lacks.
@@ -217,6 +220,7 @@ class DraNode {
   std::unique_ptr<Driver> driver_;
   std::function<topology::TopologyPtr()> rediscover_;
   ClaimStatusWriter* status_ = nullptr;
+  std::string kubelet_state_;
 };
 
 }  // namespace rdp::dra::testing
