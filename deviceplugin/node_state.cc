@@ -103,7 +103,14 @@ NodeState::NodeState(Config config, NodeSources sources)
                                                         sources_.now}),
       early_warning_(config_.early_warning, "server"),
       allocation_files_(hca::AllocationFileMemo::For(config_.allocation_dir)),
-      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
+      list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
+                                            config_.pod_resources_list_burst, sources_.now,
+                                            sources_.after})),
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); },
+                   [this](std::function<void()> go) {
+                     const bool delayed = list_floor_->Pass(std::move(go));
+                     if (delayed) metrics_.pod_resources_lists_delayed.Add();
+                   }) {}
 
 NodeState::~NodeState() {
   StopPodLists();
@@ -111,7 +118,9 @@ NodeState::~NodeState() {
 }
 
 void NodeState::StopPodLists() {
-  if (sources_.pod_resources) sources_.pod_resources->Cancel();
+  if (!sources_.pod_resources) return;
+  sources_.pod_resources->Cancel();
+  list_floor_->Stop();
 }
 
 absl::Status NodeState::Init() {
