@@ -252,26 +252,28 @@ absl::Status CheckSmallIds(const Request& request) {
   return absl::OkStatus();
 }
 
-// PreferShared on indices, O(n + k) without hashing; nullopt when an ID is not of the indexed
-// form or the request is invalid (then the string path answers, and names the problem).
-std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& request) {
-  const std::string& first = request.available.front();
-  size_t p = first.size();
-  while (p > 0 && IsDigit(first[p - 1])) --p;
-  const std::string_view prefix(first.data(), p);
+// PreferShared on indices, O(n + k) without hashing, for IDs all of SharedIndex's form with
+// `prefix` and below `limit`: nullopt when one is not, or the request is invalid (then the
+// string path answers, and names the problem). The sizes are checked already. `Ids`: a vector of
+// strings (a Request's) or of views of the caller's strings (PreferSharedBelow).
+template <typename Ids>
+std::optional<std::vector<std::string>> PreferSharedByIndex(const Ids& available,
+                                                            const Ids& must_include, size_t size,
+                                                            std::string_view prefix,
+                                                            std::uint32_t limit) {
   thread_local IndexScratch scratch;
   std::uint32_t top = 0;
-  auto parse = [&](const std::vector<std::string>& ids, std::vector<std::uint32_t>& out) {
+  auto parse = [&](const Ids& ids, std::vector<std::uint32_t>& out) {
     out.clear();
-    for (const std::string& id : ids) {
+    for (const auto& id : ids) {
       const std::optional<std::uint32_t> i = SharedIndex(id, prefix);
-      if (!i) return false;
+      if (!i || *i >= limit) return false;
       out.push_back(*i);
       top = std::max(top, *i);
     }
     return true;
   };
-  if (!parse(request.available, scratch.available) || !parse(request.must_include, scratch.must)) {
+  if (!parse(available, scratch.available) || !parse(must_include, scratch.must)) {
     return std::nullopt;
   }
   const size_t words = top / 64 + 1;
@@ -285,7 +287,6 @@ std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& reque
     if (!Mark(scratch.must_bits, i)) return std::nullopt;
   }
   // Ascending indices: every must_include, and the lowest others until size.
-  const size_t size = static_cast<size_t>(request.size);
   size_t others = size - scratch.must.size();
   std::vector<std::string> out;
   out.reserve(size);
@@ -306,6 +307,14 @@ std::optional<std::vector<std::string>> PreferSharedByIndex(const Request& reque
     }
   }
   return out;
+}
+
+// The prefix of `first` before its trailing digits: the one prefix a request of SharedIndex's
+// form has.
+std::string_view PrefixOf(const std::string& first) {
+  size_t p = first.size();
+  while (p > 0 && IsDigit(first[p - 1])) --p;
+  return std::string_view(first.data(), p);
 }
 
 }  // namespace
@@ -350,8 +359,23 @@ absl::Status ValidateRequest(const Request& request) {
 
 absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request) {
   if (absl::Status s = CheckSizes(request); !s.ok()) return s;
-  if (std::optional<std::vector<std::string>> out = PreferSharedByIndex(request)) return *out;
+  if (std::optional<std::vector<std::string>> out = PreferSharedByIndex(
+          request.available, request.must_include, static_cast<size_t>(request.size),
+          PrefixOf(request.available.front()), kMaxSharedIndex)) {
+    return *out;
+  }
   return internal::PreferSharedByName(request);
+}
+
+std::optional<std::vector<std::string>> PreferSharedBelow(
+    const std::vector<std::string_view>& available,
+    const std::vector<std::string_view>& must_include, int size, std::uint32_t count) {
+  if (size < 1 || static_cast<size_t>(size) > available.size() ||
+      must_include.size() > static_cast<size_t>(size)) {
+    return std::nullopt;
+  }
+  return PreferSharedByIndex(available, must_include, static_cast<size_t>(size), kSharedIdPrefix,
+                             count);
 }
 
 namespace internal {

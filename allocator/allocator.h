@@ -147,6 +147,15 @@ std::optional<std::uint32_t> SharedIndex(std::string_view id,
 // comparing names (internal::PreferSharedByName), with the same answer.
 absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request);
 
+// PreferShared's answer, for a request given as views of the caller's strings (a gRPC request's
+// own, not copied), when it is well-formed and every ID is kSharedIdPrefix + an index below
+// `count` (IDs the device plugin offers): the answer on indices, with no hashing and no copy of
+// the request. nullopt for any other request, which the caller answers by the general path
+// (that one drops unknown IDs or names the problem).
+std::optional<std::vector<std::string>> PreferSharedBelow(
+    const std::vector<std::string_view>& available,
+    const std::vector<std::string_view>& must_include, int size, std::uint32_t count);
+
 namespace internal {
 // PreferShared on names alone: the reference that the indexed path must agree with.
 absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& request);

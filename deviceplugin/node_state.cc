@@ -102,6 +102,7 @@ NodeState::NodeState(Config config, NodeSources sources)
       port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
                                                         sources_.now}),
       early_warning_(config_.early_warning, "server"),
+      allocation_files_(hca::AllocationFileMemo::For(config_.allocation_dir)),
       list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
                                             config_.pod_resources_list_burst, sources_.now,
                                             sources_.after})),
@@ -515,10 +516,11 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
     }
   }
   // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
-  std::vector<topology::Hca> chosen;
+  std::vector<hca::HcaNow> chosen;
+  chosen.reserve(asked.size());
   bool stale = false;  // a node the last scan saw is gone: the health thread should look
   for (const topology::Hca* hca : asked) {
-    topology::Hca now = hca::WithDeviceNodesNow(*hca, *sources_.env);
+    hca::HcaNow now = hca::CheckedNow(*hca, *sources_.env);
     const hca::Verdict verdict = hca::Assess(now);
     if (verdict.usable) {
       chosen.push_back(std::move(now));
@@ -543,11 +545,16 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
   // is paired with one in the allocation file.
   std::vector<std::string> gpus;
   if (exclusive) gpus = CountAlignment(canonical);
-  std::vector<std::string> pcis;
-  for (const topology::Hca& h : chosen) pcis.push_back(h.place.pci);
+  std::map<std::string, std::string> paired;
+  if (!gpus.empty()) {
+    std::vector<std::string> pcis;
+    pcis.reserve(chosen.size());
+    for (const hca::HcaNow& h : chosen) pcis.push_back(h.hca->place.pci);
+    paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
+  }
   hca::ContainerAllocation out =
-      hca::BuildAllocation(std::move(chosen), sources_.env->Exists(hca::kRdmaCmPath),
-                           hca::PairGpus(*snapshot, std::move(pcis), gpus));
+      hca::BuildAllocation(snapshot, std::move(chosen), sources_.env->Exists(hca::kRdmaCmPath),
+                           paired, allocation_files_.get());
   for (const std::string& warning : out.warnings) Log()->warn("Allocate: {}", warning);
   AddAllocationFile(out);
   return out;
@@ -570,9 +577,8 @@ std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string
 }
 
 void NodeState::AddAllocationFile(hca::ContainerAllocation& allocation) const {
-  if (config_.allocation_dir.empty()) return;
-  const std::string path =
-      absl::StrCat(config_.allocation_dir, "/", hca::AllocationFileName(allocation.file));
+  if (!allocation_files_) return;
+  const std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
   std::error_code ec;
   absl::Status written = absl::OkStatus();
   if (!std::filesystem::exists(path, ec)) {
@@ -608,6 +614,20 @@ metrics::NodeMetricsInput NodeState::MetricsInput() const {
 void NodeState::WriteMetrics(metrics::Exposition& out) const {
   metrics_.Write(out);
   metrics::WriteNodeMetrics(MetricsInput(), *sources_.env, port_counters_, out);
+}
+
+absl::StatusOr<std::vector<std::string>> NodeState::PreferViews(
+    const std::vector<std::string_view>& available,
+    const std::vector<std::string_view>& must_include, int size) const {
+  if (config_.mode == hca::Mode::kShared) {
+    // Every shared ID offered is below config_.shared_devices, whatever the snapshot.
+    if (std::optional<std::vector<std::string>> answer = allocator::PreferSharedBelow(
+            available, must_include, size, static_cast<std::uint32_t>(config_.shared_devices))) {
+      return *std::move(answer);
+    }
+  }
+  return Prefer({available.begin(), available.end()}, {must_include.begin(), must_include.end()},
+                size);
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,

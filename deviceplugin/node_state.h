@@ -19,8 +19,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -152,6 +154,13 @@ class NodeState {
   absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
                                                   std::vector<std::string> must_include,
                                                   int size) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Prefer on views of the caller's strings (a gRPC request's own), the same answer: in shared
+  // mode a well-formed request of offered IDs only (the kubelet's usual one: 1000 IDs) is answered
+  // on their indices without copying it (allocator::PreferSharedBelow); any other is copied and
+  // answered by Prefer.
+  absl::StatusOr<std::vector<std::string>> PreferViews(
+      const std::vector<std::string_view>& available,
+      const std::vector<std::string_view>& must_include, int size) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -201,6 +210,8 @@ class NodeState {
   mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
   // Early-warning health: the health poll updates it; Prefer and scrapes read it.
   hca::EarlyWarningMonitor early_warning_;
+  // Allocate's allocation files, memoised; nullptr without --allocation-dir (none is built).
+  const std::unique_ptr<hca::AllocationFileMemo> allocation_files_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);

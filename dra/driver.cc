@@ -75,6 +75,7 @@ Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoi
       rediscover_(std::move(rediscover)),
       env_(std::move(env)),
       status_(status),
+      allocation_files_(hca::AllocationFileMemo::For(config_.allocation_dir)),
       checkpoint_(checkpoint) {}
 
 absl::Status Driver::Start() {
@@ -576,11 +577,11 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   }
   // Their device nodes as they are now, and rdma_cm's (as NodeState::Allocate checks them).
   const bool rdma_cm = env_->Exists(hca::kRdmaCmPath);
-  std::map<int, topology::Hca> now;  // by snapshot index
+  std::map<int, hca::HcaNow> now;  // by snapshot index
   for (const int idx : indices) {
-    const topology::Hca& h =
-        now.emplace(idx, hca::WithDeviceNodesNow(snapshot->hcas()[idx], *env_)).first->second;
-    const hca::Verdict verdict = hca::Assess(h);
+    const topology::Hca& h = snapshot->hcas()[idx];
+    const hca::Verdict verdict =
+        hca::Assess(now.emplace(idx, hca::CheckedNow(h, *env_)).first->second);
     if (require_usable && !verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
                                                         " (", DeviceName(h),
@@ -590,7 +591,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   // The HCAs of the devices `pick` chooses, each once, as they are now.
   auto hcas_of = [&](auto pick) {
     std::vector<int> taken;
-    std::vector<topology::Hca> out;
+    std::vector<hca::HcaNow> out;
     for (const AllocatedDevice& d : claim.devices) {
       const int idx = FindHca(*snapshot, d.device);
       if (!pick(d) || std::find(taken.begin(), taken.end(), idx) != taken.end()) continue;
@@ -602,29 +603,33 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   if (claim.legacy) {
     return BuildLegacyCdiSpec(
         config_.driver_name, ref.uid,
-        hca::BuildAllocation(hcas_of([](const auto&) { return true; }), rdma_cm), *env_);
+        hca::BuildAllocation(snapshot, hcas_of([](const auto&) { return true; }), rdma_cm, {},
+                             nullptr),
+        *env_);
   }
   std::vector<CdiRequest> requests;
   for (const std::string& request : Requests(claim.devices)) {
     CdiRequest r;
     r.request = request;
     r.own = hca::BuildAllocation(
+        snapshot,
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
-        rdma_cm);
+        rdma_cm, {}, nullptr);
     if (const auto it = claim.common.find(request); it != claim.common.end()) {
       // The devices of the container's other pairs are HCAs of this node too (their claims
       // checked them); only their names and addresses go into the variables.
-      std::vector<topology::Hca> all;
+      std::vector<hca::HcaNow> all;
       for (const std::string& device : it->second) {
         const int idx = FindHca(*snapshot, device);
         if (idx < 0) {
           all.clear();
           break;
         }
-        all.push_back(snapshot->hcas()[idx]);
+        all.push_back(hca::AsScanned(snapshot->hcas()[idx]));
       }
       if (!all.empty()) {
-        hca::ContainerAllocation common = hca::BuildAllocation(all, rdma_cm);
+        hca::ContainerAllocation common =
+            hca::BuildAllocation(snapshot, std::move(all), rdma_cm, {}, allocation_files_.get());
         for (const std::string& w : common.warnings) {
           Log()->warn("claim {} request {}: {}", Describe(ref), request, w);
         }
@@ -641,7 +646,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
           }
         }
         r.common = std::move(common.envs);
-        r.allocation_file = AllocationFile(common.file);
+        r.allocation_file = AllocationFile(common);
       }
     }
     requests.push_back(std::move(r));
@@ -649,13 +654,13 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   return BuildCdiSpec(config_.driver_name, ref.uid, requests, *env_);
 }
 
-std::optional<std::string> Driver::AllocationFile(const std::string& content) const {
-  if (config_.allocation_dir.empty()) return std::nullopt;
-  const std::string path =
-      absl::StrCat(config_.allocation_dir, "/", hca::AllocationFileName(content));
+std::optional<std::string> Driver::AllocationFile(
+    const hca::ContainerAllocation& allocation) const {
+  if (!allocation_files_) return std::nullopt;
+  const std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) return path;
-  if (absl::Status s = serving::WriteFileAtomically(path, content, 0644); !s.ok()) {
+  if (absl::Status s = serving::WriteFileAtomically(path, allocation.file, 0644); !s.ok()) {
     Log()->error("{}: containers get no {}", std::string(s.message()), hca::kAllocationFile);
     return std::nullopt;
   }

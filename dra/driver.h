@@ -42,6 +42,7 @@
 #include "dra/checkpoint.h"
 #include "dra/consumers.h"
 #include "dra/model.h"
+#include "hca/hca.h"
 #include "topology/topology.h"
 
 namespace rdp::dra {
@@ -131,9 +132,9 @@ class Driver {
     Commons commons;                                      // CommonDevices
     std::map<RequestKey, std::set<std::string>> pod_env;  // PodSetVariables
   };
-  // With config_.allocation_dir: the host file holding `content` (written unless there), else
-  // nullopt; a write failure is logged and gives nullopt.
-  std::optional<std::string> AllocationFile(const std::string& content) const;
+  // With config_.allocation_dir: the host file holding `allocation`'s file (written unless
+  // there), else nullopt; a write failure is logged and gives nullopt.
+  std::optional<std::string> AllocationFile(const hca::ContainerAllocation& allocation) const;
   // Claims not in the checkpoint, read and prepared together (their locks held).
   void PrepareFresh(const std::vector<ClaimRef>& refs, absl::Time deadline,
                     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out);
@@ -170,6 +171,8 @@ class Driver {
   const std::function<topology::TopologyPtr()> rediscover_;
   const std::shared_ptr<Env> env_;
   ClaimStatusWriter* const status_;
+  // The allocation files' contents, memoised; nullptr without config_.allocation_dir.
+  const std::unique_ptr<hca::AllocationFileMemo> allocation_files_;
 
   // Held by a Prepare that reads claims: one at a time decides what the common variables say.
   absl::Mutex prepare_mu_ ABSL_ACQUIRED_BEFORE(mu_);

@@ -14,30 +14,23 @@ namespace {
 constexpr char kDevDir[] = "/dev/infiniband/";
 
 // Whether the char device named `node` (uverbs0, umad1...) was present when last checked.
-bool Existed(const topology::Hca& hca, const std::string& node) {
-  for (const auto& [path, present] : hca.char_devices) {
-    // The last component of `path` is `node` (compared in place: Allocate calls this for every
+bool Existed(const HcaNow& h, const std::string& node) {
+  const auto& devices = h.hca->char_devices;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    // The last component of the path is `node` (compared in place: Allocate calls this for every
     // node of every HCA it hands out).
+    const std::string& path = devices[i].first;
     const std::size_t at = path.size() - node.size();
     if (path.size() > node.size() && path[at - 1] == '/' && path.compare(at, node.size(), node) == 0) {
-      return present;
+      return h.present[i];
     }
   }
   return false;
 }
 
-}  // namespace
-
-absl::StatusOr<Mode> ParseMode(std::string_view text) {
-  if (text == "shared") return Mode::kShared;
-  if (text == "exclusive") return Mode::kExclusive;
-  return absl::InvalidArgumentError(
-      absl::StrCat("'", std::string(text), "' is not a mode: shared or exclusive"));
-}
-
-const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
-
-Verdict Assess(const topology::Hca& hca) {
+// Assess on the HCA's ports and uverbs, with `present(i)` for its i-th char device.
+template <typename Present>
+Verdict AssessWith(const topology::Hca& hca, Present present) {
   Verdict out;
   if (hca.ports.empty()) {
     out.reason = "no port state is known";
@@ -58,9 +51,9 @@ Verdict Assess(const topology::Hca& hca) {
   } else if (hca.uverbs.empty()) {
     out.reason = "it has no uverbs device";
   } else {
-    for (const auto& [path, present] : hca.char_devices) {
-      if (!present) {
-        out.reason = absl::StrCat("device node ", path, " is missing");
+    for (std::size_t i = 0; i < hca.char_devices.size(); ++i) {
+      if (!present(i)) {
+        out.reason = absl::StrCat("device node ", hca.char_devices[i].first, " is missing");
         break;
       }
     }
@@ -69,19 +62,56 @@ Verdict Assess(const topology::Hca& hca) {
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<Mode> ParseMode(std::string_view text) {
+  if (text == "shared") return Mode::kShared;
+  if (text == "exclusive") return Mode::kExclusive;
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", std::string(text), "' is not a mode: shared or exclusive"));
+}
+
+const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
+
+Verdict Assess(const topology::Hca& hca) {
+  return AssessWith(hca, [&hca](std::size_t i) { return hca.char_devices[i].second; });
+}
+
+Verdict Assess(const HcaNow& h) {
+  return AssessWith(*h.hca, [&h](std::size_t i) { return h.present[i]; });
+}
+
+HcaNow AsScanned(const topology::Hca& hca) {
+  HcaNow out{&hca, {}};
+  out.present.reserve(hca.char_devices.size());
+  for (const auto& [path, present] : hca.char_devices) out.present.push_back(present);
+  return out;
+}
+
+HcaNow CheckedNow(const topology::Hca& hca, Env& env) {
+  HcaNow out{&hca, {}};
+  out.present.reserve(hca.char_devices.size());
+  for (const auto& [path, present] : hca.char_devices) out.present.push_back(env.Exists(path));
+  return out;
+}
+
 topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
   topology::Hca now = hca;
-  for (auto& [path, present] : now.char_devices) present = env.Exists(path);
+  const HcaNow checked = CheckedNow(hca, env);
+  for (std::size_t i = 0; i < now.char_devices.size(); ++i) {
+    now.char_devices[i].second = checked.present[i];
+  }
   return now;
 }
 
 namespace {
 
 // NCCL_IB_GID_INDEX for the HCAs' ACTIVE RoCE ports (BuildAllocation says when).
-void SetGidIndex(const std::vector<topology::Hca>& hcas, ContainerAllocation& out) {
+void SetGidIndex(const std::vector<HcaNow>& hcas, ContainerAllocation& out) {
   std::set<int> indices;
   std::vector<std::string> missing;
-  for (const topology::Hca& hca : hcas) {
+  for (const HcaNow& h : hcas) {
+    const topology::Hca& hca = *h.hca;
     for (const topology::Port& port : hca.ports) {
       if (!port.Active() || port.link_layer != "Ethernet") continue;
       if (port.roce_v2_ipv4_gid) {
@@ -99,39 +129,43 @@ void SetGidIndex(const std::vector<topology::Hca>& hcas, ContainerAllocation& ou
   } else if (indices.size() > 1) {
     out.warnings.push_back(absl::StrCat(
         "NCCL_IB_GID_INDEX not set: the RoCE v2 IPv4 GIDs of ",
-        absl::StrJoin(hcas, ",", [](std::string* o, const topology::Hca& h) { o->append(h.name); }),
+        absl::StrJoin(hcas, ",", [](std::string* o, const HcaNow& h) { o->append(h.hca->name); }),
         " are at different indices (", absl::StrJoin(indices, ", "), "); NCCL takes one"));
   } else if (indices.size() == 1) {
     out.envs["NCCL_IB_GID_INDEX"] = std::to_string(*indices.begin());
   }
 }
 
-}  // namespace
+// AllocationFile on the HCAs as BuildAllocation orders them.
+std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, std::string>& envs,
+                   const std::map<std::string, std::string>& paired_gpu);
 
-ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
-                                    const std::map<std::string, std::string>& paired_gpu) {
-  std::stable_sort(hcas.begin(), hcas.end(), [](const topology::Hca& a, const topology::Hca& b) {
-    return a.place.pci < b.place.pci;
+// BuildAllocation without `file`: the devices, envs and warnings.
+ContainerAllocation BuildWithoutFile(std::vector<HcaNow>& hcas, bool with_rdma_cm) {
+  std::stable_sort(hcas.begin(), hcas.end(), [](const HcaNow& a, const HcaNow& b) {
+    return a.hca->place.pci < b.hca->place.pci;
   });
   ContainerAllocation out;
   out.devices.reserve(hcas.size() * 3 + 1);
   auto add = [&out](const std::string& node) {
-    const std::string path = absl::StrCat(kDevDir, node);
-    out.devices.push_back({path, path, "rw"});
+    std::string path = absl::StrCat(kDevDir, node);
+    out.devices.push_back({path, std::move(path), "rw"});  // copied, then moved: in order
   };
-  std::vector<std::string> names, pcis, nccl, ucx;
-  for (const topology::Hca& hca : hcas) {
-    if (!hca.uverbs.empty() && Existed(hca, hca.uverbs)) add(hca.uverbs);
+  std::vector<std::string> nccl, ucx;
+  std::string names, pcis;
+  for (const HcaNow& h : hcas) {
+    const topology::Hca& hca = *h.hca;
+    if (!hca.uverbs.empty() && Existed(h, hca.uverbs)) add(hca.uverbs);
     for (const auto* list : {&hca.umad, &hca.issm}) {
       for (const std::string& node : *list) {
-        if (Existed(hca, node)) add(node);
+        if (Existed(h, node)) add(node);
       }
     }
-    names.push_back(hca.name);
-    pcis.push_back(hca.place.pci);
+    absl::StrAppend(&names, names.empty() ? "" : ",", hca.name);
+    absl::StrAppend(&pcis, pcis.empty() ? "" : ",", hca.place.pci);
     // NCCL uses every port of an HCA it is given by name alone; one with a port that is not
     // ACTIVE is named port by port (NCCL's "name:port"), its ACTIVE ports only.
-    const std::vector<int> active = Assess(hca).active_ports;
+    const std::vector<int> active = Assess(h).active_ports;
     if (active.empty() || active.size() == hca.ports.size()) {
       nccl.push_back(hca.name);
     } else {
@@ -147,12 +181,103 @@ ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_r
   }
   if (with_rdma_cm) add("rdma_cm");
   out.envs["NCCL_IB_HCA"] = absl::StrCat("=", absl::StrJoin(nccl, ","));
-  out.envs["RDMA_HCA_NAMES"] = absl::StrJoin(names, ",");
-  out.envs["RDMA_HCA_PCI"] = absl::StrJoin(pcis, ",");
+  out.envs["RDMA_HCA_NAMES"] = std::move(names);
+  out.envs["RDMA_HCA_PCI"] = std::move(pcis);
   if (!ucx.empty()) out.envs["UCX_NET_DEVICES"] = absl::StrJoin(ucx, ",");
   SetGidIndex(hcas, out);
-  out.file = AllocationFile(hcas, out.envs, paired_gpu);
   return out;
+}
+
+}  // namespace
+
+ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu) {
+  std::vector<HcaNow> now;
+  now.reserve(hcas.size());
+  for (const topology::Hca& hca : hcas) now.push_back(AsScanned(hca));
+  ContainerAllocation out = BuildWithoutFile(now, with_rdma_cm);
+  out.file = FileOf(now, out.envs, paired_gpu);
+  out.file_name = AllocationFileName(out.file);
+  return out;
+}
+
+ContainerAllocation BuildAllocation(const topology::TopologyPtr& snapshot,
+                                    std::vector<HcaNow> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu,
+                                    AllocationFileMemo* memo) {
+  ContainerAllocation out = BuildWithoutFile(hcas, with_rdma_cm);
+  if (memo != nullptr) {
+    std::shared_ptr<const AllocationFileMemo::File> file =
+        memo->Get(snapshot, hcas, with_rdma_cm, paired_gpu,
+                  [&] { return FileOf(hcas, out.envs, paired_gpu); });
+    out.file = file->content;
+    out.file_name = file->name;
+  }
+  return out;
+}
+
+std::unique_ptr<AllocationFileMemo> AllocationFileMemo::For(const std::string& dir,
+                                                            std::size_t capacity) {
+  if (dir.empty()) return nullptr;
+  return std::make_unique<AllocationFileMemo>(capacity);
+}
+
+bool AllocationFileMemo::Matches(const Entry& e, const topology::TopologyPtr& snapshot,
+                                 const std::vector<HcaNow>& hcas, bool with_rdma_cm,
+                                 const std::map<std::string, std::string>& paired_gpu) {
+  if (e.snapshot_address != snapshot.get() || e.with_rdma_cm != with_rdma_cm ||
+      e.hcas.size() != hcas.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < hcas.size(); ++i) {
+    if (e.hcas[i].first != hcas[i].hca || e.hcas[i].second != hcas[i].present) return false;
+  }
+  if (e.paired_gpu != paired_gpu) return false;
+  // Last, as the dearest: the entry's snapshot is still this one (not a replaced one whose
+  // address a new snapshot took).
+  const topology::TopologyPtr held = e.snapshot.lock();
+  return held != nullptr && held.get() == snapshot.get();
+}
+
+std::shared_ptr<const AllocationFileMemo::File> AllocationFileMemo::Get(
+    const topology::TopologyPtr& snapshot, const std::vector<HcaNow>& hcas, bool with_rdma_cm,
+    const std::map<std::string, std::string>& paired_gpu, absl::FunctionRef<std::string()> build) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (!Matches(*it, snapshot, hcas, with_rdma_cm, paired_gpu)) continue;
+      entries_.splice(entries_.begin(), entries_, it);
+      return it->file;
+    }
+  }
+  auto file = std::make_shared<File>();
+  file->content = build();
+  file->name = AllocationFileName(file->content);
+  Entry e;
+  e.snapshot = snapshot;
+  e.snapshot_address = snapshot.get();
+  e.hcas.reserve(hcas.size());
+  for (const HcaNow& h : hcas) e.hcas.emplace_back(h.hca, h.present);
+  e.with_rdma_cm = with_rdma_cm;
+  e.paired_gpu = paired_gpu;
+  e.file = file;
+  absl::MutexLock lock(&mu_);
+  ++builds_;
+  entries_.push_front(std::move(e));
+  // Entries of replaced snapshots first, then the least recently used.
+  entries_.remove_if([](const Entry& old) { return old.snapshot.expired(); });
+  while (entries_.size() > capacity_) entries_.pop_back();
+  return file;
+}
+
+std::size_t AllocationFileMemo::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+std::size_t AllocationFileMemo::builds() const {
+  absl::MutexLock lock(&mu_);
+  return builds_;
 }
 
 std::map<std::string, std::string> PairGpus(const topology::Topology& topology,
@@ -194,11 +319,13 @@ std::string AllocationFileName(const std::string& content) {
   return absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".json");
 }
 
-std::string AllocationFile(const std::vector<topology::Hca>& hcas,
-                           const std::map<std::string, std::string>& envs,
-                           const std::map<std::string, std::string>& paired_gpu) {
+namespace {
+
+std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, std::string>& envs,
+                   const std::map<std::string, std::string>& paired_gpu) {
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const topology::Hca& hca : hcas) {
+  for (const HcaNow& now : hcas) {
+    const topology::Hca& hca = *now.hca;
     nlohmann::ordered_json h;
     h["name"] = hca.name;
     h["pci"] = hca.place.pci;
@@ -230,6 +357,17 @@ std::string AllocationFile(const std::vector<topology::Hca>& hcas,
   out["hcas"] = std::move(list);
   out["env"] = envs;
   return out.dump(2) + "\n";
+}
+
+}  // namespace
+
+std::string AllocationFile(const std::vector<topology::Hca>& hcas,
+                           const std::map<std::string, std::string>& envs,
+                           const std::map<std::string, std::string>& paired_gpu) {
+  std::vector<HcaNow> now;
+  now.reserve(hcas.size());
+  for (const topology::Hca& hca : hcas) now.push_back(AsScanned(hca));
+  return FileOf(now, envs, paired_gpu);
 }
 
 }  // namespace rdp::hca

@@ -4,13 +4,19 @@
 // usable, what a container holding some of them gets, and the node's mode. Pure functions, but
 // for WithDeviceNodesNow, which reads the node through an Env. No locks, no protobuf.
 
+#include <cstddef>
+#include <list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/env.h"
 #include "topology/topology.h"
 
@@ -48,6 +54,22 @@ struct Verdict {
   std::vector<int> active_ports;  // the ACTIVE ports' numbers, ascending: what a container uses
 };
 Verdict Assess(const topology::Hca& hca);
+
+// An HCA of a snapshot with its device nodes as last checked: the snapshot's Hca itself, not a
+// copy (Allocate's hot path hands out HCAs without copying their strings), and whether each of
+// its char_devices exists, in their order. `hca` lives as long as the snapshot the caller holds.
+struct HcaNow {
+  const topology::Hca* hca = nullptr;
+  absl::InlinedVector<bool, 6> present;
+};
+// The device nodes as the scan saw them.
+HcaNow AsScanned(const topology::Hca& hca);
+// Each device node checked now through `env`, one stat each: the scan that saw them may be a
+// poll old, and a DeviceSpec or CDI entry naming a missing node makes the container runtime
+// refuse the container. Both doors call it, then Assess, when they hand HCAs out.
+HcaNow CheckedNow(const topology::Hca& hca, Env& env);
+// Assess(hca) with the device nodes as `hca.present` has them.
+Verdict Assess(const HcaNow& hca);
 inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }
 
 // What a container holding some HCAs gets (device-plugin Allocate, a DRA claim's CDI device),
@@ -63,8 +85,10 @@ struct ContainerAllocation {
   // What the caller logs as a warning: why NCCL_IB_GID_INDEX is not set ("HCA mlx5_2 port 1 has
   // no RoCE v2 GID with an IPv4 address").
   std::vector<std::string> warnings;
-  // The content of kAllocationFile (AllocationFile).
+  // The content of kAllocationFile (AllocationFile) and its AllocationFileName; both empty when
+  // the door writes no file (BuildAllocation without an AllocationFileMemo).
   std::string file;
+  std::string file_name;
   // Read-only bind mounts: the door adds kAllocationFile's once it has written `file` to a host
   // file (AllocationFileName).
   struct Mount {
@@ -78,10 +102,8 @@ struct ContainerAllocation {
 // a read-only file, mounted by device-plugin Allocate and by the DRA driver's CDI devices.
 inline constexpr char kAllocationFile[] = "/etc/rdma/allocation.json";
 
-// `hca` with each of its device nodes (char_devices) checked now through `env`, one stat each:
-// the scan that saw them may be a poll old, and a DeviceSpec or CDI entry naming a missing node
-// makes the container runtime refuse the container. Both doors call it, then Assess, when they
-// hand HCAs out.
+// `hca` with each of its device nodes (char_devices) checked now through `env` (CheckedNow), as a
+// copy.
 topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env);
 // Where the node-wide RDMA CM device is (a node path, as Env takes it).
 inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
@@ -102,8 +124,66 @@ inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 // none or two ports have different ones (NCCL takes one index for all).
 // `paired_gpu`: PCI address of an HCA -> the PCI address of the container's GPU it pairs with,
 // when the container's GPUs are known; goes into the file only.
+// This form builds `file` always (tests, one-off callers); the doors use the next one.
 ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
                                     const std::map<std::string, std::string>& paired_gpu = {});
+
+class AllocationFileMemo;
+// The same for HCAs of `snapshot` with their device nodes as `hcas` has them (no HCA copied),
+// `file` and `file_name` taken from `memo`, or left empty without one: a door without an
+// allocation dir (AllocationFileMemo::For) builds no file it would throw away.
+ContainerAllocation BuildAllocation(const topology::TopologyPtr& snapshot,
+                                    std::vector<HcaNow> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu,
+                                    AllocationFileMemo* memo);
+
+// kAllocationFile's content (and its AllocationFileName), memoised per its full inputs: the
+// snapshot the HCAs belong to (by identity: a snapshot is immutable and replaced whole on every
+// change), which of its HCAs, their device nodes now, rdma_cm, and the paired GPUs. An entry holds
+// its snapshot weakly: one of a replaced snapshot never matches again (even when a new snapshot
+// takes its address), and it keeps no snapshot alive. At most `capacity` entries, the least
+// recently used dropped. Thread-safe.
+class AllocationFileMemo {
+ public:
+  struct File {
+    std::string content;
+    std::string name;  // AllocationFileName(content)
+  };
+  // The memo a door with allocation dir `dir` uses; nullptr for "" (no file is written, so none
+  // is built). The one rule both doors follow.
+  static std::unique_ptr<AllocationFileMemo> For(const std::string& dir, std::size_t capacity = 16);
+
+  explicit AllocationFileMemo(std::size_t capacity) : capacity_(capacity) {}
+
+  // The file for these inputs; `build` (which gives AllocationFile's content) runs only on a
+  // miss, outside the lock.
+  std::shared_ptr<const File> Get(const topology::TopologyPtr& snapshot,
+                                  const std::vector<HcaNow>& hcas, bool with_rdma_cm,
+                                  const std::map<std::string, std::string>& paired_gpu,
+                                  absl::FunctionRef<std::string()> build) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Entries held now; calls that built the content (misses), for tests and benchmarks.
+  std::size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::size_t builds() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    std::weak_ptr<const topology::Topology> snapshot;
+    const topology::Topology* snapshot_address = nullptr;
+    std::vector<std::pair<const topology::Hca*, absl::InlinedVector<bool, 6>>> hcas;
+    bool with_rdma_cm = false;
+    std::map<std::string, std::string> paired_gpu;
+    std::shared_ptr<const File> file;
+  };
+  static bool Matches(const Entry& e, const topology::TopologyPtr& snapshot,
+                      const std::vector<HcaNow>& hcas, bool with_rdma_cm,
+                      const std::map<std::string, std::string>& paired_gpu);
+
+  const std::size_t capacity_;
+  mutable absl::Mutex mu_;
+  std::list<Entry> entries_ ABSL_GUARDED_BY(mu_);  // most recently used first
+  std::size_t builds_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // The content of kAllocationFile for `hcas` (in PCI address order, as BuildAllocation takes
 // them), `envs` the variables BuildAllocation set:

@@ -2,10 +2,12 @@
 // never worse than the placeholder, and equal to brute force where the search is exact.
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "allocator/allocator.h"
@@ -344,6 +346,56 @@ TEST_P(AllocatorPropertyTest, SharedIndexedPathEqualsByName) {
       ASSERT_EQ(*fast, *reference) << "round " << round;
     }
   }
+}
+
+// PreferSharedBelow (the device plugin's path for a request's own strings): whenever it answers,
+// the answer is the name path's; it answers every well-formed request of offered IDs (the
+// kubelet's usual one) and hands everything else back (nullopt): malformed requests, IDs at or
+// above the count, other spellings.
+TEST_P(AllocatorPropertyTest, SharedBelowEqualsByNameOrHandsOver) {
+  std::mt19937 rng(GetParam());
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int answered = 0;
+  for (int round = 0; round < 200; ++round) {
+    const int n = pick(1, 1200);
+    const auto count = static_cast<std::uint32_t>(pick(1, 1300));
+    Request r;
+    for (int i = 0; i < n; ++i) {
+      if (pick(0, 3) != 0) r.available.push_back(SharedId(static_cast<std::uint32_t>(i)));
+    }
+    if (r.available.empty()) r.available.push_back(SharedId(0));
+    std::shuffle(r.available.begin(), r.available.end(), rng);
+    switch (pick(0, 9)) {
+      case 0: r.available.push_back("shared-007"); break;
+      case 1: r.available.push_back("other-" + std::to_string(pick(0, 50))); break;
+      case 2: r.available.push_back(""); break;
+      case 3: r.available.push_back(r.available.front()); break;
+      default: break;
+    }
+    r.size = pick(0, static_cast<int>(r.available.size()) + 1);
+    for (int m = pick(0, 3); m > 0; --m) {
+      r.must_include.push_back(pick(0, 7) == 0 ? "shared-999999"
+                                               : r.available[pick(0, r.available.size() - 1)]);
+    }
+    const std::vector<std::string_view> available(r.available.begin(), r.available.end());
+    const std::vector<std::string_view> must(r.must_include.begin(), r.must_include.end());
+    const std::optional<Ids> below = PreferSharedBelow(available, must, r.size, count);
+    const absl::StatusOr<Ids> reference = internal::PreferSharedByName(r);
+    bool offered = true;
+    for (const std::string& id : r.available) {
+      const std::optional<std::uint32_t> i = SharedIndex(id);
+      offered = offered && i && *i < count;
+    }
+    if (below) {
+      ++answered;
+      ASSERT_TRUE(offered) << "round " << round;
+      ASSERT_TRUE(reference.ok()) << "round " << round << ": " << reference.status();
+      ASSERT_EQ(*below, *reference) << "round " << round;
+    } else {
+      ASSERT_FALSE(offered && reference.ok()) << "round " << round << ": a request to answer";
+    }
+  }
+  EXPECT_GT(answered, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, AllocatorPropertyTest, ::testing::Range(1, 41));

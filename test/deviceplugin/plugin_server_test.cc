@@ -722,6 +722,92 @@ TEST_F(PluginServerTest, SameHcasSameValuesAndOneAllocationFile) {
   EXPECT_EQ(files, 2u);
 }
 
+// Without --allocation-dir Allocate builds no allocation file (it would throw it away: a quarter
+// of the call, issue 25's profile). With one, the file follows every change of the HCAs: a port
+// of a dual-port HCA going DOWN (the health poll patches the snapshot) gives a new file naming
+// it, not the memoised one; back ACTIVE, the first file again.
+TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
+  sim::FixtureHca card = testing::FixtureCard("mlx5_0", "0000:1a:00.0", 0, "pci0000:15");
+  card.ports = {sim::FixturePort{}, sim::FixturePort{}};
+  card.ports[1].number = 2;
+  testing::TestNode node({card});
+  {
+    NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
+    ASSERT_TRUE(state.Init().ok());
+    absl::StatusOr<hca::ContainerAllocation> got = state.Allocate({"0000:1a:00.0"});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->file, "");
+    EXPECT_TRUE(got->mounts.empty());
+    EXPECT_EQ(got->envs.at("NCCL_IB_HCA"), "=mlx5_0");
+  }
+  const std::string dir = node.dir().Sub("allocations");
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  Config config = node.MakeConfig(hca::Mode::kExclusive);
+  config.allocation_dir = dir;
+  NodeState state(config, node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  auto file = [&state]() -> std::string {
+    absl::StatusOr<hca::ContainerAllocation> got = state.Allocate({"0000:1a:00.0"});
+    if (!got.ok() || got->mounts.size() != 1) return "no file: " + got.status().ToString();
+    std::ifstream in(got->mounts[0].host_path);
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(content, got->file);
+    return content;
+  };
+  const std::string both = file();
+  EXPECT_EQ(nlohmann::json::parse(both)["env"]["NCCL_IB_HCA"], "=mlx5_0") << both;
+  EXPECT_EQ(file(), both);
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_0", 2, "DOWN").ok());
+  state.Poll();
+  const std::string one = file();
+  EXPECT_NE(one, both);
+  const nlohmann::json parsed = nlohmann::json::parse(one);
+  EXPECT_EQ(parsed["env"]["NCCL_IB_HCA"], "=mlx5_0:1") << one;
+  EXPECT_EQ(parsed["hcas"][0]["ports"][1]["state"], "DOWN") << one;
+  ASSERT_TRUE(node.fixture().SetPortState("mlx5_0", 2, "ACTIVE").ok());
+  state.Poll();
+  EXPECT_EQ(file(), both);
+}
+
+// Shared mode: GetPreferredAllocation's path on the request's own strings (PreferViews) answers
+// what Prefer answers, errors included: the kubelet's usual request, must_include, IDs not
+// offered (above --shared-devices, another spelling), malformed requests.
+TEST(PreferViewsTest, SharedAnswersAsPrefer) {
+  testing::TestNode node;
+  Config config = node.MakeConfig(hca::Mode::kShared);
+  config.shared_devices = 100;
+  NodeState state(config, node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  std::vector<std::string> all;
+  for (int i = 99; i >= 0; --i) all.push_back(SharedId(i));
+  struct Case {
+    std::vector<std::string> available, must;
+    int size;
+  };
+  const std::vector<Case> cases = {
+      {all, {}, 8},
+      {all, {"shared-50", "shared-7"}, 3},
+      {{"shared-3", "shared-100", "shared-1"}, {}, 3},     // one above the count
+      {{"shared-3", "shared-01", "shared-1"}, {"shared-01"}, 2},  // another spelling
+      {{"shared-3", "shared-3"}, {}, 1},                   // a duplicate
+      {{"shared-3", ""}, {}, 1},                           // an empty ID
+      {{"shared-3", "shared-4"}, {"shared-5"}, 1},         // must_include not available
+      {{"shared-3", "shared-4"}, {}, 3},                   // size above available
+      {{"shared-3", "shared-4"}, {}, 0},                   // size 0
+      {{"shared-3", "shared-4"}, {"shared-3", "shared-4"}, 1},  // must_include above size
+  };
+  for (const Case& c : cases) {
+    const std::vector<std::string_view> available(c.available.begin(), c.available.end());
+    const std::vector<std::string_view> must(c.must.begin(), c.must.end());
+    const absl::StatusOr<std::vector<std::string>> views = state.PreferViews(available, must, c.size);
+    const absl::StatusOr<std::vector<std::string>> copies = state.Prefer(c.available, c.must, c.size);
+    ASSERT_EQ(views.status(), copies.status()) << c.available.size() << " IDs, size " << c.size;
+    if (views.ok()) {
+      EXPECT_EQ(*views, *copies) << c.available.size() << " IDs, size " << c.size;
+    }
+  }
+}
+
 // NCCL_IB_GID_INDEX from the fixture's GID tables (RoCE v2 with IPv4; IPv6 only; RoCE v1 only).
 TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
   auto card = [](const std::string& name, const std::string& pci, const std::string& netdev,

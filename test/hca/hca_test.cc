@@ -1,9 +1,14 @@
 #include "hca/hca.h"
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -213,6 +218,149 @@ TEST(BuildAllocationTest, TheAllocationFile) {
             "RDMA_HCA_NAMES": "mlx5_0,mlx5_1", "RDMA_HCA_PCI": "0000:0a:00.0,0000:1a:00.0",
             "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1"}})"))
       << got.file;
+}
+
+// The doors' form: HCAs of a snapshot, not copied, with their device nodes now.
+std::vector<HcaNow> Now(const topology::Topology& t, std::vector<int> indices) {
+  std::vector<HcaNow> out;
+  for (int i : indices) out.push_back(AsScanned(t.hcas()[i]));
+  return out;
+}
+
+topology::TopologyPtr Snapshot(std::vector<topology::Hca> hcas) {
+  return std::make_shared<const topology::Topology>(std::vector<int>{0, 1}, std::move(hcas),
+                                                    std::vector<topology::Gpu>{});
+}
+
+// Without a memo (no --allocation-dir) the doors' form builds no file (issue 25's Allocate
+// profile: a quarter of the call went to a file thrown away), and everything else is the same.
+TEST(BuildAllocationTest, NoMemoNoFileTheRestTheSame) {
+  EXPECT_EQ(AllocationFileMemo::For(""), nullptr);
+  EXPECT_NE(AllocationFileMemo::For("/var/run/rdma-device-plugin/allocations"), nullptr);
+  const topology::TopologyPtr t = Snapshot(
+      {RoceHca("mlx5_1", "0000:1a:00.0", 3), RoceHca("mlx5_2", "0000:9a:00.0", 3)});
+  const ContainerAllocation value = BuildAllocation({t->hcas()[1], t->hcas()[0]}, true);
+  const ContainerAllocation none = BuildAllocation(t, Now(*t, {1, 0}), true, {}, nullptr);
+  EXPECT_EQ(none.file, "");
+  EXPECT_EQ(none.file_name, "");
+  EXPECT_EQ(none.envs, value.envs);
+  EXPECT_EQ(none.warnings, value.warnings);
+  ASSERT_EQ(none.devices.size(), value.devices.size());
+  for (std::size_t i = 0; i < none.devices.size(); ++i) {
+    EXPECT_EQ(none.devices[i].host_path, value.devices[i].host_path);
+    EXPECT_EQ(none.devices[i].container_path, value.devices[i].container_path);
+  }
+  AllocationFileMemo memo(4);
+  const ContainerAllocation with = BuildAllocation(t, Now(*t, {1, 0}), true, {}, &memo);
+  EXPECT_EQ(with.file, value.file);
+  EXPECT_EQ(with.file_name, AllocationFileName(value.file));
+  EXPECT_EQ(value.file_name, with.file_name);
+}
+
+// Same inputs: built once. Any input changed: built again, and the content is what an unmemoised
+// build gives for the new inputs (a memo that served the old file fails here).
+TEST(AllocationFileMemoTest, BuiltOncePerInputsNeverStale) {
+  topology::Hca a = RoceHca("mlx5_1", "0000:1a:00.0", 3);
+  topology::Hca b = RoceHca("mlx5_2", "0000:9a:00.0", 3);
+  b.umad = {"umad2"};
+  b.char_devices.push_back({"/dev/infiniband/umad2", true});
+  // Both snapshots in one buffer: the new one takes the replaced one's address, as an allocator
+  // may make it do.
+  alignas(topology::Topology) unsigned char buffer[sizeof(topology::Topology)];
+  auto placed = [&buffer](std::vector<topology::Hca> hcas) {
+    auto* p = new (buffer) topology::Topology(std::vector<int>{0, 1}, std::move(hcas),
+                                              std::vector<topology::Gpu>{});
+    return topology::TopologyPtr(p, [](const topology::Topology* q) { q->~Topology(); });
+  };
+  topology::TopologyPtr t = placed({a, b});
+  AllocationFileMemo memo(8);
+  auto file = [&memo](const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool cm,
+                      const std::map<std::string, std::string>& gpus) {
+    return BuildAllocation(snapshot, std::move(hcas), cm, gpus, &memo);
+  };
+  auto fresh = [](const ContainerAllocation& got, const std::vector<HcaNow>& hcas,
+                  const std::map<std::string, std::string>& gpus) {
+    std::vector<topology::Hca> values;
+    for (const HcaNow& h : hcas) values.push_back(*h.hca);
+    std::sort(values.begin(), values.end(),
+              [](const auto& x, const auto& y) { return x.place.pci < y.place.pci; });
+    return AllocationFile(values, got.envs, gpus);
+  };
+  const ContainerAllocation first = file(t, Now(*t, {0, 1}), true, {});
+  EXPECT_EQ(memo.builds(), 1u);
+  EXPECT_EQ(first.file, fresh(first, Now(*t, {0, 1}), {}));
+  EXPECT_EQ(file(t, Now(*t, {0, 1}), true, {}).file, first.file);
+  EXPECT_EQ(memo.builds(), 1u);  // a hit
+
+  // Another set of HCAs.
+  const ContainerAllocation one = file(t, Now(*t, {0}), true, {});
+  EXPECT_EQ(memo.builds(), 2u);
+  EXPECT_NE(one.file, first.file);
+  EXPECT_EQ(one.file, fresh(one, Now(*t, {0}), {}));
+  // Another paired GPU, then another GPU for the same HCA.
+  const ContainerAllocation paired = file(t, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1b:00.0"}});
+  EXPECT_EQ(memo.builds(), 3u);
+  EXPECT_NE(paired.file, first.file);
+  const ContainerAllocation repaired =
+      file(t, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1c:00.0"}});
+  EXPECT_EQ(memo.builds(), 4u);
+  EXPECT_NE(repaired.file, paired.file);
+  EXPECT_EQ(repaired.file, fresh(repaired, Now(*t, {0, 1}), {{"0000:1a:00.0", "0000:1c:00.0"}}));
+  // A device node gone now, and rdma_cm gone: inputs of the key (the content is the same file,
+  // built afresh, never taken from another key's entry).
+  std::vector<HcaNow> gone = Now(*t, {0, 1});
+  gone[1].present[1] = false;
+  const ContainerAllocation no_umad = file(t, gone, true, {});
+  EXPECT_EQ(memo.builds(), 5u);
+  EXPECT_EQ(no_umad.file, fresh(no_umad, gone, {}));
+  file(t, Now(*t, {0, 1}), false, {});
+  EXPECT_EQ(memo.builds(), 6u);
+
+  // A new snapshot (the port went DOWN, the GID moved): built again with the new values, even
+  // when the new snapshot takes the address of the one it replaces.
+  topology::Hca moved = a;
+  moved.ports[0].roce_v2_ipv4_gid = 5;
+  moved.ports[0].gid_ipv4 = "198.51.100.7";
+  std::weak_ptr<const topology::Topology> old = t;
+  const topology::Topology* old_address = t.get();
+  t.reset();
+  ASSERT_TRUE(old.expired());
+  const topology::TopologyPtr u = placed({moved, b});
+  ASSERT_EQ(u.get(), old_address);
+  const ContainerAllocation after = file(u, Now(*u, {0, 1}), true, {});
+  EXPECT_EQ(memo.builds(), 7u);
+  EXPECT_NE(after.file, first.file);
+  EXPECT_EQ(after.file, fresh(after, Now(*u, {0, 1}), {}));
+  EXPECT_NE(after.file.find("198.51.100.7"), std::string::npos);
+  // The replaced snapshot's entries are dropped, not kept until evicted.
+  EXPECT_EQ(memo.size(), 1u);
+}
+
+// Bounded: the least recently used entry goes.
+TEST(AllocationFileMemoTest, HoldsAtMostItsCapacity) {
+  const topology::TopologyPtr t = Snapshot(
+      {RoceHca("mlx5_1", "0000:1a:00.0", 3), RoceHca("mlx5_2", "0000:9a:00.0", 3)});
+  AllocationFileMemo memo(2);
+  for (int i = 0; i < 10; ++i) {
+    BuildAllocation(t, Now(*t, {0}), true, {{"0000:1a:00.0", absl::StrCat("0000:", 10 + i, ":00.0")}},
+                    &memo);
+  }
+  EXPECT_EQ(memo.size(), 2u);
+  EXPECT_EQ(memo.builds(), 10u);
+  BuildAllocation(t, Now(*t, {0}), true, {{"0000:1a:00.0", "0000:19:00.0"}}, &memo);  // the latest
+  EXPECT_EQ(memo.builds(), 10u);
+  BuildAllocation(t, Now(*t, {0}), true, {{"0000:1a:00.0", "0000:10:00.0"}}, &memo);  // evicted
+  EXPECT_EQ(memo.builds(), 11u);
+}
+
+// The device nodes checked now go into the HcaNow, not into the snapshot; Assess reads them.
+TEST(AssessTest, HcaNowHasTheDeviceNodesAsChecked) {
+  const topology::Hca card = Card("mlx5_0", {"ACTIVE"});
+  HcaNow now = AsScanned(card);
+  EXPECT_TRUE(Assess(now).usable);
+  now.present[0] = false;
+  EXPECT_EQ(Assess(now).reason, "device node /dev/infiniband/uverbs0 is missing");
+  EXPECT_TRUE(Assess(card).usable);
 }
 
 }  // namespace
