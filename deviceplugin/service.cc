@@ -252,12 +252,15 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<v
   };
   auto pending = std::make_shared<Pending>();
   pending->answer = std::move(answer);
+  node.RefreshPods([pending] { pending->Answer(); });
+  // Answered already (no pod-resources source): no alarm. Setting one and cancelling it costs a
+  // trip through gRPC's timer thread on every call.
+  if (pending->answered) return;
   std::weak_ptr<Pending> weak = pending;
   pending->alarm.Set(absl::ToChronoTime(absl::Now() + at_most), [weak](bool fired) {
     if (!fired) return;
     if (std::shared_ptr<Pending> p = weak.lock()) p->Answer();
   });
-  node.RefreshPods([pending] { pending->Answer(); });
 }
 
 }  // namespace
