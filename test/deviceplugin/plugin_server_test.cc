@@ -449,6 +449,10 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
   }
   EXPECT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   EXPECT_GE(kubelet_->registrations(), 21);
+  // The kubelet counts a Register when it answers; the plugin once the answer is back. Wait for
+  // the plugin to have seen as many (the metric was read while the last one was between the
+  // two once, under TSan: 20 against 21).
+  ASSERT_TRUE(plugin_->WaitForRegistrations(21, kWait));
   // What Prometheus sees of it (docs/metrics.md): each restart seen, each registration made.
   EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), 20u);
   EXPECT_EQ(plugin_->node().metrics().registrations.value(),
