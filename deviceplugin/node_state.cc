@@ -516,11 +516,12 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
     }
   }
   // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
+  hca::NodesNow checked = hca::CheckedNow(asked, *sources_.env);
   std::vector<hca::HcaNow> chosen;
   chosen.reserve(asked.size());
   bool stale = false;  // a node the last scan saw is gone: the health thread should look
-  for (const topology::Hca* hca : asked) {
-    hca::HcaNow now = hca::CheckedNow(*hca, *sources_.env);
+  for (hca::HcaNow& now : checked.hcas) {
+    const topology::Hca* hca = now.hca;
     const hca::Verdict verdict = hca::Assess(now);
     if (verdict.usable) {
       chosen.push_back(std::move(now));
@@ -553,7 +554,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
     paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
   }
   hca::ContainerAllocation out =
-      hca::BuildAllocation(snapshot, std::move(chosen), sources_.env->Exists(hca::kRdmaCmPath),
+      hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm,
                            paired, allocation_files_.get());
   for (const std::string& warning : out.warnings) Log()->warn("Allocate: {}", warning);
   AddAllocationFile(out);

@@ -284,15 +284,13 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
 
 namespace {
 
-// One call's messages on one arena (DevicePluginService::PreferArena).
-class ArenaHolder final : public grpc::MessageHolder<v1beta1::PreferredAllocationRequest,
-                                                     v1beta1::PreferredAllocationResponse> {
+// One call's messages on one arena (DevicePluginService::OnArena).
+template <typename Request, typename Response>
+class ArenaHolder final : public grpc::MessageHolder<Request, Response> {
  public:
   ArenaHolder() {
-    set_request(
-        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationRequest>(&arena_));
-    set_response(
-        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationResponse>(&arena_));
+    this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
+    this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
   }
   void Release() override { delete this; }
 
@@ -302,13 +300,15 @@ class ArenaHolder final : public grpc::MessageHolder<v1beta1::PreferredAllocatio
 
 }  // namespace
 
-grpc::MessageHolder<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>*
-DevicePluginService::PreferArena::AllocateMessages() {
-  return new ArenaHolder;
+template <typename Request, typename Response>
+grpc::MessageHolder<Request, Response>*
+DevicePluginService::OnArena<Request, Response>::AllocateMessages() {
+  return new ArenaHolder<Request, Response>;
 }
 
 DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
   SetMessageAllocatorFor_GetPreferredAllocation(&prefer_messages_);
+  SetMessageAllocatorFor_Allocate(&allocate_messages_);
   listener_ = node_->AddListener([this] { Changed(); });
 }
 

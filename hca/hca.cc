@@ -95,6 +95,26 @@ HcaNow CheckedNow(const topology::Hca& hca, Env& env) {
   return out;
 }
 
+NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
+  std::vector<std::string> paths;
+  for (const topology::Hca* h : hcas) {
+    for (const auto& [path, present] : h->char_devices) paths.push_back(path);
+  }
+  paths.push_back(kRdmaCmPath);
+  const std::vector<bool> present = env.ExistAll(paths);
+  NodesNow out;
+  out.hcas.reserve(hcas.size());
+  std::size_t at = 0;
+  for (const topology::Hca* h : hcas) {
+    HcaNow now{h, {}};
+    now.present.reserve(h->char_devices.size());
+    for (std::size_t i = 0; i < h->char_devices.size(); ++i) now.present.push_back(present[at++]);
+    out.hcas.push_back(std::move(now));
+  }
+  out.rdma_cm = present[at];
+  return out;
+}
+
 topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
   topology::Hca now = hca;
   const HcaNow checked = CheckedNow(hca, env);

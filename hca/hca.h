@@ -64,10 +64,18 @@ struct HcaNow {
 };
 // The device nodes as the scan saw them.
 HcaNow AsScanned(const topology::Hca& hca);
-// Each device node checked now through `env`, one stat each: the scan that saw them may be a
-// poll old, and a DeviceSpec or CDI entry naming a missing node makes the container runtime
-// refuse the container. Both doors call it, then Assess, when they hand HCAs out.
+// Each device node checked now through `env`: the scan that saw them may be a poll old, and a
+// DeviceSpec or CDI entry naming a missing node makes the container runtime refuse the
+// container.
 HcaNow CheckedNow(const topology::Hca& hca, Env& env);
+// CheckedNow for each of `hcas` (in their order), and whether rdma_cm exists, in one
+// Env::ExistAll (the node's Env: one read of its inotify queue for them all). Both doors call
+// it, then Assess, when they hand HCAs out.
+struct NodesNow {
+  std::vector<HcaNow> hcas;
+  bool rdma_cm = false;
+};
+NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env);
 // Assess(hca) with the device nodes as `hca.present` has them.
 Verdict Assess(const HcaNow& hca);
 inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }

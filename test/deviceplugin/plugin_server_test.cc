@@ -880,7 +880,9 @@ TEST(PreferViewsTest, ExclusiveAnswersAsPrefer) {
     const std::string what = absl::StrCat("round ", round, ": [", absl::StrJoin(available, ","),
                                           "] must [", absl::StrJoin(must, ","), "] size ", size);
     ASSERT_EQ(views.status(), copies.status()) << what;
-    if (views.ok()) EXPECT_EQ(*views, *copies) << what;
+    if (views.ok()) {
+      EXPECT_EQ(*views, *copies) << what;
+    }
     const bool all_advertised = std::all_of(available.begin(), available.end(), [&](auto& id) {
       return std::count(advertised.begin(), advertised.end(), id) == 1 &&
              std::count(available.begin(), available.end(), id) == 1;
