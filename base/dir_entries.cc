@@ -63,14 +63,14 @@ std::optional<bool> DirEntries::Exists(std::string_view path) {
   return Answer(path, std::chrono::steady_clock::now());
 }
 
-std::vector<std::optional<bool>> DirEntries::ExistAll(const std::vector<std::string>& paths,
+std::vector<std::optional<bool>> DirEntries::ExistAll(const std::vector<std::string_view>& paths,
                                                       std::string_view within) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::optional<bool>> out(paths.size());
   if (!Ready()) return out;
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    if (paths[i].compare(0, within.size(), within) == 0) out[i] = Answer(paths[i], now);
+    if (paths[i].substr(0, within.size()) == within) out[i] = Answer(paths[i], now);
   }
   return out;
 }

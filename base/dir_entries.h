@@ -43,7 +43,7 @@ class DirEntries {
   std::optional<bool> Exists(std::string_view path);
   // Exists for each of `paths`, in their order, after one read of the queue: what a call that
   // checks a dozen device nodes asks. Paths that do not start with `within` are nullopt.
-  std::vector<std::optional<bool>> ExistAll(const std::vector<std::string>& paths,
+  std::vector<std::optional<bool>> ExistAll(const std::vector<std::string_view>& paths,
                                             std::string_view within = "/");
 
   // Listings read so far (the first of each directory included): for tests.

@@ -82,11 +82,11 @@ class NodeEnv : public Env {
     return Stat(HostPath(path));
   }
 
-  std::vector<bool> ExistAll(const std::vector<std::string>& paths) override {
+  std::vector<bool> ExistAll(const std::vector<std::string_view>& paths) override {
     const std::vector<std::optional<bool>> known = dev_entries_.ExistAll(paths, "/dev/");
     std::vector<bool> out(paths.size());
     for (std::size_t i = 0; i < paths.size(); ++i) {
-      out[i] = known[i] ? *known[i] : Stat(HostPath(paths[i]));
+      out[i] = known[i] ? *known[i] : Stat(HostPath(std::string(paths[i])));
     }
     return out;
   }
@@ -146,10 +146,10 @@ std::shared_ptr<Env> NewNodeEnv(NodeRoots roots) {
   return std::make_shared<NodeEnv>(std::move(roots));
 }
 
-std::vector<bool> Env::ExistAll(const std::vector<std::string>& paths) {
+std::vector<bool> Env::ExistAll(const std::vector<std::string_view>& paths) {
   std::vector<bool> out;
   out.reserve(paths.size());
-  for (const std::string& path : paths) out.push_back(Exists(path));
+  for (std::string_view path : paths) out.push_back(Exists(std::string(path)));
   return out;
 }
 

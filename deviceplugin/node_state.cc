@@ -483,7 +483,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
   {
     absl::MutexLock lock(&mu_);
     snapshot = snapshot_;
-    withheld = withheld_;
+    if (!withheld_.empty()) withheld = withheld_;  // usually none: no copy, no allocation
   }
   // The HCAs asked for (exclusive) or every HCA (shared), with what makes each one refused.
   std::vector<const topology::Hca*> asked;

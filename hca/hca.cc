@@ -96,7 +96,7 @@ HcaNow CheckedNow(const topology::Hca& hca, Env& env) {
 }
 
 NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
-  std::vector<std::string> paths;
+  std::vector<std::string_view> paths;
   for (const topology::Hca* h : hcas) {
     for (const auto& [path, present] : h->char_devices) paths.push_back(path);
   }
@@ -162,9 +162,11 @@ std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, 
 
 // BuildAllocation without `file`: the devices, envs and warnings.
 ContainerAllocation BuildWithoutFile(std::vector<HcaNow>& hcas, bool with_rdma_cm) {
-  std::stable_sort(hcas.begin(), hcas.end(), [](const HcaNow& a, const HcaNow& b) {
-    return a.hca->place.pci < b.hca->place.pci;
-  });
+  auto by_pci = [](const HcaNow& a, const HcaNow& b) { return a.hca->place.pci < b.hca->place.pci; };
+  // Usually in order already (the kubelet sends them sorted): no sort, no buffer for one.
+  if (!std::is_sorted(hcas.begin(), hcas.end(), by_pci)) {
+    std::stable_sort(hcas.begin(), hcas.end(), by_pci);
+  }
   ContainerAllocation out;
   out.devices.reserve(hcas.size() * 3 + 1);
   auto add = [&out](const std::string& node) {

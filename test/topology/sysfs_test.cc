@@ -308,7 +308,7 @@ TEST(EnvTest, ExistsFollowsLinksAndSeesNothingDangling) {
   for (const std::string& p : paths) found.push_back(env->Exists(p));
   EXPECT_EQ(found, (std::vector<bool>{true, false, true, false, false, true, true, true, false,
                                       true, false, true, true, true}));
-  EXPECT_EQ(env->ExistAll(paths), found);
+  EXPECT_EQ(env->ExistAll({paths.begin(), paths.end()}), found);
 }
 
 }  // namespace
@@ -400,7 +400,7 @@ TEST(DirEntriesTest, AnswersAsStatAfterEveryChange) {
       ASSERT_TRUE(one.has_value()) << "step " << step << " (" << what << "): " << names[i];
       ASSERT_EQ(*one, truth[i]) << "step " << step << " (" << what << "): " << names[i];
     }
-    const std::vector<std::optional<bool>> all = entries.ExistAll(paths);
+    const std::vector<std::optional<bool>> all = entries.ExistAll({paths.begin(), paths.end()});
     for (std::size_t i = 0; i < names.size(); ++i) {
       ASSERT_EQ(all[i], std::optional<bool>(truth[i])) << "step " << step << " (" << what << ")";
     }
