@@ -88,13 +88,6 @@ HcaNow AsScanned(const topology::Hca& hca) {
   return out;
 }
 
-HcaNow CheckedNow(const topology::Hca& hca, Env& env) {
-  HcaNow out{&hca, {}};
-  out.present.reserve(hca.char_devices.size());
-  for (const auto& [path, present] : hca.char_devices) out.present.push_back(env.Exists(path));
-  return out;
-}
-
 NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
   std::vector<std::string_view> paths;
   for (const topology::Hca* h : hcas) {
@@ -113,15 +106,6 @@ NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
   }
   out.rdma_cm = present[at];
   return out;
-}
-
-topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
-  topology::Hca now = hca;
-  const HcaNow checked = CheckedNow(hca, env);
-  for (std::size_t i = 0; i < now.char_devices.size(); ++i) {
-    now.char_devices[i].second = checked.present[i];
-  }
-  return now;
 }
 
 namespace {
