@@ -429,11 +429,16 @@ void PciIndex::Add(const std::string& pci, int index) {
 }
 
 int PciIndex::Find(const std::string& id) const {
-  const std::int64_t key = PackPci(id);
-  if (key < 0) {
+  if (PackPci(id) < 0) {
     auto it = others_.find(id);
     return it == others_.end() ? -1 : it->second;
   }
+  return FindCanonical(id);
+}
+
+int PciIndex::FindCanonical(std::string_view id) const {
+  const std::int64_t key = PackPci(id);
+  if (key < 0) return -1;
   auto at = std::lower_bound(packed_.begin(), packed_.end(), std::make_pair(key, -1));
   return at != packed_.end() && at->first == key ? at->second : -1;
 }
@@ -497,22 +502,29 @@ Model::Model(const topology::Topology& topology)
 absl::Status MakeProblem(const topology::Topology& topology, const Model& model,
                          const Request& request, Problem* out) {
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
-  // Per-thread buffers for what does not outlive the call.
-  thread_local std::vector<int> available, free_gpus, others, numa_avail, root_avail,
-      switch_avail;
+  // A per-thread buffer for what does not outlive the call.
+  thread_local std::vector<int> available;
   if (absl::Status s = HcaIndices(topology, model, request.available, &available); !s.ok()) {
     return s;
   }
-  Problem& p = *out;
-  if (absl::Status s = HcaIndices(topology, model, request.must_include, &p.must); !s.ok()) {
+  if (absl::Status s = HcaIndices(topology, model, request.must_include, &out->must); !s.ok()) {
     return s;
   }
+  FillProblem(topology, model, available, request.size, request.gpus, out);
+  return absl::OkStatus();
+}
+
+void FillProblem(const topology::Topology& topology, const Model& model,
+                 const std::vector<int>& available, int size, const GpuContext& gpus_known,
+                 Problem* out) {
+  thread_local std::vector<int> free_gpus, others, numa_avail, root_avail, switch_avail;
+  Problem& p = *out;
   p.model = &model;
-  p.size = request.size;
+  p.size = size;
   p.candidates.clear();
   std::set_difference(available.begin(), available.end(), p.must.begin(), p.must.end(),
                       std::back_inserter(p.candidates));
-  GpuIndices(topology, model, request.gpus.container_gpus, &p.gpus);
+  GpuIndices(topology, model, gpus_known.container_gpus, &p.gpus);
   p.gpu_capacity = 1;
   if (!p.gpus.empty()) {
     p.gpu_capacity = (p.size + static_cast<int>(p.gpus.size()) - 1) /
@@ -533,8 +545,8 @@ absl::Status MakeProblem(const topology::Topology& topology, const Model& model,
     }
   }
 
-  if (request.gpus.free_gpus_known) {
-    GpuIndices(topology, model, request.gpus.free_gpus, &free_gpus);
+  if (gpus_known.free_gpus_known) {
+    GpuIndices(topology, model, gpus_known.free_gpus, &free_gpus);
   } else {
     free_gpus.resize(model.gpu_count);
     for (int g = 0; g < model.gpu_count; ++g) free_gpus[g] = g;
@@ -586,7 +598,6 @@ absl::Status MakeProblem(const topology::Topology& topology, const Model& model,
   intact(numa_avail, model.numa_size, &p.numa_intact);
   intact(root_avail, model.root_size, &p.root_intact);
   intact(switch_avail, model.switch_size, &p.switch_intact);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Problem> MakeProblem(const topology::Topology& topology, const Model& model,
@@ -606,6 +617,38 @@ absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::Prefer(
   // The thread's problem of its last request: refilled, so a request allocates only its answer.
   thread_local Problem problem;
   if (absl::Status s = MakeProblem(*topology_, *model_, request, &problem); !s.ok()) return s;
+  return Names(*topology_, Search(problem, options_));
+}
+
+std::optional<std::vector<std::string>> ExclusiveAllocator::PreferAdvertised(
+    const std::vector<std::string_view>& available,
+    const std::vector<std::string_view>& must_include, int size, const GpuContext& gpus) const {
+  if (size < 1 || static_cast<size_t>(size) > available.size() ||
+      must_include.size() > static_cast<size_t>(size)) {
+    return std::nullopt;
+  }
+  thread_local Problem problem;
+  thread_local std::vector<int> indices;
+  thread_local std::vector<char> state;  // per HCA: 1 available, 2 must_include too
+  const Model& m = *model_;
+  state.assign(m.hca_count, 0);
+  indices.clear();
+  for (std::string_view id : available) {
+    const int h = m.hca_by_pci.FindCanonical(id);
+    if (h < 0 || state[h] != 0) return std::nullopt;  // not advertised as spelled; a duplicate
+    state[h] = 1;
+    indices.push_back(h);
+  }
+  problem.must.clear();
+  for (std::string_view id : must_include) {
+    const int h = m.hca_by_pci.FindCanonical(id);
+    if (h < 0 || state[h] != 1) return std::nullopt;  // not available, or given twice
+    state[h] = 2;
+    problem.must.push_back(h);
+  }
+  std::sort(indices.begin(), indices.end());
+  std::sort(problem.must.begin(), problem.must.end());
+  FillProblem(*topology_, m, indices, size, gpus, &problem);
   return Names(*topology_, Search(problem, options_));
 }
 

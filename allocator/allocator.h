@@ -111,6 +111,16 @@ class ExclusiveAllocator {
   // when the request is invalid or names an ID that is not an HCA of the snapshot.
   absl::StatusOr<std::vector<std::string>> Prefer(const Request& request) const;
 
+  // Prefer's answer for a request given as views of the caller's strings (a gRPC request's own,
+  // not copied), when it is well-formed and every ID is an HCA of the snapshot spelled as the
+  // snapshot spells it canonically (the IDs the device plugin advertises): each ID is resolved
+  // once to an index, and none is copied. nullopt for any other request, which the caller
+  // answers by the general path (that one drops unknown IDs or names the problem).
+  std::optional<std::vector<std::string>> PreferAdvertised(
+      const std::vector<std::string_view>& available,
+      const std::vector<std::string_view>& must_include, int size,
+      const GpuContext& gpus) const;
+
   // The answer of the simple policy the scored search must never lose to: must_include, then the
   // lowest PCI addresses, NUMA node by NUMA node (the nodes must_include uses first, then the
   // node with the most available HCAs). Same errors as Prefer().

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -29,6 +30,9 @@ class PciIndex {
  public:
   void Add(const std::string& pci, int index);
   int Find(const std::string& id) const;
+  // Find for an ID spelled canonically ("dddd:bb:dd.f", lower-case hex) alone: -1 for any other
+  // spelling, without looking further.
+  int FindCanonical(std::string_view id) const;
 
  private:
   std::vector<std::pair<std::int64_t, int>> packed_;  // sorted
@@ -78,6 +82,11 @@ absl::Status MakeProblem(const topology::Topology& topology, const Model& model,
                          const Request& request, Problem* out);
 absl::StatusOr<Problem> MakeProblem(const topology::Topology& topology, const Model& model,
                                     const Request& request);
+// The part of MakeProblem after the IDs are resolved and checked: `available` (HCA indices,
+// ascending, distinct) and out->must (ascending, within available) are given.
+void FillProblem(const topology::Topology& topology, const Model& model,
+                 const std::vector<int>& available, int size, const GpuContext& gpus,
+                 Problem* out);
 
 // Reusable scratch for Evaluate so the search allocates nothing per candidate.
 class Scorer {

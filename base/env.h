@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rdp {
@@ -41,6 +42,11 @@ class Env {
   // Whether anything (a file, a directory, a device node, a socket) is at `path`, links
   // followed.
   virtual bool Exists(const std::string& path) = 0;
+  // Exists for each of `paths`, in their order: what a call that checks a dozen device nodes
+  // asks. The node's Env answers device nodes from their directories' entries (kept by inotify,
+  // base/dir_entries.h) after one read of the event queue. This default, which wrappers keep so
+  // that a test's Exists is what is asked, asks Exists for each.
+  virtual std::vector<bool> ExistAll(const std::vector<std::string_view>& paths);
   // Whether `path` resolves to a directory.
   virtual bool IsDirectory(const std::string& path) = 0;
   // Where `path` is read from on this machine, for messages.

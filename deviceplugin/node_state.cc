@@ -483,7 +483,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
   {
     absl::MutexLock lock(&mu_);
     snapshot = snapshot_;
-    withheld = withheld_;
+    if (!withheld_.empty()) withheld = withheld_;  // usually none: no copy, no allocation
   }
   // The HCAs asked for (exclusive) or every HCA (shared), with what makes each one refused.
   std::vector<const topology::Hca*> asked;
@@ -516,11 +516,12 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
     }
   }
   // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
+  hca::NodesNow checked = hca::CheckedNow(asked, *sources_.env);
   std::vector<hca::HcaNow> chosen;
   chosen.reserve(asked.size());
   bool stale = false;  // a node the last scan saw is gone: the health thread should look
-  for (const topology::Hca* hca : asked) {
-    hca::HcaNow now = hca::CheckedNow(*hca, *sources_.env);
+  for (hca::HcaNow& now : checked.hcas) {
+    const topology::Hca* hca = now.hca;
     const hca::Verdict verdict = hca::Assess(now);
     if (verdict.usable) {
       chosen.push_back(std::move(now));
@@ -553,7 +554,7 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
     paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
   }
   hca::ContainerAllocation out =
-      hca::BuildAllocation(snapshot, std::move(chosen), sources_.env->Exists(hca::kRdmaCmPath),
+      hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm,
                            paired, allocation_files_.get());
   for (const std::string& warning : out.warnings) Log()->warn("Allocate: {}", warning);
   AddAllocationFile(out);
@@ -626,36 +627,59 @@ absl::StatusOr<std::vector<std::string>> NodeState::PreferViews(
       return *std::move(answer);
     }
   }
-  return Prefer({available.begin(), available.end()}, {must_include.begin(), must_include.end()},
-                size);
+  PreferInputs inputs = PreferInputsNow();
+  if (config_.mode == hca::Mode::kExclusive) {
+    const hca::FlaggedHcas flagged = early_warning_.Flagged();
+    const bool degraded = std::any_of(flagged.begin(), flagged.end(),
+                                      [](const auto& f) { return f.second.degraded; });
+    if (!degraded && inputs.alloc != nullptr) {
+      if (std::optional<std::vector<std::string>> answer =
+              inputs.alloc->PreferAdvertised(available, must_include, size, inputs.gpus)) {
+        return *std::move(answer);
+      }
+    }
+  }
+  return PreferWith(std::move(inputs), {available.begin(), available.end()},
+                    {must_include.begin(), must_include.end()}, size);
+}
+
+NodeState::PreferInputs NodeState::PreferInputsNow() const {
+  PreferInputs in;
+  if (config_.mode == hca::Mode::kShared) return in;
+  absl::MutexLock lock(&mu_);
+  in.alloc = allocator_;
+  in.snapshot = snapshot_;
+  if (pods_known_) {
+    GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
+                                     *snapshot_);
+    Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
+                 sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
+                 sel.context.free_gpus.size());
+    in.gpus = std::move(sel.context);
+  }
+  return in;
 }
 
 absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
                                                            std::vector<std::string> must_include,
                                                            int size) const {
+  return PreferWith(PreferInputsNow(), std::move(available), std::move(must_include), size);
+}
+
+absl::StatusOr<std::vector<std::string>> NodeState::PreferWith(
+    PreferInputs inputs, std::vector<std::string> available,
+    std::vector<std::string> must_include, int size) const {
   // Only a malformed request is refused (a bad size, a duplicate or empty ID, must_include not
   // within available). An ID this plugin does not offer now is well-formed kubelet input all the
   // same (an HCA unplugged a poll before the kubelet applied the update, a device reused from an
   // init container, --shared-devices lowered): refusing it fails the pod
   // (UnexpectedAdmissionError), and the call is only advice.
-  allocator::Request request{std::move(available), std::move(must_include), size, {}};
+  allocator::Request request{std::move(available), std::move(must_include), size,
+                             std::move(inputs.gpus)};
   if (absl::Status s = allocator::ValidateRequest(request); !s.ok()) return s;
   const bool shared = config_.mode == hca::Mode::kShared;
-  std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
-  topology::TopologyPtr snapshot;
-  if (!shared) {
-    absl::MutexLock lock(&mu_);
-    alloc = allocator_;
-    snapshot = snapshot_;
-    if (pods_known_) {
-      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
-                                       *snapshot_);
-      Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
-                   sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
-                   sel.context.free_gpus.size());
-      request.gpus = std::move(sel.context);
-    }
-  }
+  const std::shared_ptr<const allocator::ExclusiveAllocator>& alloc = inputs.alloc;
+  const topology::TopologyPtr& snapshot = inputs.snapshot;
   auto offered = [&](const std::string& id) {
     if (shared) return IsSharedId(id, config_.shared_devices);
     return snapshot->HcaIndex(id) >= 0;

@@ -154,10 +154,11 @@ class NodeState {
   absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
                                                   std::vector<std::string> must_include,
                                                   int size) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer on views of the caller's strings (a gRPC request's own), the same answer: in shared
-  // mode a well-formed request of offered IDs only (the kubelet's usual one: 1000 IDs) is answered
-  // on their indices without copying it (allocator::PreferSharedBelow); any other is copied and
-  // answered by Prefer.
+  // Prefer on views of the caller's strings (a gRPC request's own), the same answer: a
+  // well-formed request of offered IDs only, spelled as advertised (the kubelet's usual one), is
+  // answered on their indices without copying it (shared: allocator::PreferSharedBelow;
+  // exclusive, while the early-warning rule finds no HCA degraded:
+  // ExclusiveAllocator::PreferAdvertised); any other is copied and answered by Prefer's path.
   absl::StatusOr<std::vector<std::string>> PreferViews(
       const std::vector<std::string_view>& available,
       const std::vector<std::string_view>& must_include, int size) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -174,6 +175,19 @@ class NodeState {
   metrics::NodeMetricsInput MetricsInput() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // What an exclusive answer is computed from, read together under mu_: the snapshot's
+  // allocator and the GPU context of the pod list as last refreshed (empty in shared mode).
+  struct PreferInputs {
+    std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
+    topology::TopologyPtr snapshot;
+    allocator::GpuContext gpus;
+  };
+  PreferInputs PreferInputsNow() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Prefer's general path, on inputs read once.
+  absl::StatusOr<std::vector<std::string>> PreferWith(PreferInputs inputs,
+                                                      std::vector<std::string> available,
+                                                      std::vector<std::string> must_include,
+                                                      int size) const;
   void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Swaps in a new snapshot and its allocator.

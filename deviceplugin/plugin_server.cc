@@ -184,6 +184,20 @@ void PluginServer::StopServing() {
   service_.reset();
 }
 
+int PluginServer::registrations() const {
+  absl::MutexLock lock(&registered_mu_);
+  return registrations_;
+}
+
+bool PluginServer::WaitForRegistrations(int n, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&registered_mu_);
+  while (registrations_ < n) {
+    if (registered_.WaitWithDeadline(&registered_mu_, deadline)) return registrations_ >= n;
+  }
+  return true;
+}
+
 bool PluginServer::TryRegister() {
   grpc::ChannelArguments args;
   // A fresh subchannel per attempt: a restarted kubelet must not wait out an old backoff.
@@ -215,8 +229,12 @@ bool PluginServer::TryRegister() {
   register_failing_ = false;
   // kubelet.sock may have appeared during the call: its IN_CREATE is not a restart.
   kubelet_id_ = kubelet_ino != 0 ? kubelet_ino : serving::FileId(config_.KubeletSocketPath());
-  ++registrations_;
-  node_->metrics().registrations.Add();
+  {
+    absl::MutexLock lock(&registered_mu_);
+    node_->metrics().registrations.Add();
+    ++registrations_;
+    registered_.SignalAll();
+  }
   Log()->info("Registered device plugin with Kubelet");
   return true;
 }

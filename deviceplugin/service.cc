@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -219,17 +220,18 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
       absl::StatusOr<hca::ContainerAllocation> a = node.Allocate(Ids(c.devices_ids()));
       if (!a.ok()) return a.status();
       auto* out = response->add_container_responses();
-      for (const auto& spec : a->devices) {
+      // Moved, not copied: the allocation is this call's own.
+      for (auto& spec : a->devices) {
         auto* d = out->add_devices();
-        d->set_container_path(spec.container_path);
-        d->set_host_path(spec.host_path);
-        d->set_permissions(spec.permissions);
+        d->set_container_path(std::move(spec.container_path));
+        d->set_host_path(std::move(spec.host_path));
+        d->set_permissions(std::move(spec.permissions));
       }
-      for (const auto& [k, v] : a->envs) (*out->mutable_envs())[k] = v;
-      for (const auto& m : a->mounts) {
+      for (auto& [k, v] : a->envs) (*out->mutable_envs())[k] = std::move(v);
+      for (auto& m : a->mounts) {
         auto* mount = out->add_mounts();
-        mount->set_container_path(m.container_path);
-        mount->set_host_path(m.host_path);
+        mount->set_container_path(std::move(m.container_path));
+        mount->set_host_path(std::move(m.host_path));
         mount->set_read_only(true);
       }
     }
@@ -245,7 +247,9 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<v
   struct Pending {
     std::atomic<bool> answered{false};
     std::function<void()> answer;
-    grpc::Alarm alarm;  // destroyed (cancelled) with the last holder
+    // Made only when the list is not answered at once: making and destroying a grpc::Alarm
+    // costs microseconds (issue 25's Allocate floor). Destroyed (cancelled) with the last holder.
+    std::optional<grpc::Alarm> alarm;
     void Answer() {
       if (!answered.exchange(true)) answer();
     }
@@ -257,7 +261,8 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<v
   // trip through gRPC's timer thread on every call.
   if (pending->answered) return;
   std::weak_ptr<Pending> weak = pending;
-  pending->alarm.Set(absl::ToChronoTime(absl::Now() + at_most), [weak](bool fired) {
+  pending->alarm.emplace();
+  pending->alarm->Set(absl::ToChronoTime(absl::Now() + at_most), [weak](bool fired) {
     if (!fired) return;
     if (std::shared_ptr<Pending> p = weak.lock()) p->Answer();
   });
@@ -284,15 +289,13 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
 
 namespace {
 
-// One call's messages on one arena (DevicePluginService::PreferArena).
-class ArenaHolder final : public grpc::MessageHolder<v1beta1::PreferredAllocationRequest,
-                                                     v1beta1::PreferredAllocationResponse> {
+// One call's messages on one arena (DevicePluginService::OnArena).
+template <typename Request, typename Response>
+class ArenaHolder final : public grpc::MessageHolder<Request, Response> {
  public:
   ArenaHolder() {
-    set_request(
-        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationRequest>(&arena_));
-    set_response(
-        google::protobuf::Arena::CreateMessage<v1beta1::PreferredAllocationResponse>(&arena_));
+    this->set_request(google::protobuf::Arena::CreateMessage<Request>(&arena_));
+    this->set_response(google::protobuf::Arena::CreateMessage<Response>(&arena_));
   }
   void Release() override { delete this; }
 
@@ -302,13 +305,15 @@ class ArenaHolder final : public grpc::MessageHolder<v1beta1::PreferredAllocatio
 
 }  // namespace
 
-grpc::MessageHolder<v1beta1::PreferredAllocationRequest, v1beta1::PreferredAllocationResponse>*
-DevicePluginService::PreferArena::AllocateMessages() {
-  return new ArenaHolder;
+template <typename Request, typename Response>
+grpc::MessageHolder<Request, Response>*
+DevicePluginService::OnArena<Request, Response>::AllocateMessages() {
+  return new ArenaHolder<Request, Response>;
 }
 
 DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
   SetMessageAllocatorFor_GetPreferredAllocation(&prefer_messages_);
+  SetMessageAllocatorFor_Allocate(&allocate_messages_);
   listener_ = node_->AddListener([this] { Changed(); });
 }
 

@@ -576,12 +576,16 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
     if (std::find(indices.begin(), indices.end(), idx) == indices.end()) indices.push_back(idx);
   }
   // Their device nodes as they are now, and rdma_cm's (as NodeState::Allocate checks them).
-  const bool rdma_cm = env_->Exists(hca::kRdmaCmPath);
+  std::vector<const topology::Hca*> asked;
+  for (const int idx : indices) asked.push_back(&snapshot->hcas()[idx]);
+  hca::NodesNow checked = hca::CheckedNow(asked, *env_);
+  const bool rdma_cm = checked.rdma_cm;
   std::map<int, hca::HcaNow> now;  // by snapshot index
-  for (const int idx : indices) {
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    const int idx = indices[i];
     const topology::Hca& h = snapshot->hcas()[idx];
     const hca::Verdict verdict =
-        hca::Assess(now.emplace(idx, hca::CheckedNow(h, *env_)).first->second);
+        hca::Assess(now.emplace(idx, std::move(checked.hcas[i])).first->second);
     if (require_usable && !verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
                                                         " (", DeviceName(h),

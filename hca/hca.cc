@@ -88,20 +88,24 @@ HcaNow AsScanned(const topology::Hca& hca) {
   return out;
 }
 
-HcaNow CheckedNow(const topology::Hca& hca, Env& env) {
-  HcaNow out{&hca, {}};
-  out.present.reserve(hca.char_devices.size());
-  for (const auto& [path, present] : hca.char_devices) out.present.push_back(env.Exists(path));
-  return out;
-}
-
-topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env) {
-  topology::Hca now = hca;
-  const HcaNow checked = CheckedNow(hca, env);
-  for (std::size_t i = 0; i < now.char_devices.size(); ++i) {
-    now.char_devices[i].second = checked.present[i];
+NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
+  std::vector<std::string_view> paths;
+  for (const topology::Hca* h : hcas) {
+    for (const auto& [path, present] : h->char_devices) paths.push_back(path);
   }
-  return now;
+  paths.push_back(kRdmaCmPath);
+  const std::vector<bool> present = env.ExistAll(paths);
+  NodesNow out;
+  out.hcas.reserve(hcas.size());
+  std::size_t at = 0;
+  for (const topology::Hca* h : hcas) {
+    HcaNow now{h, {}};
+    now.present.reserve(h->char_devices.size());
+    for (std::size_t i = 0; i < h->char_devices.size(); ++i) now.present.push_back(present[at++]);
+    out.hcas.push_back(std::move(now));
+  }
+  out.rdma_cm = present[at];
+  return out;
 }
 
 namespace {
@@ -142,9 +146,11 @@ std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, 
 
 // BuildAllocation without `file`: the devices, envs and warnings.
 ContainerAllocation BuildWithoutFile(std::vector<HcaNow>& hcas, bool with_rdma_cm) {
-  std::stable_sort(hcas.begin(), hcas.end(), [](const HcaNow& a, const HcaNow& b) {
-    return a.hca->place.pci < b.hca->place.pci;
-  });
+  auto by_pci = [](const HcaNow& a, const HcaNow& b) { return a.hca->place.pci < b.hca->place.pci; };
+  // Usually in order already (the kubelet sends them sorted): no sort, no buffer for one.
+  if (!std::is_sorted(hcas.begin(), hcas.end(), by_pci)) {
+    std::stable_sort(hcas.begin(), hcas.end(), by_pci);
+  }
   ContainerAllocation out;
   out.devices.reserve(hcas.size() * 3 + 1);
   auto add = [&out](const std::string& node) {

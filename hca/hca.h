@@ -2,7 +2,7 @@
 
 // The node's HCAs as both front doors (the device plugin, dra/) see them: what makes an HCA
 // usable, what a container holding some of them gets, and the node's mode. Pure functions, but
-// for WithDeviceNodesNow, which reads the node through an Env. No locks, no protobuf.
+// for CheckedNow, which reads the node through an Env. No locks, no protobuf.
 
 #include <cstddef>
 #include <list>
@@ -64,10 +64,16 @@ struct HcaNow {
 };
 // The device nodes as the scan saw them.
 HcaNow AsScanned(const topology::Hca& hca);
-// Each device node checked now through `env`, one stat each: the scan that saw them may be a
-// poll old, and a DeviceSpec or CDI entry naming a missing node makes the container runtime
-// refuse the container. Both doors call it, then Assess, when they hand HCAs out.
-HcaNow CheckedNow(const topology::Hca& hca, Env& env);
+// Each device node of each of `hcas` (in their order), and whether rdma_cm exists, checked now
+// in one Env::ExistAll (the node's Env: one read of its inotify queue for them all): the scan
+// that saw them may be a poll old, and a DeviceSpec or CDI entry naming a missing node makes the
+// container runtime refuse the container. Both doors call it, then Assess, when they hand HCAs
+// out.
+struct NodesNow {
+  std::vector<HcaNow> hcas;
+  bool rdma_cm = false;
+};
+NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env);
 // Assess(hca) with the device nodes as `hca.present` has them.
 Verdict Assess(const HcaNow& hca);
 inline bool HcaUsable(const topology::Hca& hca) { return Assess(hca).usable; }
@@ -102,9 +108,6 @@ struct ContainerAllocation {
 // a read-only file, mounted by device-plugin Allocate and by the DRA driver's CDI devices.
 inline constexpr char kAllocationFile[] = "/etc/rdma/allocation.json";
 
-// `hca` with each of its device nodes (char_devices) checked now through `env` (CheckedNow), as a
-// copy.
-topology::Hca WithDeviceNodesNow(const topology::Hca& hca, Env& env);
 // Where the node-wide RDMA CM device is (a node path, as Env takes it).
 inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 

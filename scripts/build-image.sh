@@ -129,6 +129,14 @@ import_rootfs() {  # $1: rootfs, $2: image name, $3: recipe hash
 }
 recipe=$({ declare -f base_rootfs slimify import_rootfs; echo "$suite $mirror $security_mirror"; } |
          sha256sum | cut -c1-16)
+# A cleanup: an image held by a container outside this script (a buildah working container left
+# by an interrupted build, say: "image is in use by a container") fails the prune, not the build.
+prune_images() {
+  local out
+  if ! out=$(pm image prune -f "$@" 2>&1 >/dev/null); then
+    say "warning: podman image prune failed, layers left for a later run: ${out##*$'\n'}"
+  fi
+}
 label() { pm image inspect --format '{{index .Labels "org.rdp.base-recipe"}}' "$1" 2>/dev/null || true; }
 # Runs $2 (base_rootfs or base_rootfs_arm64) into $scratch/rootfs, a new scratch directory, its
 # output in $work/$1; fails with the log's end.
@@ -149,7 +157,7 @@ else
   import_rootfs "$scratch/rootfs" "$slim" "$recipe"
   rm -rf "$scratch"
   scratch=
-  pm image prune -f >/dev/null  # the previous bases, if any
+  prune_images  # the previous bases, if any
 fi
 phase "base images"
 
@@ -233,5 +241,5 @@ fi
 # Earlier runs' untagged leaves (the build stages' compile layers, some 25 MB each): without
 # this they pile up, one per source change. Once, after both architectures' builds: pruned
 # between them, the arm64 build stage's would go before it could be reused.
-pm image prune -f --filter "until=$build_started" >/dev/null
+prune_images --filter "until=$build_started"
 say "built $image ($id)$( ((arm64)) && echo ", $image_arm64 ($id_arm64) and $list") in $(elapsed) s"

@@ -313,32 +313,40 @@ TEST_P(AllocatorPropertyTest, MatchingTermsEqualBruteForce) {
 // name path answers, errors included, for requests of every shape: shuffled, sparse, with
 // must_include, and with IDs the indexed path must hand over (a leading zero, another prefix, a
 // duplicate, an empty ID, must_include outside available).
+// A random shared-mode request: up to `most` IDs of `prefix`, each index kept with probability
+// 2/3 and, with `spread`, multiplied by 1 to 3 (so duplicates within available can occur),
+// shuffled; sometimes an odd ID besides (a leading zero, another prefix, an empty ID, a
+// duplicate); a size from 0 to one above available; up to three must_include, sometimes one not
+// available.
+Request RandomSharedRequest(std::mt19937& rng, const std::string& prefix, int most, bool spread) {
+  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Request r;
+  const int n = pick(1, most);
+  for (int i = 0; i < n; ++i) {
+    if (pick(0, 2) != 0) r.available.push_back(prefix + std::to_string(spread ? i * pick(1, 3) : i));
+  }
+  if (r.available.empty()) r.available.push_back(prefix + "0");
+  std::shuffle(r.available.begin(), r.available.end(), rng);
+  switch (pick(0, 9)) {
+    case 0: r.available.push_back(prefix + "007"); break;
+    case 1: r.available.push_back("other-" + std::to_string(pick(0, 50))); break;
+    case 2: r.available.push_back(""); break;
+    case 3: r.available.push_back(r.available.front()); break;
+    default: break;
+  }
+  r.size = pick(0, static_cast<int>(r.available.size()) + 1);
+  for (int m = pick(0, 3); m > 0; --m) {
+    r.must_include.push_back(pick(0, 7) == 0 ? prefix + "999999"
+                                             : r.available[pick(0, r.available.size() - 1)]);
+  }
+  return r;
+}
+
 TEST_P(AllocatorPropertyTest, SharedIndexedPathEqualsByName) {
   std::mt19937 rng(GetParam());
-  auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const std::string prefixes[] = {"shared-", "rdma/hca-", "", "x1y"};
   for (int round = 0; round < 200; ++round) {
-    const std::string prefix = prefixes[pick(0, 3)];
-    Request r;
-    const int n = pick(1, 1500);
-    for (int i = 0; i < n; ++i) {
-      if (pick(0, 2) != 0) r.available.push_back(prefix + std::to_string(i * pick(1, 3)));
-    }
-    if (r.available.empty()) r.available.push_back(prefix + "0");
-    std::shuffle(r.available.begin(), r.available.end(), rng);
-    // Duplicates within available are possible already (i * k); sometimes an odd ID too.
-    switch (pick(0, 9)) {
-      case 0: r.available.push_back(prefix + "007"); break;
-      case 1: r.available.push_back("other-" + std::to_string(pick(0, 50))); break;
-      case 2: r.available.push_back(""); break;
-      case 3: r.available.push_back(r.available.front()); break;
-      default: break;
-    }
-    r.size = pick(0, static_cast<int>(r.available.size()) + 1);
-    for (int m = pick(0, 3); m > 0; --m) {
-      r.must_include.push_back(pick(0, 7) == 0 ? prefix + "999999"
-                                               : r.available[pick(0, r.available.size() - 1)]);
-    }
+    const Request r = RandomSharedRequest(rng, prefixes[rng() % 4], 1500, true);
     const absl::StatusOr<Ids> fast = PreferShared(r);
     const absl::StatusOr<Ids> reference = internal::PreferSharedByName(r);
     ASSERT_EQ(fast.status(), reference.status()) << "round " << round;
@@ -357,26 +365,8 @@ TEST_P(AllocatorPropertyTest, SharedBelowEqualsByNameOrHandsOver) {
   auto pick = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int answered = 0;
   for (int round = 0; round < 200; ++round) {
-    const int n = pick(1, 1200);
     const auto count = static_cast<std::uint32_t>(pick(1, 1300));
-    Request r;
-    for (int i = 0; i < n; ++i) {
-      if (pick(0, 3) != 0) r.available.push_back(SharedId(static_cast<std::uint32_t>(i)));
-    }
-    if (r.available.empty()) r.available.push_back(SharedId(0));
-    std::shuffle(r.available.begin(), r.available.end(), rng);
-    switch (pick(0, 9)) {
-      case 0: r.available.push_back("shared-007"); break;
-      case 1: r.available.push_back("other-" + std::to_string(pick(0, 50))); break;
-      case 2: r.available.push_back(""); break;
-      case 3: r.available.push_back(r.available.front()); break;
-      default: break;
-    }
-    r.size = pick(0, static_cast<int>(r.available.size()) + 1);
-    for (int m = pick(0, 3); m > 0; --m) {
-      r.must_include.push_back(pick(0, 7) == 0 ? "shared-999999"
-                                               : r.available[pick(0, r.available.size() - 1)]);
-    }
+    const Request r = RandomSharedRequest(rng, std::string(kSharedIdPrefix), 1200, false);
     const std::vector<std::string_view> available(r.available.begin(), r.available.end());
     const std::vector<std::string_view> must(r.must_include.begin(), r.must_include.end());
     const std::optional<Ids> below = PreferSharedBelow(available, must, r.size, count);

@@ -15,11 +15,14 @@
 #include <map>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -449,6 +452,10 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
   }
   EXPECT_TRUE(kubelet_->WaitForDevices([](const Devices& d) { return d.size() == 4; }, kWait));
   EXPECT_GE(kubelet_->registrations(), 21);
+  // The kubelet counts a Register when it answers; the plugin once the answer is back. Wait for
+  // the plugin to have seen as many (the metric was read while the last one was between the
+  // two once, under TSan: 20 against 21).
+  ASSERT_TRUE(plugin_->WaitForRegistrations(21, kWait));
   // What Prometheus sees of it (docs/metrics.md): each restart seen, each registration made.
   EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), 20u);
   EXPECT_EQ(plugin_->node().metrics().registrations.value(),
@@ -806,6 +813,83 @@ TEST(PreferViewsTest, SharedAnswersAsPrefer) {
       EXPECT_EQ(*views, *copies) << c.available.size() << " IDs, size " << c.size;
     }
   }
+}
+
+// Exclusive mode: PreferViews answers what Prefer answers, errors included, on random requests
+// over eight HCAs (two NUMA nodes, four PCIe roots): IDs as advertised (the path on indices,
+// ExclusiveAllocator::PreferAdvertised) and requests it hands over (an ID not offered, another
+// spelling of one, duplicates, an empty ID, must_include not available, sizes out of range).
+TEST(PreferViewsTest, ExclusiveAnswersAsPrefer) {
+  std::vector<sim::FixtureHca> cards;
+  std::vector<std::string> advertised;
+  for (int i = 0; i < 8; ++i) {
+    const std::string pci = absl::StrFormat("0000:%02x:00.0", 0x1a + 0x20 * i);
+    cards.push_back(testing::FixtureCard(absl::StrCat("mlx5_", i), pci, i / 4,
+                                         absl::StrFormat("pci0000:%02x", 0x15 + 0x40 * (i / 2))));
+    advertised.push_back(pci);
+  }
+  TestNode node(cards);
+  NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  const std::vector<std::string> odd = {"0000:3A:00.0", "3a:00.0", "0000:ff:00.0", "", "x"};
+  const std::string& a0 = advertised[0];
+  const std::string& a1 = advertised[1];
+  const std::string& a2 = advertised[2];
+  struct Case {
+    std::vector<std::string> available, must;
+    int size;
+  };
+  const std::vector<Case> cases = {
+      {advertised, {}, 2},
+      {advertised, {advertised[5]}, 3},
+      {{a0, a1, a2}, {a1, a1}, 2},            // must_include twice
+      {{a0, a1}, {a2}, 1},                    // must_include not available
+      {{a0, a1, a0}, {}, 1},                  // a duplicate
+      {{a0, a1, "0000:1A:00.0"}, {}, 2},      // two spellings of one HCA
+      {{a0, "0000:ff:00.0", a1}, {}, 3},      // one not offered
+      {{a0, ""}, {}, 1},                      // an empty ID
+      {{a0, a1}, {}, 3},                      // size above available
+      {{a0, a1}, {}, 0},                      // size 0
+      {{a0, a1, a2}, {a0, a1}, 1},            // must_include above size
+  };
+  std::mt19937 rng(20261205);
+  int indexed = 0;  // cases PreferAdvertised answers (every ID as advertised, well-formed)
+  for (int round = 0; round < 400 + static_cast<int>(cases.size()); ++round) {
+    std::vector<std::string> available = advertised;
+    std::vector<std::string> must;
+    int size = 0;
+    if (round < static_cast<int>(cases.size())) {
+      available = cases[round].available;
+      must = cases[round].must;
+      size = cases[round].size;
+    } else {
+      std::shuffle(available.begin(), available.end(), rng);
+      available.resize(1 + rng() % available.size());
+      if (rng() % 4 == 0) available.push_back(odd[rng() % odd.size()]);
+      if (rng() % 8 == 0) available.push_back(available[rng() % available.size()]);
+      for (const std::string& id : available) {
+        if (rng() % 5 == 0) must.push_back(id);
+      }
+      if (rng() % 10 == 0) must.push_back(advertised[rng() % advertised.size()]);
+      size = static_cast<int>(rng() % (available.size() + 2));
+    }
+    const std::vector<std::string_view> av(available.begin(), available.end());
+    const std::vector<std::string_view> mv(must.begin(), must.end());
+    const absl::StatusOr<std::vector<std::string>> views = state.PreferViews(av, mv, size);
+    const absl::StatusOr<std::vector<std::string>> copies = state.Prefer(available, must, size);
+    const std::string what = absl::StrCat("round ", round, ": [", absl::StrJoin(available, ","),
+                                          "] must [", absl::StrJoin(must, ","), "] size ", size);
+    ASSERT_EQ(views.status(), copies.status()) << what;
+    if (views.ok()) {
+      EXPECT_EQ(*views, *copies) << what;
+    }
+    const bool all_advertised = std::all_of(available.begin(), available.end(), [&](auto& id) {
+      return std::count(advertised.begin(), advertised.end(), id) == 1 &&
+             std::count(available.begin(), available.end(), id) == 1;
+    });
+    indexed += views.ok() && all_advertised;
+  }
+  EXPECT_GT(indexed, 100);  // both paths were compared, not only the general one
 }
 
 // NCCL_IB_GID_INDEX from the fixture's GID tables (RoCE v2 with IPv4; IPv6 only; RoCE v1 only).
