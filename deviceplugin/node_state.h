@@ -100,10 +100,12 @@ class NodeState {
   // Shutdown: the List in flight fails at once, and so does every later one (a List the rate
   // floor holds starts at once, and fails).
   void StopPodLists();
-  // The latest List failed, or none has finished yet (false without a pod-resources source).
   // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
-  // it (within its deadline) rather than refusing every HCA as not known yet.
-  bool pod_list_failing() const { return sources_.pod_resources && last_list_failed_; }
+  // it (within its deadline) rather than refusing every HCA as not known yet. False without a
+  // pod-resources source.
+  bool pod_list_failing() const {
+    return sources_.pod_resources && last_list_ == ListEnd::kFailed;
+  }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
   // The latest List succeeded and began after the latest registration with the kubelet had
@@ -115,7 +117,8 @@ class NodeState {
   // Register reaches us, so a registration counts from the moment it is sent.
   bool list_since_registration() const {
     const std::uint64_t epoch = registration_epoch_;
-    return has_pod_resources() && last_list_ok_ && epoch % 2 == 0 && last_list_epoch_ == epoch;
+    return has_pod_resources() && last_list_ == ListEnd::kOk && epoch % 2 == 0 &&
+           last_list_epoch_ == epoch;
   }
   // The lifecycle thread calls these around each Register RPC, whatever its outcome.
   void RegistrationBegins() { ++registration_epoch_; }
@@ -214,8 +217,9 @@ class NodeState {
   const Config config_;
   NodeSources sources_;
   std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
-  std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
-  std::atomic<bool> last_list_failed_{false};  // it ended, and failed
+  // How the latest pod-resources List ended: none has yet, it succeeded, it failed.
+  enum class ListEnd : char { kNone, kOk, kFailed };
+  std::atomic<ListEnd> last_list_{ListEnd::kNone};
   // Odd while a Register RPC is under way: incremented as each begins and as it ends.
   std::atomic<std::uint64_t> registration_epoch_{0};
   // registration_epoch_ when the latest successful List began.
