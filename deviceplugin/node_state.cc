@@ -579,12 +579,8 @@ std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string
 std::string NodeState::AllocationFileMount(const hca::ContainerAllocation& allocation) const {
   if (allocation.file_name.empty()) return "";  // no --allocation-dir: no file built
   std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
-  std::error_code ec;
-  absl::Status written = absl::OkStatus();
-  if (!std::filesystem::exists(path, ec)) {
-    written = serving::WriteFileAtomically(path, allocation.file, 0644);
-  }
-  if (!written.ok()) {
+  if (absl::Status written = serving::WriteFileUnlessThere(path, allocation.file, 0644);
+      !written.ok()) {
     Log()->error("Allocate: {}: the container gets no {}", std::string(written.message()),
                  hca::kAllocationFile);
     return "";

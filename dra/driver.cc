@@ -662,9 +662,7 @@ std::optional<std::string> Driver::AllocationFile(
     const hca::ContainerAllocation& allocation) const {
   if (allocation.file_name.empty()) return std::nullopt;  // no --allocation-dir: no file built
   const std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) return path;
-  if (absl::Status s = serving::WriteFileAtomically(path, allocation.file, 0644); !s.ok()) {
+  if (absl::Status s = serving::WriteFileUnlessThere(path, allocation.file, 0644); !s.ok()) {
     Log()->error("{}: containers get no {}", std::string(s.message()), hca::kAllocationFile);
     return std::nullopt;
   }
