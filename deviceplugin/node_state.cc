@@ -102,7 +102,7 @@ NodeState::NodeState(Config config, NodeSources sources)
       port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
                                                         sources_.now}),
       early_warning_(config_.early_warning, "server"),
-      allocation_files_(hca::AllocationFileMemo::For(config_.allocation_dir)),
+      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
       list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
                                             config_.pod_resources_list_burst, sources_.now,
                                             sources_.after})),
@@ -452,7 +452,7 @@ topology::TopologyPtr NodeState::topology() const {
   return snapshot_;
 }
 
-absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
+absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     const std::vector<std::string>& ids) const {
   if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
   const bool exclusive = config_.mode == hca::Mode::kExclusive;
@@ -552,11 +552,11 @@ absl::StatusOr<hca::ContainerAllocation> NodeState::Allocate(
     for (const hca::HcaNow& h : chosen) pcis.push_back(h.hca->place.pci);
     paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
   }
-  hca::ContainerAllocation out =
-      hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm,
-                           paired, allocation_files_.get());
-  for (const std::string& warning : out.warnings) Log()->warn("Allocate: {}", warning);
-  AddAllocationFile(out);
+  Grant out;
+  out.allocation = hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm, paired,
+                                        allocations_.get());
+  for (const std::string& warning : out.allocation->warnings) Log()->warn("Allocate: {}", warning);
+  out.file_mount = AllocationFileMount(*out.allocation);
   return out;
 }
 
@@ -576,20 +576,16 @@ std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string
   return gpus;
 }
 
-void NodeState::AddAllocationFile(hca::ContainerAllocation& allocation) const {
-  if (!allocation_files_) return;
-  const std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
-  std::error_code ec;
-  absl::Status written = absl::OkStatus();
-  if (!std::filesystem::exists(path, ec)) {
-    written = serving::WriteFileAtomically(path, allocation.file, 0644);
-  }
-  if (!written.ok()) {
+std::string NodeState::AllocationFileMount(const hca::ContainerAllocation& allocation) const {
+  if (allocation.file_name.empty()) return "";  // no --allocation-dir: no file built
+  std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
+  if (absl::Status written = serving::WriteFileUnlessThere(path, allocation.file, 0644);
+      !written.ok()) {
     Log()->error("Allocate: {}: the container gets no {}", std::string(written.message()),
                  hca::kAllocationFile);
-    return;
+    return "";
   }
-  allocation.mounts.push_back({hca::kAllocationFile, path});
+  return path;
 }
 
 metrics::NodeMetricsInput NodeState::MetricsInput() const {

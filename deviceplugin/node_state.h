@@ -139,11 +139,20 @@ class NodeState {
   // owner of the health poll runs one soon.
   void SetRescanRequest(std::function<void()> request) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // What Allocate gives one container.
+  struct Grant {
+    // Its devices, envs and allocation file: memoised (hca::AllocationMemo), so shared with every
+    // container given the same HCAs in the same state. Never changed.
+    std::shared_ptr<const hca::ContainerAllocation> allocation;
+    // The host file mounted read-only at hca::kAllocationFile; "" for none (no --allocation-dir,
+    // or the file could not be written).
+    std::string file_mount;
+  };
   // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
   // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
   // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
   // HCA's device nodes are checked at the call, so that no DeviceSpec names a missing node.
-  absl::StatusOr<hca::ContainerAllocation> Allocate(const std::vector<std::string>& ids) const
+  absl::StatusOr<Grant> Allocate(const std::vector<std::string>& ids) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetPreferredAllocation for one container, through the allocator, with the GPU context of
@@ -210,9 +219,9 @@ class NodeState {
   std::vector<std::string> CountAlignment(const std::vector<std::string>& pcis) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // With --allocation-dir: writes allocation.file there (unless a file of that content is there
-  // already) and mounts it at hca::kAllocationFile; a failure is logged and the container gets
-  // no file.
-  void AddAllocationFile(hca::ContainerAllocation& allocation) const;
+  // already) and gives the path to mount at hca::kAllocationFile; a failure is logged and the
+  // container gets no file ("").
+  std::string AllocationFileMount(const hca::ContainerAllocation& allocation) const;
 
   const Config config_;
   NodeSources sources_;
@@ -228,8 +237,8 @@ class NodeState {
   mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
   // Early-warning health: the health poll updates it; Prefer and scrapes read it.
   hca::EarlyWarningMonitor early_warning_;
-  // Allocate's allocation files, memoised; nullptr without --allocation-dir (none is built).
-  const std::unique_ptr<hca::AllocationFileMemo> allocation_files_;
+  // Allocate's allocations, memoised; their files built only with --allocation-dir.
+  const std::unique_ptr<hca::AllocationMemo> allocations_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);

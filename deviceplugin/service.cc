@@ -217,21 +217,22 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
     for (const auto& c : request.container_requests()) {
-      absl::StatusOr<hca::ContainerAllocation> a = node.Allocate(Ids(c.devices_ids()));
-      if (!a.ok()) return a.status();
+      absl::StatusOr<NodeState::Grant> grant = node.Allocate(Ids(c.devices_ids()));
+      if (!grant.ok()) return grant.status();
+      const hca::ContainerAllocation& a = *grant->allocation;  // shared: copied, not moved
       auto* out = response->add_container_responses();
-      // Moved, not copied: the allocation is this call's own.
-      for (auto& spec : a->devices) {
+      out->mutable_devices()->Reserve(static_cast<int>(a.devices.size()));
+      for (const auto& spec : a.devices) {
         auto* d = out->add_devices();
-        d->set_container_path(std::move(spec.container_path));
-        d->set_host_path(std::move(spec.host_path));
-        d->set_permissions(std::move(spec.permissions));
+        d->set_container_path(spec.container_path);
+        d->set_host_path(spec.host_path);
+        d->set_permissions(spec.permissions);
       }
-      for (auto& [k, v] : a->envs) (*out->mutable_envs())[k] = std::move(v);
-      for (auto& m : a->mounts) {
+      out->mutable_envs()->insert(a.envs.begin(), a.envs.end());
+      if (!grant->file_mount.empty()) {
         auto* mount = out->add_mounts();
-        mount->set_container_path(std::move(m.container_path));
-        mount->set_host_path(std::move(m.host_path));
+        mount->set_container_path(hca::kAllocationFile);
+        mount->set_host_path(std::move(grant->file_mount));
         mount->set_read_only(true);
       }
     }

@@ -75,7 +75,7 @@ Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoi
       rediscover_(std::move(rediscover)),
       env_(std::move(env)),
       status_(status),
-      allocation_files_(hca::AllocationFileMemo::For(config_.allocation_dir)),
+      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
       checkpoint_(checkpoint) {}
 
 absl::Status Driver::Start() {
@@ -607,15 +607,15 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   if (claim.legacy) {
     return BuildLegacyCdiSpec(
         config_.driver_name, ref.uid,
-        hca::BuildAllocation(snapshot, hcas_of([](const auto&) { return true; }), rdma_cm, {},
-                             nullptr),
+        *hca::BuildAllocation(snapshot, hcas_of([](const auto&) { return true; }), rdma_cm, {},
+                              nullptr),
         *env_);
   }
   std::vector<CdiRequest> requests;
   for (const std::string& request : Requests(claim.devices)) {
     CdiRequest r;
     r.request = request;
-    r.own = hca::BuildAllocation(
+    r.own = *hca::BuildAllocation(
         snapshot,
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
         rdma_cm, {}, nullptr);
@@ -633,7 +633,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
       }
       if (!all.empty()) {
         hca::ContainerAllocation common =
-            hca::BuildAllocation(snapshot, std::move(all), rdma_cm, {}, allocation_files_.get());
+            *hca::BuildAllocation(snapshot, std::move(all), rdma_cm, {}, allocations_.get());
         for (const std::string& w : common.warnings) {
           Log()->warn("claim {} request {}: {}", Describe(ref), request, w);
         }
@@ -660,11 +660,9 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
 
 std::optional<std::string> Driver::AllocationFile(
     const hca::ContainerAllocation& allocation) const {
-  if (!allocation_files_) return std::nullopt;
+  if (allocation.file_name.empty()) return std::nullopt;  // no --allocation-dir: no file built
   const std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) return path;
-  if (absl::Status s = serving::WriteFileAtomically(path, allocation.file, 0644); !s.ok()) {
+  if (absl::Status s = serving::WriteFileUnlessThere(path, allocation.file, 0644); !s.ok()) {
     Log()->error("{}: containers get no {}", std::string(s.message()), hca::kAllocationFile);
     return std::nullopt;
   }

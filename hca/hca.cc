@@ -144,13 +144,17 @@ void SetGidIndex(const std::vector<HcaNow>& hcas, ContainerAllocation& out) {
 std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, std::string>& envs,
                    const std::map<std::string, std::string>& paired_gpu);
 
-// BuildAllocation without `file`: the devices, envs and warnings.
-ContainerAllocation BuildWithoutFile(std::vector<HcaNow>& hcas, bool with_rdma_cm) {
+// BuildAllocation takes the HCAs in PCI address order.
+void SortByPci(std::vector<HcaNow>& hcas) {
   auto by_pci = [](const HcaNow& a, const HcaNow& b) { return a.hca->place.pci < b.hca->place.pci; };
   // Usually in order already (the kubelet sends them sorted): no sort, no buffer for one.
   if (!std::is_sorted(hcas.begin(), hcas.end(), by_pci)) {
     std::stable_sort(hcas.begin(), hcas.end(), by_pci);
   }
+}
+
+// BuildAllocation without `file`: the devices, envs and warnings, `hcas` in PCI address order.
+ContainerAllocation BuildWithoutFile(const std::vector<HcaNow>& hcas, bool with_rdma_cm) {
   ContainerAllocation out;
   out.devices.reserve(hcas.size() * 3 + 1);
   auto add = [&out](const std::string& node) {
@@ -201,34 +205,35 @@ ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_r
   std::vector<HcaNow> now;
   now.reserve(hcas.size());
   for (const topology::Hca& hca : hcas) now.push_back(AsScanned(hca));
+  SortByPci(now);
   ContainerAllocation out = BuildWithoutFile(now, with_rdma_cm);
   out.file = FileOf(now, out.envs, paired_gpu);
   out.file_name = AllocationFileName(out.file);
   return out;
 }
 
-ContainerAllocation BuildAllocation(const topology::TopologyPtr& snapshot,
-                                    std::vector<HcaNow> hcas, bool with_rdma_cm,
-                                    const std::map<std::string, std::string>& paired_gpu,
-                                    AllocationFileMemo* memo) {
-  ContainerAllocation out = BuildWithoutFile(hcas, with_rdma_cm);
-  if (memo != nullptr) {
-    std::shared_ptr<const AllocationFileMemo::File> file =
-        memo->Get(snapshot, hcas, with_rdma_cm, paired_gpu,
-                  [&] { return FileOf(hcas, out.envs, paired_gpu); });
-    out.file = file->content;
-    out.file_name = file->name;
-  }
-  return out;
+std::shared_ptr<const ContainerAllocation> BuildAllocation(
+    const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool with_rdma_cm,
+    const std::map<std::string, std::string>& paired_gpu, AllocationMemo* memo) {
+  SortByPci(hcas);  // the memo's key is the HCAs in the order the allocation takes them
+  const bool with_file = memo != nullptr && memo->with_file();
+  auto build = [&] {
+    ContainerAllocation out = BuildWithoutFile(hcas, with_rdma_cm);
+    if (with_file) {
+      out.file = FileOf(hcas, out.envs, paired_gpu);
+      out.file_name = AllocationFileName(out.file);
+    }
+    return out;
+  };
+  if (memo == nullptr) return std::make_shared<const ContainerAllocation>(build());
+  return memo->Get(snapshot, hcas, with_rdma_cm, paired_gpu, build);
 }
 
-std::unique_ptr<AllocationFileMemo> AllocationFileMemo::For(const std::string& dir,
-                                                            std::size_t capacity) {
-  if (dir.empty()) return nullptr;
-  return std::make_unique<AllocationFileMemo>(capacity);
+std::unique_ptr<AllocationMemo> AllocationMemo::For(const std::string& dir, std::size_t capacity) {
+  return std::make_unique<AllocationMemo>(capacity, !dir.empty());
 }
 
-bool AllocationFileMemo::Matches(const Entry& e, const topology::TopologyPtr& snapshot,
+bool AllocationMemo::Matches(const Entry& e, const topology::TopologyPtr& snapshot,
                                  const std::vector<HcaNow>& hcas, bool with_rdma_cm,
                                  const std::map<std::string, std::string>& paired_gpu) {
   if (e.snapshot_address != snapshot.get() || e.with_rdma_cm != with_rdma_cm ||
@@ -245,20 +250,19 @@ bool AllocationFileMemo::Matches(const Entry& e, const topology::TopologyPtr& sn
   return held != nullptr && held.get() == snapshot.get();
 }
 
-std::shared_ptr<const AllocationFileMemo::File> AllocationFileMemo::Get(
+std::shared_ptr<const ContainerAllocation> AllocationMemo::Get(
     const topology::TopologyPtr& snapshot, const std::vector<HcaNow>& hcas, bool with_rdma_cm,
-    const std::map<std::string, std::string>& paired_gpu, absl::FunctionRef<std::string()> build) {
+    const std::map<std::string, std::string>& paired_gpu,
+    absl::FunctionRef<ContainerAllocation()> build) {
   {
     absl::MutexLock lock(&mu_);
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       if (!Matches(*it, snapshot, hcas, with_rdma_cm, paired_gpu)) continue;
       entries_.splice(entries_.begin(), entries_, it);
-      return it->file;
+      return it->allocation;
     }
   }
-  auto file = std::make_shared<File>();
-  file->content = build();
-  file->name = AllocationFileName(file->content);
+  auto allocation = std::make_shared<const ContainerAllocation>(build());
   Entry e;
   e.snapshot = snapshot;
   e.snapshot_address = snapshot.get();
@@ -266,22 +270,22 @@ std::shared_ptr<const AllocationFileMemo::File> AllocationFileMemo::Get(
   for (const HcaNow& h : hcas) e.hcas.emplace_back(h.hca, h.present);
   e.with_rdma_cm = with_rdma_cm;
   e.paired_gpu = paired_gpu;
-  e.file = file;
+  e.allocation = allocation;
   absl::MutexLock lock(&mu_);
   ++builds_;
   entries_.push_front(std::move(e));
   // Entries of replaced snapshots first, then the least recently used.
   entries_.remove_if([](const Entry& old) { return old.snapshot.expired(); });
   while (entries_.size() > capacity_) entries_.pop_back();
-  return file;
+  return allocation;
 }
 
-std::size_t AllocationFileMemo::size() const {
+std::size_t AllocationMemo::size() const {
   absl::MutexLock lock(&mu_);
   return entries_.size();
 }
 
-std::size_t AllocationFileMemo::builds() const {
+std::size_t AllocationMemo::builds() const {
   absl::MutexLock lock(&mu_);
   return builds_;
 }

@@ -92,16 +92,9 @@ struct ContainerAllocation {
   // no RoCE v2 GID with an IPv4 address").
   std::vector<std::string> warnings;
   // The content of kAllocationFile (AllocationFile) and its AllocationFileName; both empty when
-  // the door writes no file (BuildAllocation without an AllocationFileMemo).
+  // the door writes no file (BuildAllocation without a memo that writes it).
   std::string file;
   std::string file_name;
-  // Read-only bind mounts: the door adds kAllocationFile's once it has written `file` to a host
-  // file (AllocationFileName).
-  struct Mount {
-    std::string container_path;
-    std::string host_path;
-  };
-  std::vector<Mount> mounts;
 };
 
 // Where a container finds its HCAs described, for stacks other than NCCL (UCX, NIXL):
@@ -131,41 +124,43 @@ inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
                                     const std::map<std::string, std::string>& paired_gpu = {});
 
-class AllocationFileMemo;
+class AllocationMemo;
 // The same for HCAs of `snapshot` with their device nodes as `hcas` has them (no HCA copied),
-// `file` and `file_name` taken from `memo`, or left empty without one: a door without an
-// allocation dir (AllocationFileMemo::For) builds no file it would throw away.
-ContainerAllocation BuildAllocation(const topology::TopologyPtr& snapshot,
-                                    std::vector<HcaNow> hcas, bool with_rdma_cm,
-                                    const std::map<std::string, std::string>& paired_gpu,
-                                    AllocationFileMemo* memo);
+// taken from `memo` (built on a miss), or built afresh without one. `file` and `file_name` are
+// built only by a memo that writes files (AllocationMemo::For an allocation dir): a door without
+// one builds no file it would throw away. Shared: every container given the same HCAs in the same
+// state gets the one value, which no one changes.
+std::shared_ptr<const ContainerAllocation> BuildAllocation(
+    const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool with_rdma_cm,
+    const std::map<std::string, std::string>& paired_gpu, AllocationMemo* memo);
 
-// kAllocationFile's content (and its AllocationFileName), memoised per its full inputs: the
-// snapshot the HCAs belong to (by identity: a snapshot is immutable and replaced whole on every
-// change), which of its HCAs, their device nodes now, rdma_cm, and the paired GPUs. An entry holds
+// A door's allocations (ContainerAllocation: devices, envs, warnings, and kAllocationFile's content
+// and name when the door writes the file), memoised per their full inputs: the snapshot the HCAs
+// belong to (by identity: a snapshot is immutable and replaced whole on every change), which of
+// its HCAs, their device nodes now, rdma_cm, and the paired GPUs. The kubelet allocates a set of
+// HCAs once per pod that gets it, so on a node in service the same few sets recur. An entry holds
 // its snapshot weakly: one of a replaced snapshot never matches again (even when a new snapshot
 // takes its address), and it keeps no snapshot alive. At most `capacity` entries, the least
 // recently used dropped. Thread-safe.
-class AllocationFileMemo {
+class AllocationMemo {
  public:
-  struct File {
-    std::string content;
-    std::string name;  // AllocationFileName(content)
-  };
-  // The memo a door with allocation dir `dir` uses; nullptr for "" (no file is written, so none
-  // is built). The one rule both doors follow.
-  static std::unique_ptr<AllocationFileMemo> For(const std::string& dir, std::size_t capacity = 16);
+  // The memo of a door with allocation dir `dir`: it builds the file when `dir` is not "" (the
+  // file is written there), and not for "" (no file is written, so none is built). The one rule
+  // both doors follow.
+  static std::unique_ptr<AllocationMemo> For(const std::string& dir, std::size_t capacity = 16);
 
-  explicit AllocationFileMemo(std::size_t capacity) : capacity_(capacity) {}
+  AllocationMemo(std::size_t capacity, bool with_file) : capacity_(capacity), with_file_(with_file) {}
 
-  // The file for these inputs; `build` (which gives AllocationFile's content) runs only on a
-  // miss, outside the lock.
-  std::shared_ptr<const File> Get(const topology::TopologyPtr& snapshot,
-                                  const std::vector<HcaNow>& hcas, bool with_rdma_cm,
-                                  const std::map<std::string, std::string>& paired_gpu,
-                                  absl::FunctionRef<std::string()> build) ABSL_LOCKS_EXCLUDED(mu_);
+  bool with_file() const { return with_file_; }
 
-  // Entries held now; calls that built the content (misses), for tests and benchmarks.
+  // The allocation for these inputs (`hcas` in PCI address order, as BuildAllocation gives
+  // them); `build` runs only on a miss, outside the lock.
+  std::shared_ptr<const ContainerAllocation> Get(
+      const topology::TopologyPtr& snapshot, const std::vector<HcaNow>& hcas, bool with_rdma_cm,
+      const std::map<std::string, std::string>& paired_gpu,
+      absl::FunctionRef<ContainerAllocation()> build) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Entries held now; calls that built the allocation (misses), for tests and benchmarks.
   std::size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
   std::size_t builds() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -176,13 +171,14 @@ class AllocationFileMemo {
     std::vector<std::pair<const topology::Hca*, absl::InlinedVector<bool, 6>>> hcas;
     bool with_rdma_cm = false;
     std::map<std::string, std::string> paired_gpu;
-    std::shared_ptr<const File> file;
+    std::shared_ptr<const ContainerAllocation> allocation;
   };
   static bool Matches(const Entry& e, const topology::TopologyPtr& snapshot,
                       const std::vector<HcaNow>& hcas, bool with_rdma_cm,
                       const std::map<std::string, std::string>& paired_gpu);
 
   const std::size_t capacity_;
+  const bool with_file_;
   mutable absl::Mutex mu_;
   std::list<Entry> entries_ ABSL_GUARDED_BY(mu_);  // most recently used first
   std::size_t builds_ ABSL_GUARDED_BY(mu_) = 0;

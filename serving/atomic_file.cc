@@ -73,6 +73,13 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   return SyncDir(dir);
 }
 
+absl::Status WriteFileUnlessThere(const std::string& path, const std::string& content,
+                                  unsigned mode) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return absl::OkStatus();
+  return WriteFileAtomically(path, content, mode);
+}
+
 absl::Status RemoveFile(const std::string& path) {
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return absl::OkStatus();

@@ -21,6 +21,11 @@ namespace rdp::serving {
 absl::Status WriteFileAtomically(const std::string& path, const std::string& content,
                                  unsigned mode);
 
+// WriteFileAtomically unless `path` exists already: for a file named for its content (an
+// allocation file, hca::AllocationFileName), written once however many containers get it.
+absl::Status WriteFileUnlessThere(const std::string& path, const std::string& content,
+                                  unsigned mode);
+
 // Removes `path` and syncs its directory; a missing file is OK.
 absl::Status RemoveFile(const std::string& path);
 

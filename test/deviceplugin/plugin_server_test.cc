@@ -741,11 +741,11 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   {
     NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
     ASSERT_TRUE(state.Init().ok());
-    absl::StatusOr<hca::ContainerAllocation> got = state.Allocate({"0000:1a:00.0"});
+    absl::StatusOr<NodeState::Grant> got = state.Allocate({"0000:1a:00.0"});
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->file, "");
-    EXPECT_TRUE(got->mounts.empty());
-    EXPECT_EQ(got->envs.at("NCCL_IB_HCA"), "=mlx5_0");
+    EXPECT_EQ(got->allocation->file, "");
+    EXPECT_EQ(got->file_mount, "");
+    EXPECT_EQ(got->allocation->envs.at("NCCL_IB_HCA"), "=mlx5_0");
   }
   const std::string dir = node.dir().Sub("allocations");
   ASSERT_TRUE(std::filesystem::create_directories(dir));
@@ -754,11 +754,11 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   NodeState state(config, node.Sources());
   ASSERT_TRUE(state.Init().ok());
   auto file = [&state]() -> std::string {
-    absl::StatusOr<hca::ContainerAllocation> got = state.Allocate({"0000:1a:00.0"});
-    if (!got.ok() || got->mounts.size() != 1) return "no file: " + got.status().ToString();
-    std::ifstream in(got->mounts[0].host_path);
+    absl::StatusOr<NodeState::Grant> got = state.Allocate({"0000:1a:00.0"});
+    if (!got.ok() || got->file_mount.empty()) return "no file: " + got.status().ToString();
+    std::ifstream in(got->file_mount);
     std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(content, got->file);
+    EXPECT_EQ(content, got->allocation->file);
     return content;
   };
   const std::string both = file();
@@ -917,17 +917,17 @@ TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
   ASSERT_TRUE(state.Init().ok());
   auto v4 = state.Allocate({"0000:1a:00.0"});
   ASSERT_TRUE(v4.ok()) << v4.status();
-  EXPECT_EQ(v4->envs.at("NCCL_IB_GID_INDEX"), "3");
-  EXPECT_TRUE(v4->warnings.empty());
+  EXPECT_EQ(v4->allocation->envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_TRUE(v4->allocation->warnings.empty());
   for (const char* pci : {"0000:3a:00.0", "0000:9a:00.0"}) {  // IPv6 only; RoCE v1 only
     auto none = state.Allocate({pci});
     ASSERT_TRUE(none.ok()) << none.status();
-    EXPECT_EQ(none->envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
-    EXPECT_EQ(none->warnings.size(), 1u) << pci;
+    EXPECT_EQ(none->allocation->envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
+    EXPECT_EQ(none->allocation->warnings.size(), 1u) << pci;
   }
   auto mixed = state.Allocate({"0000:1a:00.0", "0000:3a:00.0"});
   ASSERT_TRUE(mixed.ok()) << mixed.status();
-  EXPECT_EQ(mixed->envs.count("NCCL_IB_GID_INDEX"), 0u);
+  EXPECT_EQ(mixed->allocation->envs.count("NCCL_IB_GID_INDEX"), 0u);
 }
 
 TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {

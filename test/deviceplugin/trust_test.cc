@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
 #include "deviceplugin/plugin_server.h"
@@ -156,6 +157,36 @@ TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
   // The Allocate asked for a scan at once: the list still offers the shared units (three HCAs
   // are usable), and the next Allocate says the same.
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(1000), kWait).has_value());
+}
+
+// Allocate's answers are memoised per their inputs (hca::AllocationMemo), the device nodes as
+// checked at the call among them: an HCA allocated again after rdma_cm went (no health poll
+// between) gets no spec for it, never the memoised answer of the first call. (An HCA's own
+// nodes are all needed: one gone makes the HCA refused, SharedAllocateLeavesOutAnHca...)
+TEST_F(TrustTest, AnHcaAllocatedAgainAfterANodeWentGetsNoSpecForIt) {
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;
+  StartAll(config, node_.Sources());
+  auto has_rdma_cm = [](const v1beta1::AllocateResponse& r) {
+    for (const auto& d : r.container_responses(0).devices()) {
+      if (d.host_path() == "/dev/infiniband/rdma_cm") return true;
+    }
+    return false;
+  };
+  v1beta1::AllocateResponse first;
+  ASSERT_TRUE(Allocate({"0000:3a:00.0"}, &first).ok());
+  ASSERT_TRUE(has_rdma_cm(first));
+  v1beta1::AllocateResponse same;
+  ASSERT_TRUE(Allocate({"0000:3a:00.0"}, &same).ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(same, first));
+  ASSERT_TRUE(std::filesystem::remove(config_.discovery.dev_root + "/dev/infiniband/rdma_cm"));
+  v1beta1::AllocateResponse after;
+  const grpc::Status s = Allocate({"0000:3a:00.0"}, &after);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(SpecsExist(after));
+  EXPECT_FALSE(has_rdma_cm(after));
+  EXPECT_EQ(after.container_responses(0).devices_size() + 1,
+            first.container_responses(0).devices_size());
 }
 
 // No HCA usable: Allocate refuses with FAILED_PRECONDITION naming why, and once a scan has run

@@ -17,6 +17,7 @@ namespace {
 using serving::RemoveTemporaryFiles;
 using serving::TemporaryFileTarget;
 using serving::WriteFileAtomically;
+using serving::WriteFileUnlessThere;
 
 TEST(DRAAtomicFileTest, TemporaryFileTargetNamesTheFinalFile) {
   EXPECT_EQ(TemporaryFileTarget(".checkpoint.json.123.0.tmp"), "checkpoint.json");
@@ -43,6 +44,23 @@ TEST(DRAAtomicFileTest, RemoveTemporaryFilesRemovesOnlyThoseAskedFor) {
   auto none = RemoveTemporaryFiles(dir.Sub("missing"), [](std::string_view) { return true; });
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->empty());
+}
+
+// A file named for its content is written once: one that is there already is left as it is
+// (both doors' allocation files); a missing one is written, and a failure names the path.
+TEST(DRAAtomicFileTest, WriteFileUnlessThereWritesOnlyAMissingFile) {
+  rdp::testing::TempDir dir;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  ASSERT_TRUE(WriteFileUnlessThere(dir.Sub("a.json"), "first\n", 0644).ok());
+  EXPECT_EQ(read(dir.Sub("a.json")), "first\n");
+  ASSERT_TRUE(WriteFileUnlessThere(dir.Sub("a.json"), "second\n", 0644).ok());
+  EXPECT_EQ(read(dir.Sub("a.json")), "first\n");
+  const absl::Status missing_dir = WriteFileUnlessThere(dir.Sub("none/b.json"), "x", 0644);
+  EXPECT_FALSE(missing_dir.ok());
+  EXPECT_NE(missing_dir.message().find(dir.Sub("none")), std::string::npos) << missing_dir;
 }
 
 }  // namespace

@@ -232,34 +232,72 @@ topology::TopologyPtr Snapshot(std::vector<topology::Hca> hcas) {
                                                     std::vector<topology::Gpu>{});
 }
 
-// Without a memo (no --allocation-dir) the doors' form builds no file (issue 25's Allocate
-// profile: a quarter of the call went to a file thrown away), and everything else is the same.
+// Without a file-writing memo (no --allocation-dir) the doors' form builds no file (issue 25's
+// Allocate profile: a quarter of the call went to a file thrown away), and everything else is
+// the same.
 TEST(BuildAllocationTest, NoMemoNoFileTheRestTheSame) {
-  EXPECT_EQ(AllocationFileMemo::For(""), nullptr);
-  EXPECT_NE(AllocationFileMemo::For("/var/run/rdma-device-plugin/allocations"), nullptr);
+  EXPECT_FALSE(AllocationMemo::For("")->with_file());
+  EXPECT_TRUE(AllocationMemo::For("/var/run/rdma-device-plugin/allocations")->with_file());
   const topology::TopologyPtr t = Snapshot(
       {RoceHca("mlx5_1", "0000:1a:00.0", 3), RoceHca("mlx5_2", "0000:9a:00.0", 3)});
   const ContainerAllocation value = BuildAllocation({t->hcas()[1], t->hcas()[0]}, true);
-  const ContainerAllocation none = BuildAllocation(t, Now(*t, {1, 0}), true, {}, nullptr);
-  EXPECT_EQ(none.file, "");
-  EXPECT_EQ(none.file_name, "");
-  EXPECT_EQ(none.envs, value.envs);
-  EXPECT_EQ(none.warnings, value.warnings);
-  ASSERT_EQ(none.devices.size(), value.devices.size());
-  for (std::size_t i = 0; i < none.devices.size(); ++i) {
-    EXPECT_EQ(none.devices[i].host_path, value.devices[i].host_path);
-    EXPECT_EQ(none.devices[i].container_path, value.devices[i].container_path);
+  AllocationMemo without_file(4, false);
+  for (AllocationMemo* memo : {static_cast<AllocationMemo*>(nullptr), &without_file}) {
+    const std::shared_ptr<const ContainerAllocation> none =
+        BuildAllocation(t, Now(*t, {1, 0}), true, {}, memo);
+    EXPECT_EQ(none->file, "");
+    EXPECT_EQ(none->file_name, "");
+    EXPECT_EQ(none->envs, value.envs);
+    EXPECT_EQ(none->warnings, value.warnings);
+    ASSERT_EQ(none->devices.size(), value.devices.size());
+    for (std::size_t i = 0; i < none->devices.size(); ++i) {
+      EXPECT_EQ(none->devices[i].host_path, value.devices[i].host_path);
+      EXPECT_EQ(none->devices[i].container_path, value.devices[i].container_path);
+    }
   }
-  AllocationFileMemo memo(4);
-  const ContainerAllocation with = BuildAllocation(t, Now(*t, {1, 0}), true, {}, &memo);
-  EXPECT_EQ(with.file, value.file);
-  EXPECT_EQ(with.file_name, AllocationFileName(value.file));
-  EXPECT_EQ(value.file_name, with.file_name);
+  AllocationMemo memo(4, true);
+  const std::shared_ptr<const ContainerAllocation> with =
+      BuildAllocation(t, Now(*t, {1, 0}), true, {}, &memo);
+  EXPECT_EQ(with->file, value.file);
+  EXPECT_EQ(with->file_name, AllocationFileName(value.file));
+  EXPECT_EQ(value.file_name, with->file_name);
 }
 
-// Same inputs: built once. Any input changed: built again, and the content is what an unmemoised
-// build gives for the new inputs (a memo that served the old file fails here).
-TEST(AllocationFileMemoTest, BuiltOncePerInputsNeverStale) {
+// What BuildAllocation gives for `hcas` (their device nodes as each HcaNow has them) built
+// afresh, without any memo: the value form on copies of the HCAs.
+ContainerAllocation Fresh(const std::vector<HcaNow>& hcas, bool cm,
+                          const std::map<std::string, std::string>& gpus) {
+  std::vector<topology::Hca> values;
+  for (const HcaNow& h : hcas) {
+    topology::Hca copy = *h.hca;
+    for (std::size_t i = 0; i < copy.char_devices.size(); ++i) {
+      copy.char_devices[i].second = h.present[i];
+    }
+    values.push_back(std::move(copy));
+  }
+  return BuildAllocation(std::move(values), cm, gpus);
+}
+
+// Everything a container gets is what a fresh build gives (a memo that served another key's
+// entry, or an entry of a replaced snapshot, fails here).
+void ExpectFresh(const ContainerAllocation& got, const std::vector<HcaNow>& hcas, bool cm,
+                 const std::map<std::string, std::string>& gpus) {
+  const ContainerAllocation want = Fresh(hcas, cm, gpus);
+  ASSERT_EQ(got.devices.size(), want.devices.size());
+  for (std::size_t i = 0; i < got.devices.size(); ++i) {
+    EXPECT_EQ(got.devices[i].container_path, want.devices[i].container_path);
+    EXPECT_EQ(got.devices[i].host_path, want.devices[i].host_path);
+    EXPECT_EQ(got.devices[i].permissions, want.devices[i].permissions);
+  }
+  EXPECT_EQ(got.envs, want.envs);
+  EXPECT_EQ(got.warnings, want.warnings);
+  EXPECT_EQ(got.file, want.file);
+  EXPECT_EQ(got.file_name, want.file_name);
+}
+
+// Same inputs: built once, one shared value. Any input changed: built again, and the whole
+// allocation (devices, envs, warnings, file) is what a fresh build gives for the new inputs.
+TEST(AllocationMemoTest, BuiltOncePerInputsNeverStale) {
   topology::Hca a = RoceHca("mlx5_1", "0000:1a:00.0", 3);
   topology::Hca b = RoceHca("mlx5_2", "0000:9a:00.0", 3);
   b.umad = {"umad2"};
@@ -273,48 +311,42 @@ TEST(AllocationFileMemoTest, BuiltOncePerInputsNeverStale) {
     return topology::TopologyPtr(p, [](const topology::Topology* q) { q->~Topology(); });
   };
   topology::TopologyPtr t = placed({a, b});
-  AllocationFileMemo memo(8);
-  auto file = [&memo](const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool cm,
-                      const std::map<std::string, std::string>& gpus) {
+  AllocationMemo memo(8, true);
+  auto built = [&memo](const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool cm,
+                       const std::map<std::string, std::string>& gpus) {
     return BuildAllocation(snapshot, std::move(hcas), cm, gpus, &memo);
   };
-  auto fresh = [](const ContainerAllocation& got, const std::vector<HcaNow>& hcas,
-                  const std::map<std::string, std::string>& gpus) {
-    std::vector<topology::Hca> values;
-    for (const HcaNow& h : hcas) values.push_back(*h.hca);
-    std::sort(values.begin(), values.end(),
-              [](const auto& x, const auto& y) { return x.place.pci < y.place.pci; });
-    return AllocationFile(values, got.envs, gpus);
-  };
-  const ContainerAllocation first = file(t, Now(*t, {0, 1}), true, {});
+  const auto first = built(t, Now(*t, {0, 1}), true, {});
   EXPECT_EQ(memo.builds(), 1u);
-  EXPECT_EQ(first.file, fresh(first, Now(*t, {0, 1}), {}));
-  EXPECT_EQ(file(t, Now(*t, {0, 1}), true, {}).file, first.file);
-  EXPECT_EQ(memo.builds(), 1u);  // a hit
+  ExpectFresh(*first, Now(*t, {0, 1}), true, {});
+  EXPECT_EQ(built(t, Now(*t, {0, 1}), true, {}), first);  // a hit: the one shared value
+  EXPECT_EQ(built(t, Now(*t, {1, 0}), true, {}), first);  // in any order
+  EXPECT_EQ(memo.builds(), 1u);
 
   // Another set of HCAs.
-  const ContainerAllocation one = file(t, Now(*t, {0}), true, {});
+  const auto one = built(t, Now(*t, {0}), true, {});
   EXPECT_EQ(memo.builds(), 2u);
-  EXPECT_NE(one.file, first.file);
-  EXPECT_EQ(one.file, fresh(one, Now(*t, {0}), {}));
+  EXPECT_NE(one->file, first->file);
+  ExpectFresh(*one, Now(*t, {0}), true, {});
   // Another paired GPU, then another GPU for the same HCA.
-  const ContainerAllocation paired = file(t, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1b:00.0"}});
+  const auto paired = built(t, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1b:00.0"}});
   EXPECT_EQ(memo.builds(), 3u);
-  EXPECT_NE(paired.file, first.file);
-  const ContainerAllocation repaired =
-      file(t, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1c:00.0"}});
+  EXPECT_NE(paired->file, first->file);
+  const auto repaired = built(t, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1c:00.0"}});
   EXPECT_EQ(memo.builds(), 4u);
-  EXPECT_NE(repaired.file, paired.file);
-  EXPECT_EQ(repaired.file, fresh(repaired, Now(*t, {0, 1}), {{"0000:1a:00.0", "0000:1c:00.0"}}));
-  // A device node gone now, and rdma_cm gone: inputs of the key (the content is the same file,
-  // built afresh, never taken from another key's entry).
+  EXPECT_NE(repaired->file, paired->file);
+  ExpectFresh(*repaired, Now(*t, {0, 1}), true, {{"0000:1a:00.0", "0000:1c:00.0"}});
+  // A device node gone now, and rdma_cm gone: inputs of the key. The DeviceSpecs lose them.
   std::vector<HcaNow> gone = Now(*t, {0, 1});
   gone[1].present[1] = false;
-  const ContainerAllocation no_umad = file(t, gone, true, {});
+  const auto no_umad = built(t, gone, true, {});
   EXPECT_EQ(memo.builds(), 5u);
-  EXPECT_EQ(no_umad.file, fresh(no_umad, gone, {}));
-  file(t, Now(*t, {0, 1}), false, {});
+  EXPECT_EQ(no_umad->devices.size() + 1, first->devices.size());
+  ExpectFresh(*no_umad, gone, true, {});
+  const auto no_cm = built(t, Now(*t, {0, 1}), false, {});
   EXPECT_EQ(memo.builds(), 6u);
+  EXPECT_EQ(no_cm->devices.size() + 1, first->devices.size());
+  ExpectFresh(*no_cm, Now(*t, {0, 1}), false, {});
 
   // A new snapshot (the port went DOWN, the GID moved): built again with the new values, even
   // when the new snapshot takes the address of the one it replaces.
@@ -327,20 +359,25 @@ TEST(AllocationFileMemoTest, BuiltOncePerInputsNeverStale) {
   ASSERT_TRUE(old.expired());
   const topology::TopologyPtr u = placed({moved, b});
   ASSERT_EQ(u.get(), old_address);
-  const ContainerAllocation after = file(u, Now(*u, {0, 1}), true, {});
+  const auto after = built(u, Now(*u, {0, 1}), true, {});
   EXPECT_EQ(memo.builds(), 7u);
-  EXPECT_NE(after.file, first.file);
-  EXPECT_EQ(after.file, fresh(after, Now(*u, {0, 1}), {}));
-  EXPECT_NE(after.file.find("198.51.100.7"), std::string::npos);
+  EXPECT_NE(after->file, first->file);
+  // The GIDs are at different indices now (5 and 3): no NCCL_IB_GID_INDEX, and a warning,
+  // where the replaced snapshot's entry said 3.
+  EXPECT_EQ(first->envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_EQ(after->envs.count("NCCL_IB_GID_INDEX"), 0u);
+  EXPECT_EQ(after->warnings.size(), 1u);
+  ExpectFresh(*after, Now(*u, {0, 1}), true, {});
+  EXPECT_NE(after->file.find("198.51.100.7"), std::string::npos);
   // The replaced snapshot's entries are dropped, not kept until evicted.
   EXPECT_EQ(memo.size(), 1u);
 }
 
 // Bounded: the least recently used entry goes.
-TEST(AllocationFileMemoTest, HoldsAtMostItsCapacity) {
+TEST(AllocationMemoTest, HoldsAtMostItsCapacity) {
   const topology::TopologyPtr t = Snapshot(
       {RoceHca("mlx5_1", "0000:1a:00.0", 3), RoceHca("mlx5_2", "0000:9a:00.0", 3)});
-  AllocationFileMemo memo(2);
+  AllocationMemo memo(2, true);
   for (int i = 0; i < 10; ++i) {
     BuildAllocation(t, Now(*t, {0}), true, {{"0000:1a:00.0", absl::StrCat("0000:", 10 + i, ":00.0")}},
                     &memo);
