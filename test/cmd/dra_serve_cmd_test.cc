@@ -298,8 +298,8 @@ class HealthStream {
 
 // The kubelet's health stream (DRAResourceHealth.NodeWatchResources, v1 and v1alpha1): every HCA
 // HEALTHY at once, an HCA whose port goes DOWN UNHEALTHY at the next poll with the reason, and
-// HEALTHY again when the port comes back. Before, GetInfo offered no health service and the call
-// was UNIMPLEMENTED: a pod kept an HCA whose link was down with no word of it in its status.
+// HEALTHY again when the port comes back, so that a pod whose HCA's link is down says so in its
+// status.
 TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStream) {
   std::vector<std::string> serve = {"dra"};
   for (const std::string& a : Flags()) serve.push_back(a);

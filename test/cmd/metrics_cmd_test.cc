@@ -116,8 +116,7 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
 
 // The metrics port is taken (another process, a second instance): the plugin exits 2 naming the
 // flag before it has registered, so that a restart loop does not register the resource again and
-// again. Before, it listened only after registering: the kubelet had a registration from each
-// attempt.
+// again.
 TEST(MetricsBinaryTest, ATakenPortExitsTwoBeforeRegistering) {
   rdp::testing::TestNode node;
   const std::string kubelet_dir = node.dir().Sub("dp");
