@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "test/deviceplugin/test_node.h"
+#include "test/support/test_node.h"
 #include "topology/discovery.h"
 
 namespace rdp::dra {
@@ -43,7 +43,7 @@ class DRANodeSnapshotTest : public ::testing::Test {
     return "";
   }
 
-  deviceplugin::testing::TestNode node_;
+  rdp::testing::TestNode node_;
   int discoveries_ = 0;  // the test's thread only: Apply runs on it
 };
 
