@@ -35,7 +35,7 @@
 #include "dra/driver.h"
 #include "dra/health.h"
 #include "dra/kernel_pci.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "dra/kubelet_state.h"
 #include "dra/model.h"
 #include "dra/node_snapshot.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "dra/model.h"
 
 namespace rdp::dra {

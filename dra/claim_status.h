@@ -36,7 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "dra/model.h"
 #include "nlohmann/json.hpp"
 

@@ -15,7 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "dra/model.h"
 
 namespace rdp::dra {

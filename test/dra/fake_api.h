@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 
 namespace rdp::dra::testing {
 

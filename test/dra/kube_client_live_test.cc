@@ -10,12 +10,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dra/claim_reader.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "dra/slice_publisher.h"
 #include "dra/slices.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/dra/closed_port.h"
+#include "test/kube/closed_port.h"
 
 namespace rdp::dra {
 namespace {

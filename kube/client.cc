@@ -1,4 +1,4 @@
-#include "dra/kube_client.h"
+#include "kube/client.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
-#include "dra/internal/files.h"
+#include "kube/internal/files.h"
 
 namespace rdp::dra {
 

@@ -1,7 +1,7 @@
 #include <fstream>
 
 #include "absl/strings/escaping.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"

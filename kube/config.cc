@@ -8,8 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "dra/internal/files.h"
-#include "dra/kube_client.h"
+#include "kube/internal/files.h"
+#include "kube/client.h"
 #ifdef RDP_HAVE_YAML_CPP
 #include "yaml-cpp/yaml.h"
 #endif

@@ -6,10 +6,10 @@
 
 #include <thread>
 
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/dra/closed_port.h"
+#include "test/kube/closed_port.h"
 
 namespace rdp::dra {
 namespace {

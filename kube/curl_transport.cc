@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 
 namespace rdp::dra {
 

@@ -1,4 +1,4 @@
-#include "dra/kube_client.h"
+#include "kube/client.h"
 
 #include <algorithm>
 #include <atomic>
