@@ -3,9 +3,10 @@
 
 One foundation, three front doors (README, Layout): base -> topology -> allocator; the foundation
 the doors stand on, hca/ (the node's HCAs and what makes one usable) -> metrics/, and serving/;
-the doors, deviceplugin/, dra/ and nri/ (the NRI plugin), which never include each other; check/; cmd/ wires them
-into the product binary. sim/ (test doubles and the development tools' binary with its own main: the
-demo, node fixtures) and test/ are not product: no product library nor cmd/ includes them. In
+kube/ (the Kubernetes API client) on base/ alone; the doors, deviceplugin/, dra/ (which uses
+kube/) and nri/ (the NRI plugin), which never include each other; check/; cmd/ wires them into the
+product binary. sim/ (test doubles and the development tools' binary with its own main: the demo,
+node fixtures) and test/ are not product: no product library nor cmd/ includes them. In
 the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for its
 floor), and topology/internal/ by topology/ (and tests).
 Exit 0 when every include keeps to this, 1 with one line per include that does not.
@@ -15,8 +16,8 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "deviceplugin",
-        "dra", "nri", "check", "cmd", "sim", "bench", "test"}
+OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "kube",
+        "deviceplugin", "dra", "nri", "check", "cmd", "sim", "bench", "test"}
 FOUNDATION = {"base", "topology", "hca", "serving", "metrics"}
 ALLOWED = {
     "base": {"base"},
@@ -25,8 +26,9 @@ ALLOWED = {
     "hca": {"base", "topology", "hca"},
     "serving": {"base", "serving"},
     "metrics": {"base", "topology", "hca", "metrics"},
+    "kube": {"base", "kube"},
     "deviceplugin": FOUNDATION | {"allocator", "proto", "deviceplugin"},
-    "dra": FOUNDATION | {"proto", "dra"},
+    "dra": FOUNDATION | {"proto", "kube", "dra"},
     "nri": FOUNDATION | {"proto", "nri"},
     "check": {"base", "topology", "check"},
     "sim": FOUNDATION | {"allocator", "proto", "deviceplugin", "sim"},
