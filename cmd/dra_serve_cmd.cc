@@ -213,22 +213,17 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
   return n;
 }
 
-// The API server: --kubeconfig, else the in-cluster service account.
+// The API server: --kubeconfig, else the in-cluster service account (kube::NewClient); the
+// error names the flag.
 absl::StatusOr<std::shared_ptr<kube::Client>> ApiClient(const DraFlags& f) {
-  absl::StatusOr<kube::Config> config =
-      f.kubeconfig.empty() ? kube::InClusterConfig("/") : kube::LoadKubeconfig(f.kubeconfig);
-  if (!config.ok()) {
+  absl::StatusOr<std::unique_ptr<kube::Client>> client = kube::NewClient(f.kubeconfig);
+  if (!client.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
                                           : "--kubeconfig: ",
-                     config.status().message()));
+                     client.status().message()));
   }
-  if (absl::Status s = kube::CheckCredentialsSafe(*config); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.kubeconfig.empty() ? "in-cluster: " : "--kubeconfig: ", s.message()));
-  }
-  auto transport = kube::NewCurlTransport(*config);
-  return std::make_shared<kube::Client>(*std::move(config), std::move(transport));
+  return std::shared_ptr<kube::Client>(*std::move(client));
 }
 
 // What a scrape shows in DRA mode: the node's HCAs (health, placement) and their port counters,

@@ -298,4 +298,26 @@ absl::StatusOr<Response> Client::Do(const std::string& method, const std::string
 
 void Client::Shutdown() { shut_down_.End(); }
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<Client>> ClientFor(absl::StatusOr<Config> config) {
+  if (!config.ok()) return config.status();
+  if (absl::Status s = CheckCredentialsSafe(*config); !s.ok()) return s;
+  auto transport = NewCurlTransport(*config);
+  return std::make_unique<Client>(*std::move(config), std::move(transport));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& kubeconfig) {
+  return ClientFor(kubeconfig.empty() ? InClusterConfig("/") : LoadKubeconfig(kubeconfig));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& kubeconfig,
+                                                  const std::string& root,
+                                                  const GetEnvFunc& getenv) {
+  return ClientFor(kubeconfig.empty() ? InClusterConfig(root, getenv)
+                                      : LoadKubeconfig(kubeconfig));
+}
+
 }  // namespace rdp::kube

@@ -160,6 +160,16 @@ class Client {
   bool ShutDown() const { return shut_down_.Ended(); }
 };
 
+// The client of the API server this process is configured for: the kubeconfig at `kubeconfig`,
+// or, when that is empty, the pod's service account under `root` (InClusterConfig, the variables
+// from `getenv`; the real environment and "/" in the first form), over the curl transport.
+// The errors of LoadKubeconfig and InClusterConfig, and CheckCredentialsSafe's when the
+// configuration would send a token in clear. Sends nothing.
+absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& kubeconfig);
+absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& kubeconfig,
+                                                  const std::string& root,
+                                                  const GetEnvFunc& getenv);
+
 // `s` percent-encoded for a URL's query value or path segment (RFC 3986 unreserved kept).
 std::string PercentEncode(const std::string& s);
 

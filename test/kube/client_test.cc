@@ -13,9 +13,11 @@
 namespace rdp::kube {
 namespace {
 
+using ::rdp::kube::testing::Env;
 using ::rdp::kube::testing::FakeClock;
 using ::rdp::kube::testing::FuncTransport;
 using ::rdp::kube::testing::Json;
+using ::rdp::kube::testing::ServiceAccount;
 using ::rdp::kube::testing::StatusBody;
 using ::testing::HasSubstr;
 
@@ -436,6 +438,59 @@ TEST(KubeClientTest, PlainHttpServerGetsNoToken) {
   EXPECT_FALSE(CheckCredentialsSafe(config).ok());
   config.server = "https://api.test:8080";
   EXPECT_TRUE(CheckCredentialsSafe(config).ok());
+}
+
+// A kubeconfig whose one context is `server` with a token.
+std::string TokenKubeconfig(const std::string& server) {
+  return nlohmann::json{
+      {"apiVersion", "v1"},
+      {"kind", "Config"},
+      {"current-context", "c"},
+      {"contexts", {{{"name", "c"}, {"context", {{"cluster", "k"}, {"user", "u"}}}}}},
+      {"clusters", {{{"name", "k"}, {"cluster", {{"server", server}}}}}},
+      {"users", {{{"name", "u"}, {"user", {{"token", "t0k3n"}}}}}}}
+      .dump();
+}
+
+TEST(KubeClientTest, NewClientReadsTheKubeconfigGivenAndNotTheServiceAccount) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("kubeconfig");
+  WriteFile(path, TokenKubeconfig("https://api.test:6443"));
+  auto client = NewClient(path, dir.Sub("no-root"),
+                          Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                               {"KUBERNETES_SERVICE_PORT", "443"}}));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->config().server, "https://api.test:6443");
+  EXPECT_EQ((*client)->config().source, "kubeconfig " + path);
+
+  auto missing = NewClient(dir.Sub("missing"), dir.Sub("no-root"), Env({}));
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+  EXPECT_THAT(missing.status().message(), HasSubstr(dir.Sub("missing")));
+}
+
+TEST(KubeClientTest, NewClientWithoutAKubeconfigUsesTheServiceAccount) {
+  rdp::testing::TempDir root;
+  const std::string sa = ServiceAccount(root.path());
+  auto client = NewClient("", root.path(),
+                          Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                               {"KUBERNETES_SERVICE_PORT", "443"}}));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->config().server, "https://10.96.0.1:443");
+  EXPECT_EQ((*client)->config().token_file, sa + "/token");
+
+  auto outside = NewClient("", root.path(), Env({}));
+  EXPECT_TRUE(absl::IsFailedPrecondition(outside.status())) << outside.status();
+  EXPECT_THAT(outside.status().message(), HasSubstr("KUBERNETES_SERVICE_HOST"));
+}
+
+TEST(KubeClientTest, NewClientRefusesAKubeconfigThatWouldSendItsTokenInClear) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("kubeconfig");
+  WriteFile(path, TokenKubeconfig("http://api.test:8080"));
+  auto client = NewClient(path, dir.Sub("no-root"), Env({}));
+  EXPECT_TRUE(absl::IsFailedPrecondition(client.status())) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("in clear"));
+  EXPECT_THAT(client.status().message(), HasSubstr("kubeconfig " + path));
 }
 
 }  // namespace
