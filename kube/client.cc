@@ -268,8 +268,9 @@ absl::StatusOr<Response> Client::Do(const std::string& method, const std::string
       if (!response->body.empty()) {
         out.body = nlohmann::json::parse(response->body, nullptr, false);
         if (out.body.is_discarded()) {
-          return absl::InternalError(absl::StrCat(what, ": ", response->status,
-                                                  " with a body that is not JSON"));
+          return absl::InternalError(absl::StrCat(
+              what, ": ", response->status, " with a body that is not JSON (Content-Type: ",
+              response->content_type.empty() ? "none" : response->content_type, ")"));
         }
       }
       return out;

@@ -17,7 +17,7 @@
 //   429                               -> ResourceExhausted (retried)
 //   5xx but 501                       -> Unavailable (retried)
 //   anything else (501, 3xx, ...)     -> Unknown
-//   a 2xx body that is not JSON       -> Internal
+//   a 2xx body that is not JSON       -> Internal, naming its Content-Type
 //   a bad server URL                  -> InvalidArgument
 //   an answer over 64 MiB             -> ResourceExhausted
 //   the token file unreadable before  -> Unauthenticated (nothing sent)

@@ -249,6 +249,9 @@ class CurlTransport : public Transport {
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     exchange.response.status = static_cast<int>(status);
+    const char* content_type = nullptr;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &content_type);
+    if (content_type != nullptr) exchange.response.content_type = content_type;
     Give(std::move(h));
     return std::move(exchange.response);
   }

@@ -32,6 +32,8 @@ struct HttpResponse {
   std::string body;
   // The Retry-After header (seconds form) when the server sent one.
   std::optional<absl::Duration> retry_after;
+  // The Content-Type header; empty when the server sent none.
+  std::string content_type;
 };
 
 class Transport {

@@ -8,7 +8,8 @@ kube/) and nri/ (the NRI plugin), which never include each other; check/; cmd/ w
 product binary. sim/ (test doubles and the development tools' binary with its own main: the demo,
 node fixtures) and test/ are not product: no product library nor cmd/ includes them. In
 the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for its
-floor), and topology/internal/ by topology/ (and tests).
+floor), and topology/internal/ by topology/ (and tests). curl is included by kube/ only (and its
+tests, test/kube/), in every directory of ours, tests and benchmarks included.
 Exit 0 when every include keeps to this, 1 with one line per include that does not.
 """
 import pathlib
@@ -31,7 +32,7 @@ ALLOWED = {
     "dra": FOUNDATION | {"proto", "kube", "dra"},
     "nri": FOUNDATION | {"proto", "nri"},
     "check": {"base", "topology", "check"},
-    "sim": FOUNDATION | {"allocator", "proto", "deviceplugin", "sim"},
+    "sim": FOUNDATION | {"allocator", "proto", "deviceplugin", "kube", "sim"},
     "cmd": OURS - {"bench", "test", "sim"},
     "bench": OURS - {"cmd"},
 }
@@ -40,6 +41,8 @@ DOORS = {"deviceplugin", "dra", "nri"}
 for door in DOORS:
     assert not (ALLOWED[door] & DOORS) - {door}, door
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+# The only places that include curl: the client's transport and its tests.
+CURL_ALLOWED = ("kube/", "test/kube/")
 
 
 def main():
@@ -59,6 +62,16 @@ def main():
                     bad.append(f"{rel}: includes {inc} (internal to topology/)")
                 if inc == "hwloc.h" and module != "bench" and not rel.startswith("topology/internal/"):
                     bad.append(f"{rel}: includes hwloc.h (only topology/internal/ does)")
+    for top in sorted(OURS):
+        for src in sorted((ROOT / top).rglob("*")):
+            if src.suffix not in {".h", ".cc", ".in"}:
+                continue
+            rel = src.relative_to(ROOT).as_posix()
+            if rel.startswith(CURL_ALLOWED):
+                continue
+            for inc in INCLUDE.findall(src.read_text(errors="replace")):
+                if inc.startswith("curl/"):
+                    bad.append(f"{rel}: includes {inc} (only kube/ does)")
     for line in bad:
         print(line)
     print(f"layout: {checked} sources checked, {len(bad)} includes out of place")

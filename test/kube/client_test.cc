@@ -185,9 +185,18 @@ TEST(KubeClientTest, PassedDeadlineSendsNothing) {
   EXPECT_TRUE(h.requests->empty());
 }
 
-TEST(KubeClientTest, BodyThatIsNotJsonIsAnError) {
-  Harness h([](const HttpRequest&) { return HttpResponse{200, "<html>", std::nullopt}; });
-  EXPECT_TRUE(absl::IsInternal(h.client->Get("/p", h.Deadline(absl::Seconds(1))).status()));
+// A proxy's or a portal's page in place of the API server's answer: the message says what came.
+TEST(KubeClientTest, BodyThatIsNotJsonIsAnErrorNamingItsContentType) {
+  Harness h([](const HttpRequest&) {
+    return HttpResponse{200, "<html>", std::nullopt, "text/html; charset=utf-8"};
+  });
+  const absl::Status s = h.client->Get("/p", h.Deadline(absl::Seconds(1))).status();
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("GET /p: 200 with a body that is not JSON"));
+  EXPECT_THAT(s.message(), HasSubstr("(Content-Type: text/html; charset=utf-8)"));
+  Harness none([](const HttpRequest&) { return HttpResponse{200, "<html>", std::nullopt, ""}; });
+  EXPECT_THAT(none.client->Get("/p", none.Deadline(absl::Seconds(1))).status().message(),
+              HasSubstr("(Content-Type: none)"));
 }
 
 TEST(KubeClientTest, RereadsTheTokenFileWhenItRotates) {

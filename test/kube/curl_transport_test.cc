@@ -75,6 +75,7 @@ TEST(KubeCurlTransportTest, OneExchangeWithHeadersBodyAndRetryAfter) {
   EXPECT_EQ(response->body, body);
   ASSERT_TRUE(response->retry_after.has_value());
   EXPECT_EQ(*response->retry_after, absl::Seconds(7));
+  EXPECT_EQ(response->content_type, "application/json");
   EXPECT_THAT(request, HasSubstr("PUT /apis/x/y HTTP/1.1\r\n"));
   EXPECT_THAT(request, HasSubstr("Authorization: Bearer abc\r\n"));
   EXPECT_THAT(request, HasSubstr("\r\n\r\n{\"a\":1}"));
