@@ -35,7 +35,6 @@
 #include "dra/driver.h"
 #include "dra/health.h"
 #include "dra/kernel_pci.h"
-#include "dra/kube_client.h"
 #include "dra/kubelet_state.h"
 #include "dra/model.h"
 #include "dra/node_snapshot.h"
@@ -45,6 +44,7 @@
 #include "topology/gpudirect.h"
 #include "dra/slices.h"
 #include "hca/hca.h"
+#include "kube/client.h"
 #include "metrics/metrics.h"
 #include "metrics/node_metrics.h"
 #include "serving/fatal_latch.h"
@@ -213,22 +213,17 @@ Node StartNode(const DraFlags& f, const Resolved& r, dra::ClaimReader& reader, b
   return n;
 }
 
-// The API server: --kubeconfig, else the in-cluster service account.
-absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
-  absl::StatusOr<dra::KubeConfig> config =
-      f.kubeconfig.empty() ? dra::InClusterConfig("/") : dra::LoadKubeconfig(f.kubeconfig);
-  if (!config.ok()) {
+// The API server: --kubeconfig, else the in-cluster service account (kube::NewClient); the
+// error names the flag.
+absl::StatusOr<std::shared_ptr<kube::Client>> ApiClient(const DraFlags& f) {
+  absl::StatusOr<std::unique_ptr<kube::Client>> client = kube::NewClient(f.kubeconfig);
+  if (!client.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
                                           : "--kubeconfig: ",
-                     config.status().message()));
+                     client.status().message()));
   }
-  if (absl::Status s = dra::CheckCredentialsSafe(*config); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.kubeconfig.empty() ? "in-cluster: " : "--kubeconfig: ", s.message()));
-  }
-  auto transport = dra::NewCurlTransport(*config);
-  return std::make_shared<dra::KubeClient>(*std::move(config), std::move(transport));
+  return std::shared_ptr<kube::Client>(*std::move(client));
 }
 
 // What a scrape shows in DRA mode: the node's HCAs (health, placement) and their port counters,
@@ -334,7 +329,7 @@ std::vector<nlohmann::json> DesiredSlices(const Resolved& r, const topology::Top
 }
 
 int Serve(const DraFlags& f, const Resolved& r) {
-  absl::StatusOr<std::shared_ptr<dra::KubeClient>> client = ApiClient(f);
+  absl::StatusOr<std::shared_ptr<kube::Client>> client = ApiClient(f);
   if (!client.ok()) {
     Log()->error("{}", std::string(client.status().message()));
     return kExitUsage;
