@@ -19,7 +19,8 @@ cache=$work/arm64/CMakeCache.txt
 grep -qx 'BUILD_TESTING:BOOL=OFF' "$cache" || fail "BUILD_TESTING is not OFF: $(grep '^BUILD_TESTING' "$cache")"
 grep -qx 'RDP_BUILD_BENCHMARKS:BOOL=OFF' "$cache" ||
   fail "RDP_BUILD_BENCHMARKS is not OFF: $(grep '^RDP_BUILD_BENCHMARKS' "$cache")"
-grep -q 'aarch64-linux-gnu-g++' <(grep '^CMAKE_CXX_COMPILER:' "$cache") || fail "not the cross compiler"
+grep -hq 'set(CMAKE_CXX_COMPILER ".*aarch64-linux-gnu-g++")' "$work"/arm64/CMakeFiles/*/CMakeCXXCompiler.cmake ||
+  fail "not configured with the cross compiler"
 [[ -s $work/arm64/proto/rdp_proto.binpb ]] || fail "rdp_proto_descriptors was not built"
 # The package set building needs, the line install-deps prints for it.
 want=$("$repo/scripts/install-deps.sh" --build --arch arm64 | head -1)
