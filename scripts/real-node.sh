@@ -23,8 +23,8 @@
 # plugin) or its ResourceSlices are published (DRA), and prints the kubeconfig's path,
 # build/real-node/kubeconfig. Before anything starts, up (and build) installs the Debian packages
 # it runs that are missing (scripts/install-deps.sh), and up fetches helm when none is found
-# (scripts/get-helm.sh into <build>/tools/bin) and builds <build>/cmd/rdma-device-plugin when
-# it is missing (scripts/build.sh; it lays out the bundled node).
+# (scripts/get-helm.sh into <build>/tools/bin) and builds <build>/cmd/rdma-device-plugin and
+# rdma-device-plugin-sim when they are missing (scripts/build.sh; they lay out the bundled node).
 #
 # The node writes nothing outside the build directory: containerd and the kubelet run in one private
 # mount namespace with tmpfs over /var/lib (the build's kubelet directory bind-mounted on
@@ -596,10 +596,12 @@ cmd_up() {
   preconditions
   ensure_helm
   local plugin=$build/cmd/rdma-device-plugin
-  # The plugin binary lays out the bundled node.
-  if [[ -z $node_dir && ! -x $plugin ]]; then
-    say "building $plugin (scripts/build.sh)"
-    BUILD_DIR=$build RDP_BUILD_TARGETS=rdma-device-plugin scripts/build.sh >"$top/plugin-build.log" 2>&1 ||
+  # `rdma-device-plugin fixture` lays out the bundled node (it runs rdma-device-plugin-sim from
+  # its directory).
+  if [[ -z $node_dir && ! ( -x $plugin && -x $plugin-sim ) ]]; then
+    say "building $plugin and $plugin-sim (scripts/build.sh)"
+    BUILD_DIR=$build RDP_BUILD_TARGETS="rdma-device-plugin rdma-device-plugin-sim" scripts/build.sh \
+      >"$top/plugin-build.log" 2>&1 ||
       { tail -20 "$top/plugin-build.log" >&2; fail "building $plugin (log: $top/plugin-build.log)"; }
   fi
   exec 9>"$top/lock"
