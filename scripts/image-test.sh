@@ -30,8 +30,8 @@
 #
 #   scripts/image-test.sh [--build-dir DIR] [--binary PATH] [--standin PATH] [--helm PATH]
 #                         [--work DIR] [--image NAME]
-# Defaults from the build directory (${BUILD_DIR:-build}): its cmd/rdma-device-plugin and
-# test/image/image_kubelet_standin (built when missing), helm as scripts/lib/helm.sh finds or
+# Defaults from the build directory (${BUILD_DIR:-build}): its cmd/rdma-device-plugin (with
+# rdma-device-plugin-sim beside it) and test/image/image_kubelet_standin (built when missing), helm as scripts/lib/helm.sh finds or
 # fetches it, and image-test/. The Debian packages it needs are installed when missing.
 # RDP_DEBIAN_MIRROR overrides the mirror (default: the one in /etc/apt/sources*).
 set -euo pipefail
@@ -71,9 +71,10 @@ for tool in podman runc debootstrap python3 qemu-aarch64-static; do
 done
 if [[ -z $helm ]]; then helm=$(find_or_fetch_helm "$build") || fail "no helm, and fetching one failed"; fi
 [[ -x $helm ]] || skip "no helm at $helm (scripts/get-helm.sh $(dirname "$helm"))"
-if [[ -z $given_binary && ! -x $binary || -z $given_standin && ! -x $standin ]]; then
-  say "building the plugin and the kubelet stand-in in $build (scripts/build.sh)"
-  BUILD_DIR=$build RDP_BUILD_TARGETS="rdma-device-plugin image_kubelet_standin" \
+# `fixture` runs rdma-device-plugin-sim from the plugin's directory.
+if [[ -z $given_binary && ! ( -x $binary && -x $binary-sim ) || -z $given_standin && ! -x $standin ]]; then
+  say "building the plugin, rdma-device-plugin-sim and the kubelet stand-in in $build (scripts/build.sh)"
+  BUILD_DIR=$build RDP_BUILD_TARGETS="rdma-device-plugin rdma-device-plugin-sim image_kubelet_standin" \
     scripts/build.sh -DBUILD_TESTING=ON
 fi
 [[ -x $binary ]] || fail "no plugin binary at $binary"
