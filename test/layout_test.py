@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The module graph, checked: which of our directories each module's sources may include.
 
-One foundation, three front doors (README, Layout): base -> topology -> allocator; the foundation
+One foundation, three front doors (docs/development.md, Layout): base -> topology -> allocator; the foundation
 the doors stand on, hca/ (the node's HCAs and what makes one usable) -> metrics/, and serving/;
 kube/ (the Kubernetes API client) on base/ alone; the doors, deviceplugin/, dra/ (which uses
 kube/) and nri/ (the NRI plugin), which never include each other; check/; cmd/ wires them into the
