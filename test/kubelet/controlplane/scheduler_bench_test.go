@@ -20,10 +20,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/resourceclaim"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 
 	"github.com/rdma-device-plugin/rdma-device-plugin/test/kubelet"
@@ -488,3 +494,105 @@ func peakRSSMiB(t *testing.T) float64 {
 }
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// BenchmarkSchedulerFilter is where TestSchedulerBench's time goes (docs/benchmarks.md, "Where
+// the scheduler's time goes"): the structured allocator the scheduler's DynamicResources plugin
+// builds once per pod, with its features and CEL cache, and whose Allocate its Filter calls for
+// every node it tries, on one node's slices as TestSchedulerBench makes them. Claims: the two
+// classes and a GPU + HCA claim without the constraint. Nodes: the GPU list starting on our first
+// HCA's root (gpu-0) and on the last root with GPUs (gpu-6: six of our HCAs come before one on
+// its root); our devices as published and cut to pcieRoot alone (what our attributes cost). Run
+// by hand:
+//
+//	test/kubelet/run.sh --control-plane -run '^$' -bench BenchmarkSchedulerFilter -count 6
+func BenchmarkSchedulerFilter(b *testing.B) {
+	const xml, name = "dgx-h100-like.xml", "bench-node"
+	node, err := kubelet.LoadNode(filepath.Join(repoRoot(), "test", "data", xml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	published := draNodeSlices(b, name, "exclusive", draFixtureNode(b, xml))
+	rootOnly := make([]resourcev1.ResourceSlice, len(published))
+	for i := range published {
+		published[i].DeepCopyInto(&rootOnly[i])
+		for j := range rootOnly[i].Spec.Devices {
+			d := &rootOnly[i].Spec.Devices[j]
+			d.Attributes = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				stdPrefix + "pcieRoot": d.Attributes[stdPrefix+"pcieRoot"]}
+		}
+	}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
+		EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})
+	// The DeviceClasses TestSchedulerBench creates: the GPU stand-in's, and the chart's for HCAs.
+	classes := deviceClasses{}
+	for class, driver := range map[string]string{benchGPUDriver: benchGPUDriver, "hca." + draDriver: draDriver} {
+		classes[class] = &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+			Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+				CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
+	}
+	claims := map[string]*resourcev1.ResourceClaim{
+		classGPUOnly:    benchClaim("c", classGPUOnly, ""),
+		classGPUAndHCA:  benchClaim("c", classGPUAndHCA, ""),
+		"unconstrained": benchClaim("c", classGPUAndHCA, ""),
+	}
+	claims["unconstrained"].Spec.Devices.Constraints = nil
+	for _, c := range claims {
+		for i := range c.Spec.Devices.Requests { // what the API server defaults
+			c.Spec.Devices.Requests[i].Exactly.AllocationMode = resourcev1.DeviceAllocationModeExactCount
+			c.Spec.Devices.Requests[i].Exactly.Count = 1
+		}
+	}
+	for _, ours := range []struct {
+		name   string
+		slices []resourcev1.ResourceSlice
+	}{{"published", published}, {"pcieRoot-only", rootOnly}} {
+		for _, start := range []int{0, 6} {
+			slices := []*resourcev1.ResourceSlice{gpuStandIn(name, node.GPUs, start)}
+			for i := range ours.slices {
+				slices = append(slices, &ours.slices[i])
+			}
+			for _, claim := range []string{classGPUOnly, classGPUAndHCA, "unconstrained"} {
+				b.Run(fmt.Sprintf("ours=%s/first-gpu=%d/claim=%s", ours.name, start, claim), func(b *testing.B) {
+					benchAllocate(b, fts, classes, slices, celCache, claims[claim])
+				})
+			}
+		}
+	}
+}
+
+// benchAllocate times Allocate of the claim on the node of the slices, nothing allocated there.
+func benchAllocate(b *testing.B, fts feature.Features, classes deviceClasses, slices []*resourcev1.ResourceSlice, celCache *cel.Cache, claim *resourcev1.ResourceClaim) {
+	ctx := context.Background()
+	state := structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	allocator, err := structured.NewAllocator(ctx, dynamicresources.AllocatorFeatures(fts), state, classes, slices, celCache)
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: *slices[0].Spec.NodeName}}
+	for b.Loop() {
+		results, err := allocator.Allocate(ctx, node, []*resourcev1.ResourceClaim{claim})
+		if err != nil || len(results) != 1 {
+			b.Fatalf("allocate %s: %v, %d results", claim.Name, err, len(results))
+		}
+	}
+}
+
+// deviceClasses is the allocator's view of the DeviceClasses, by name.
+type deviceClasses map[string]*resourcev1.DeviceClass
+
+func (c deviceClasses) List() ([]*resourcev1.DeviceClass, error) {
+	var out []*resourcev1.DeviceClass
+	for _, class := range c {
+		out = append(out, class)
+	}
+	return out, nil
+}
+
+func (c deviceClasses) Get(name string) (*resourcev1.DeviceClass, error) {
+	if class, ok := c[name]; ok {
+		return class, nil
+	}
+	return nil, fmt.Errorf("no DeviceClass %s", name)
+}
