@@ -14,9 +14,9 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "deviceplugin",
+OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "node", "deviceplugin",
         "dra", "nri", "check", "cmd", "sim", "bench", "test"}
-FOUNDATION = {"base", "topology", "hca", "serving", "metrics"}
+FOUNDATION = {"base", "topology", "hca", "serving", "metrics", "node"}
 ALLOWED = {
     "base": {"base"},
     "topology": {"base", "topology"},
@@ -24,6 +24,7 @@ ALLOWED = {
     "hca": {"base", "topology", "hca"},
     "serving": {"base", "serving"},
     "metrics": {"base", "topology", "hca", "metrics"},
+    "node": {"base", "topology", "hca", "serving", "metrics", "node"},
     "deviceplugin": FOUNDATION | {"allocator", "proto", "deviceplugin"},
     "dra": FOUNDATION | {"proto", "dra"},
     "nri": FOUNDATION | {"proto", "nri"},
