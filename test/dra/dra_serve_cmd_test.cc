@@ -342,6 +342,35 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
   }
 }
 
+// A failed health scan (the node's /sys mount broken) makes every HCA UNHEALTHY in the kubelet's
+// health stream, with the scan's error, until a scan succeeds again: the node core's one rule for
+// both doors. Before, the DRA door dropped a failed scan silently and kept reporting the last
+// health, while the device plugin listed every HCA Unhealthy.
+TEST_F(DRAServeCmdTest, AFailedHealthScanMakesEveryHcaUnhealthy) {
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+  pluginregistration::PluginInfo info;
+  ASSERT_TRUE(GetInfo(info).ok());
+  HealthStream<HealthV1> v1(info.endpoint());
+  HealthV1::Response first;
+  ASSERT_TRUE(v1.Read(first)) << driver.output();
+  for (const auto& d : first.devices()) EXPECT_EQ(d.health(), ::v1::HEALTHY);
+
+  const std::string sys = node_.dir().Sub("node") + "/sys";
+  std::filesystem::rename(sys, sys + ".away");
+  const std::string why = v1.ReadUntil(kHca1, HealthV1::kUnhealthy);
+  EXPECT_THAT(why, ::testing::HasSubstr("mlx5_1: the health scan failed")) << driver.output();
+  EXPECT_THAT(driver.output(), ::testing::HasSubstr("health scan failed, every HCA is listed "
+                                                    "Unhealthy (none forgotten)"));
+  std::filesystem::rename(sys + ".away", sys);
+  EXPECT_EQ(v1.ReadUntil(kHca1, HealthV1::kHealthy), "");
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
+}
+
 // The same early-warning flags as serve's, checked alike.
 TEST_F(DRAServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
   for (const auto& [flag, value] : {std::pair{"--degraded-window", "-5m"},
