@@ -268,14 +268,10 @@ hca::NodesNow Node::CheckNow(const std::vector<const topology::Hca*>& hcas) cons
 
 Grant Node::GrantFor(std::vector<hca::HcaNow> hcas, bool with_rdma_cm,
                      const std::map<std::string, std::string>& paired_gpu) const {
-  const bool with_file = !options_.allocation_dir.empty();
   Grant out;
-  // MERGE-TODO(lean35): the one BuildAllocation with `with_file`.
-  static const auto file_memo = hca::AllocationMemo::For("x", 1);
-  out.allocation = *hca::BuildAllocation(Now()->topology, std::move(hcas), with_rdma_cm,
-                                         paired_gpu, with_file ? file_memo.get() : nullptr);
-  for (const std::string& warning : out.allocation.warnings) log_->warn("{}", warning);
-  if (!with_file) return out;
+  out.allocation =
+      hca::BuildAllocation(std::move(hcas), with_rdma_cm, paired_gpu, options_.allocation_dir);
+  if (options_.allocation_dir.empty()) return out;
   const std::string path =
       absl::StrCat(options_.allocation_dir, "/", out.allocation.file_name);
   if (absl::Status written = serving::WriteFileUnlessThere(path, out.allocation.file, 0644);

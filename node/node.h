@@ -138,7 +138,8 @@ class Node {
 
   // What a container holding `hcas` (checked by CheckNow, usable) gets: hca::BuildAllocation, and
   // with an allocation dir the file written there (unless a file of that content is there
-  // already). `paired_gpu`: HCA PCI -> the container's GPU it pairs with (hca::PairGpus).
+  // already). `paired_gpu`: HCA PCI -> the container's GPU it pairs with (hca::PairGpus). The
+  // caller logs the allocation's warnings with its own context.
   Grant GrantFor(std::vector<hca::HcaNow> hcas, bool with_rdma_cm,
                  const std::map<std::string, std::string>& paired_gpu = {}) const;
 
