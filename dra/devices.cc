@@ -127,7 +127,7 @@ absl::Status ValidateNodeName(std::string_view name) {
 
 std::string DeviceName(const topology::Hca& hca) { return DeviceNameOfPci(hca.place.pci); }
 
-std::string DeviceNameOfPci(std::string_view pci) {
+std::string DeviceNameOfPci(absl::string_view pci) {
   std::string name = absl::StrCat(kDevicePrefix, pci);
   for (char& c : name) {
     if (c == ':' || c == '.') c = '-';

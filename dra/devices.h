@@ -13,6 +13,7 @@
 #include "dra/model.h"
 #include "nlohmann/json.hpp"
 #include "hca/early_warning.h"
+#include "absl/strings/string_view.h"
 #include "node/node.h"
 #include "hca/hca.h"
 #include "topology/topology.h"
@@ -55,7 +56,7 @@ struct DeviceOptions {
 // device (mlx5_0 -> mlx5_bond_0) and reboots, as long as the card stays in its slot.
 std::string DeviceName(const topology::Hca& hca);
 // The same for a PCI address.
-std::string DeviceNameOfPci(std::string_view pci);
+std::string DeviceNameOfPci(absl::string_view pci);
 
 // The index in topo.hcas() of the HCA whose DeviceName is `device_name`, or -1 (a name of
 // another node, or of an HCA that has gone). O(number of HCAs).
