@@ -63,17 +63,15 @@
 #include "nlohmann/json.hpp"
 #include "base/log.h"
 #include "deviceplugin/pod_resources.h"
-#include "sim/demo.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
-#include "sim/sysfs_fixture.h"
+#include "sim/fixture_node.h"
 #include "test/support/child.h"
 #include "topology/discovery.h"
 
 namespace rdp::deviceplugin {
 namespace {
 
-using sim::BundledNodeXml;
 using sim::FakePodResources;
 using sim::KubeletSim;
 using sim::PreferredRequest;
@@ -137,30 +135,9 @@ ProcSample SampleProc(pid_t pid) {
 
 // ---- the fake node ---------------------------------------------------------------------------
 
-struct Node {
-  std::string xml;
-  std::string root;  // --sysfs-root and --dev-root
-  topology::TopologyPtr topology;
-};
-
-// Writes the node's XML (the bundled one unless `xml` is given) and its sysfs/dev trees under dir.
-absl::StatusOr<Node> LayOutNode(const std::string& dir, const std::string& xml) {
-  Node node;
-  node.xml = xml;
-  if (node.xml.empty()) {
-    node.xml = dir + "/dgx-h100-like.xml";
-    std::ofstream(node.xml) << BundledNodeXml();
-  }
-  topology::DiscoveryOptions from_xml;
-  from_xml.topology_xml = node.xml;
-  absl::StatusOr<topology::TopologyPtr> topo = topology::Discover(from_xml);
-  if (!topo.ok()) return topo.status();
-  node.topology = *topo;
-  node.root = dir + "/node";
-  sim::SysfsFixture fixture(node.root);
-  if (absl::Status s = fixture.AddTopology(**topo); !s.ok()) return s;
-  return node;
-}
+// The fake node: its XML (the bundled one unless --topology-xml), its trees under <dir>/node.
+using Node = sim::FixtureNode;
+using sim::LayOutNode;
 
 // ---- clients ---------------------------------------------------------------------------------
 
@@ -686,14 +663,11 @@ int RunLoad(const Flags& flags, const Durations& d, const std::string& dir) {
   run.ids = ids.size();
   std::unique_ptr<Scraper> scraper;
   if (flags.scrape) {
-    constexpr char kServing[] = "metrics: serving on ";
-    if (!plugin.WaitForOutput(kServing, kStartTimeout)) {
+    const std::string address = sim::WaitForMetricsAddress(plugin, kStartTimeout);
+    if (address.empty()) {
       std::cerr << "bench_load: the plugin did not serve metrics:\n" << plugin.output() << "\n";
       return 1;
     }
-    const std::string out = plugin.output();
-    const size_t at = out.find(kServing) + sizeof(kServing) - 1;
-    const std::string address = out.substr(at, out.find_first_of("\r\n", at) - at);
     scraper = std::make_unique<Scraper>("http://" + address + "/metrics", d.scrape_interval, &run);
   }
   RunPhases(d, ids, kubelet.dir() + "/" + endpoint, run);

@@ -8,11 +8,10 @@
 
 #include "CLI/CLI.hpp"
 #include "cmd/check_cmd.h"
-#include "cmd/demo_cmd.h"
+#include "cmd/dev_tools_cmd.h"
 #include "cmd/discovery_flags.h"
 #include "cmd/dra_cmd.h"
 #include "cmd/dra_serve_cmd.h"
-#include "cmd/fixture_cmd.h"
 #include "cmd/nri_cmd.h"
 #include "cmd/probe_cmd.h"
 #include "cmd/serve_cmd.h"
@@ -29,9 +28,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   rdp::cmd::AddServeCommand(app);
   rdp::cmd::AddTopologyCommand(app);
-  rdp::cmd::AddDemoCommand(app);
+  rdp::cmd::AddDevToolCommands(app);
   rdp::cmd::AddProbeCommand(app);
-  rdp::cmd::AddFixtureCommand(app);
   rdp::cmd::AddCheckCommand(app);
   rdp::cmd::AddNriCommand(app);
   rdp::cmd::AddDraServeFlags(rdp::cmd::AddDraCommand(app));

@@ -147,22 +147,6 @@ EarlyWarningStatus EarlyWarning::Status(const std::string& pci) const {
   return it == hcas_.end() ? EarlyWarningStatus{} : it->second.status;
 }
 
-std::vector<std::string> EarlyWarning::Degraded() const {
-  std::vector<std::string> out;
-  for (const auto& [pci, h] : hcas_) {
-    if (h.status.degraded) out.push_back(pci);
-  }
-  return out;
-}
-
-std::vector<std::string> EarlyWarning::Held() const {
-  std::vector<std::string> out;
-  for (const auto& [pci, h] : hcas_) {
-    if (h.status.held) out.push_back(pci);
-  }
-  return out;
-}
-
 Verdict AssessWithHistory(const topology::Hca& hca, const FlaggedHcas& flagged) {
   Verdict v = Assess(hca);
   const auto it = flagged.find(hca.place.pci);

@@ -86,9 +86,6 @@ class EarlyWarning {
 
   // The HCA's state after the last Update; all false for an HCA not observed.
   EarlyWarningStatus Status(const std::string& pci) const;
-  // PCI addresses of the degraded HCAs, and of the held ones.
-  std::vector<std::string> Degraded() const;
-  std::vector<std::string> Held() const;
 
   const EarlyWarningConfig& config() const { return config_; }
 

@@ -68,7 +68,6 @@ CallResult PluginService::Handle(std::string_view service, std::string_view meth
       if (method == "Synchronize") return Synchronize(payload);
       if (method == "CreateContainer") return CreateContainer(payload);
       if (method == "Shutdown") {
-        shut_down_ = true;
         Logger("nri")->info("the runtime is shutting down");
         return {0, "", api::Empty().SerializeAsString()};
       }
@@ -99,7 +98,6 @@ CallResult PluginService::Configure(const std::string& payload) {
         req.nri_version().empty() ? "unknown" : req.nri_version(), req.request_timeout(),
         FormatMemlock(memlock_));
   }
-  configured_ = true;
   api::ConfigureResponse resp;
   resp.set_events(1 << (api::CREATE_CONTAINER - 1));
   return {0, "", resp.SerializeAsString()};

@@ -45,9 +45,7 @@ class PluginService {
   // serialized request. Unimplemented (12) for a method we do not serve. Never throws.
   CallResult Handle(std::string_view service, std::string_view method, const std::string& payload);
 
-  bool configured() const { return configured_; }
   bool synchronized() const { return synchronized_; }
-  bool shut_down() const { return shut_down_; }
 
  private:
   CallResult Configure(const std::string& payload);
@@ -56,9 +54,7 @@ class PluginService {
 
   const std::uint64_t memlock_;
   NriMetrics& metrics_;
-  bool configured_ = false;
   bool synchronized_ = false;
-  bool shut_down_ = false;
   int sync_containers_ = 0;  // containers seen in the Synchronize parts so far
   int sync_holders_ = 0;     // those of them with a verbs device
 };

@@ -1,48 +1,64 @@
 #include "sim/demo.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <map>
+#include <memory>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sim/child.h"
 #include "sim/fake_pod_resources.h"
+#include "sim/fixture_node.h"
+#include "sim/http_get.h"
 #include "sim/kubelet_sim.h"
-#include "metrics/metrics.h"
-#include "deviceplugin/plugin_server.h"
-#include "topology/discovery.h"
-#include "sim/sysfs_fixture.h"
 
 namespace rdp::sim {
 namespace {
 
-using deviceplugin::Config;
-using hca::Mode;
-using hca::ModeName;
-
 namespace fs = std::filesystem;
+// Every wait for the plugin: its registration, its first list, an RPC, its exit after SIGTERM.
 constexpr absl::Duration kWait = absl::Seconds(10);
 
-// Lays the node out under <dir>/node and returns the XML path used.
-absl::StatusOr<std::string> LayOutNode(const DemoOptions& options, const std::string& dir,
-                                       std::ostream& out) {
-  std::string xml = options.topology_xml;
-  if (xml.empty()) {
-    xml = (fs::path(dir) / "dgx-h100-like.xml").string();
-    std::ofstream(xml) << BundledNodeXml();
+// The plugin as a child process: its stderr copied to ours as it comes; stopped with SIGTERM and
+// reaped on every path (Stop, or the destructor).
+class Plugin {
+ public:
+  Plugin(const std::string& binary, const std::vector<std::string>& args)
+      : child_(binary, args, {{}, Child::Output::kCaptureAndForward}) {}
+  ~Plugin() { (void)Stop(); }
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  const Child& child() const { return child_; }
+  // SIGTERM, then the exit within kWait (SIGKILL after it). OK when it exited 0.
+  absl::Status Stop() {
+    if (!child_.running()) return stopped_;
+    child_.Signal(SIGTERM);
+    const int code = child_.Wait(kWait);
+    if (code != 0) {
+      stopped_ = absl::InternalError(
+          code < 0 ? absl::StrCat(child_.binary(), " did not exit within ", absl::FormatDuration(kWait),
+                                  " of SIGTERM, or died of a signal")
+                   : absl::StrCat(child_.binary(), " exited ", code, " on SIGTERM"));
+    }
+    return stopped_;
   }
-  topology::DiscoveryOptions from_xml;
-  from_xml.topology_xml = xml;
-  absl::StatusOr<topology::TopologyPtr> node = topology::Discover(from_xml);
-  if (!node.ok()) return node.status();
-  SysfsFixture fixture((fs::path(dir) / "node").string());
-  if (absl::Status s = fixture.AddTopology(**node); !s.ok()) return s;
-  out << "node fixture: " << (options.topology_xml.empty() ? "bundled dgx-h100-like" : xml)
-      << ", " << (*node)->hcas().size() << " HCAs, " << (*node)->gpus().size()
-      << " GPUs, fake sysfs and /dev under " << fixture.sysfs_root() << "\n";
-  return xml;
-}
+  // What went wrong with a plugin that stopped answering: it exited, or it is still running.
+  std::string Why() const {
+    return child_.Exited() ? " (the plugin exited; its log is above)" : "";
+  }
+
+ private:
+  Child child_;
+  absl::Status stopped_;
+};
 
 void PrintDevices(const KubeletSim::Devices& devices, std::ostream& out) {
   out << "kubelet: ListAndWatch -> " << devices.size() << " devices\n";
@@ -65,7 +81,9 @@ absl::StatusOr<std::vector<std::string>> Prefer(v1beta1::DevicePlugin::Stub& stu
   context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
   v1beta1::PreferredAllocationResponse response;
   grpc::Status status = stub.GetPreferredAllocation(&context, request, &response);
-  if (!status.ok()) return absl::InternalError(status.error_message());
+  if (!status.ok()) {
+    return absl::InternalError("GetPreferredAllocation: " + status.error_message());
+  }
   std::vector<std::string> ids(response.container_responses(0).deviceids().begin(),
                                response.container_responses(0).deviceids().end());
   out << "kubelet: GetPreferredAllocation(size=" << size << ", available=" << available.size()
@@ -83,7 +101,7 @@ absl::Status Allocate(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::
   context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
   v1beta1::AllocateResponse response;
   grpc::Status status = stub.Allocate(&context, request, &response);
-  if (!status.ok()) return absl::InternalError(status.error_message());
+  if (!status.ok()) return absl::InternalError("Allocate: " + status.error_message());
   out << "kubelet: Allocate(" << absl::StrJoin(ids, ",") << ")\n";
   const auto& r = response.container_responses(0);
   for (const auto& d : r.devices()) {
@@ -95,7 +113,7 @@ absl::Status Allocate(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::
   return absl::OkStatus();
 }
 
-std::vector<std::string> Ids(const KubeletSim::Devices& devices) {
+std::vector<std::string> HealthyIds(const KubeletSim::Devices& devices) {
   std::vector<std::string> ids;
   for (const auto& d : devices) {
     if (d.health() == "Healthy") ids.push_back(d.id());
@@ -103,79 +121,131 @@ std::vector<std::string> Ids(const KubeletSim::Devices& devices) {
   return ids;
 }
 
-// One mode: plugin + kubelet simulator in <dir>/<mode>.
-absl::Status RunMode(hca::Mode mode, const std::string& dir, const std::string& xml, bool metrics,
-                     std::ostream& out) {
-  out << "\n== " << hca::ModeName(mode) << " mode ==\n";
-  Config config;
-  config.mode = mode;
-  config.kubelet_dir = (fs::path(dir) / hca::ModeName(mode) / "device-plugins").string();
-  config.pod_resources_socket = (fs::path(dir) / hca::ModeName(mode) / "pod-resources.sock").string();
-  config.discovery.sysfs_root = (fs::path(dir) / "node").string();
-  config.discovery.dev_root = config.discovery.sysfs_root;
-  config.discovery.topology_xml = xml;
-  config.health_interval = absl::Milliseconds(200);
-
-  KubeletSim kubelet(config.kubelet_dir);
-  if (absl::Status s = kubelet.Start(); !s.ok()) return s;
-  FakePodResources pods(config.pod_resources_socket);
-  if (absl::Status s = pods.Start(); !s.ok()) return s;
-  deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config));
-  if (absl::Status s = plugin.Start(); !s.ok()) return s;
-
-  auto reg = kubelet.WaitForRegistration(0, kWait);
-  if (!reg) return absl::DeadlineExceededError("the plugin did not register");
-  out << "kubelet: Register(version=" << reg->version << ", endpoint=" << reg->endpoint
-      << ", resource=" << reg->resource_name << ", get_preferred_allocation_available="
-      << (reg->get_preferred_allocation_available ? "true" : "false") << ")\n";
-  auto devices = kubelet.WaitForDevices([](const auto& d) { return !d.empty(); }, kWait);
-  if (!devices) return absl::DeadlineExceededError("no ListAndWatch list arrived");
-  PrintDevices(*devices, out);
-
-  auto stub = kubelet.PluginStub();
-  const std::vector<std::string> available = Ids(*devices);
-  if (mode == hca::Mode::kShared) {
-    auto ids = Prefer(*stub, available, {}, 1, out);
-    if (!ids.ok()) return ids.status();
-    return Allocate(*stub, *ids, out);
+// `ids` without those of `taken`.
+std::vector<std::string> Without(std::vector<std::string> ids,
+                                 const std::vector<std::vector<std::string>>& taken) {
+  for (const auto& t : taken) {
+    ids.erase(std::remove_if(ids.begin(), ids.end(),
+                             [&t](const std::string& id) {
+                               return std::find(t.begin(), t.end(), id) != t.end();
+                             }),
+              ids.end());
   }
+  return ids;
+}
+
+// The plugin's --log-level: the user's, but at most info when the demo reads its metrics line.
+std::string PluginLogLevel(const DemoOptions& options) {
+  const std::string& level = options.log_level;
+  const bool shows_info = level == "trace" || level == "debug" || level == "info";
+  return options.metrics && !shows_info ? "info" : level;
+}
+
+// Exclusive mode's requests, after the plugin registered and listed `available`: two pods
+// without GPUs context, one with must_include, one whose container holds GPUs; with --metrics, a
+// scrape once pod-resources shows the containers holding their HCAs.
+absl::Status RunExclusive(v1beta1::DevicePlugin::Stub& stub, const std::vector<std::string>& available,
+                          const topology::Topology& node, FakePodResources& pods,
+                          const std::string& metrics_address, std::ostream& out) {
   // A pod without GPUs asking for two HCAs.
-  auto two = Prefer(*stub, available, {}, 2, out);
+  auto two = Prefer(stub, available, {}, 2, out);
   if (!two.ok()) return two.status();
-  if (absl::Status s = Allocate(*stub, *two, out); !s.ok()) return s;
+  if (absl::Status s = Allocate(stub, *two, out); !s.ok()) return s;
   // The kubelet insists on one HCA (must_include) and asks for one more.
-  auto pinned = Prefer(*stub, available, {available.back()}, 2, out);
+  auto pinned = Prefer(stub, available, {available.back()}, 2, out);
   if (!pinned.ok()) return pinned.status();
   // A pod whose container already holds the GPUs under the last PCIe root, as pod-resources
   // shows it: its HCAs should sit next to those GPUs.
-  const auto gpus = plugin.node().topology()->gpus();
-  if (gpus.size() >= 2) {
-    const std::string a = gpus[gpus.size() - 2].place.pci, b = gpus.back().place.pci;
-    pods.Set({{"default/train-0/main", {{"nvidia.com/gpu", {a, b}}}}});
-    out << "pod-resources: container default/train-0/main holds nvidia.com/gpu " << a << "," << b
-        << "\n";
-    auto aligned = Prefer(*stub, available, {}, 2, out);
-    if (!aligned.ok()) return aligned.status();
-    if (absl::Status s = Allocate(*stub, *aligned, out); !s.ok()) return s;
-    if (metrics) {
-      // The containers as the kubelet's pod-resources shows them once they run.
-      pods.Set({{"default/infer-0/main", {{"rdma/hca", *two}}},
-                {"default/train-0/main", {{"nvidia.com/gpu", {a, b}}, {"rdma/hca", *aligned}}}});
-      if (!plugin.node().RefreshPodsAndWait()) {
-        return absl::UnavailableError("pod-resources did not answer");
-      }
-      metrics::Exposition scrape;
-      plugin.node().WriteMetrics(scrape);
-      out << "\nGET /metrics\n" << scrape.text();
-    }
+  const auto& gpus = node.gpus();
+  if (gpus.size() < 2) return absl::OkStatus();
+  const std::string a = gpus[gpus.size() - 2].place.pci, b = gpus.back().place.pci;
+  pods.Set({{"default/train-0/main", {{"nvidia.com/gpu", {a, b}}}}});
+  out << "pod-resources: container default/train-0/main holds nvidia.com/gpu " << a << "," << b
+      << "\n";
+  auto aligned = Prefer(stub, available, {}, 2, out);
+  if (!aligned.ok()) return aligned.status();
+  if (absl::Status s = Allocate(stub, *aligned, out); !s.ok()) return s;
+  if (metrics_address.empty()) return absl::OkStatus();
+
+  // The containers as the kubelet's pod-resources shows them once they run. The plugin reads
+  // pod-resources again before it answers the next pod's GetPreferredAllocation (within its
+  // admission wait), so the scrape after that answer shows them.
+  pods.Set({{"default/infer-0/main", {{"rdma/hca", *two}}},
+            {"default/train-0/main", {{"nvidia.com/gpu", {a, b}}, {"rdma/hca", *aligned}}}});
+  out << "pod-resources: containers default/infer-0/main and default/train-0/main run with "
+         "their HCAs\n";
+  std::vector<std::string> free = Without(available, {*two, *aligned});
+  if (free.empty()) free = available;
+  if (auto next = Prefer(stub, free, {}, 1, out); !next.ok()) return next.status();
+  const std::string url = "http://" + metrics_address + "/metrics";
+  HttpResponse scrape = HttpGet(url, kWait);
+  if (scrape.code != 200) {
+    return absl::UnavailableError(absl::StrCat("GET ", url, " answered ", scrape.code));
   }
-  plugin.Stop();
+  out << "\nGET /metrics\n" << scrape.body;
   return absl::OkStatus();
+}
+
+// One mode: the kubelet's side in <dir>/<mode>, the plugin serving `node` to it.
+absl::Status RunMode(const std::string& mode, const std::string& dir, const FixtureNode& node,
+                     const DemoOptions& options, std::ostream& out) {
+  out << "\n== " << mode << " mode ==\n";
+  const std::string here = (fs::path(dir) / mode).string();
+  KubeletSim kubelet(here + "/device-plugins");
+  if (absl::Status s = kubelet.Start(); !s.ok()) return s;
+  FakePodResources pods(here + "/pod-resources.sock");
+  if (absl::Status s = pods.Start(); !s.ok()) return s;
+  const bool scrape = options.metrics && mode == "exclusive";
+  std::vector<std::string> args = {
+      "serve", "--mode", mode, "--kubelet-dir", kubelet.dir(),
+      "--pod-resources-socket", here + "/pod-resources.sock", "--topology-xml", node.xml,
+      "--sysfs-root", node.root, "--dev-root", node.root, "--proc-root", node.root,
+      "--health-interval", "200ms", "--log-level", PluginLogLevel(options)};
+  if (scrape) args.insert(args.end(), {"--metrics-address", "127.0.0.1:0"});
+  Plugin plugin(options.plugin_binary, args);
+
+  auto reg = kubelet.WaitForRegistration(0, kWait);
+  if (!reg) return absl::DeadlineExceededError("the plugin did not register" + plugin.Why());
+  out << "kubelet: Register(version=" << reg->version << ", endpoint=" << reg->endpoint
+      << ", resource=" << reg->resource_name << ", get_preferred_allocation_available="
+      << (reg->get_preferred_allocation_available ? "true" : "false") << ")\n";
+  // Until its first pod-resources List answers, the plugin lists every HCA withheld.
+  auto devices = kubelet.WaitForDevices(
+      [](const KubeletSim::Devices& d) { return !HealthyIds(d).empty(); }, kWait);
+  if (!devices) {
+    return absl::DeadlineExceededError("no ListAndWatch list with a Healthy device arrived" +
+                                       plugin.Why());
+  }
+  PrintDevices(*devices, out);
+  const std::vector<std::string> available = HealthyIds(*devices);
+  auto stub = kubelet.PluginStub();
+  if (mode == "shared") {
+    auto ids = Prefer(*stub, available, {}, 1, out);
+    if (!ids.ok()) return ids.status();
+    if (absl::Status s = Allocate(*stub, *ids, out); !s.ok()) return s;
+  } else {
+    std::string metrics_address;
+    if (scrape) {
+      metrics_address = WaitForMetricsAddress(plugin.child(), kWait);
+      if (metrics_address.empty()) {
+        return absl::DeadlineExceededError("the plugin logged no \"metrics: serving on\" line" +
+                                           plugin.Why());
+      }
+    }
+    absl::Status s = RunExclusive(*stub, available, *node.topology, pods, metrics_address, out);
+    if (!s.ok()) return s;
+  }
+  return plugin.Stop();
 }
 
 }  // namespace
 
 int RunDemo(const DemoOptions& options, std::ostream& out) {
+  if (::access(options.plugin_binary.c_str(), X_OK) != 0) {
+    out << "demo: no rdma-device-plugin binary at '" << options.plugin_binary
+        << "' (build it with scripts/build.sh, or give --plugin-binary)\n";
+    return 1;
+  }
   std::string dir = options.work_dir;
   const bool temp = dir.empty();
   if (temp) {
@@ -186,12 +256,20 @@ int RunDemo(const DemoOptions& options, std::ostream& out) {
     }
     dir = tmpl;
   }
-  out << "rdma-device-plugin demo in " << dir << "\n";
+  out << "rdma-device-plugin demo in " << dir << ": " << options.plugin_binary
+      << " serving a fixture node to this process, which plays the kubelet\n";
   absl::Status status;
-  absl::StatusOr<std::string> xml = LayOutNode(options, dir, out);
-  if (!xml.ok()) status = xml.status();
-  for (Mode mode : {hca::Mode::kExclusive, hca::Mode::kShared}) {
-    if (status.ok()) status = RunMode(mode, dir, *xml, options.metrics, out);
+  absl::StatusOr<FixtureNode> node = LayOutNode(dir, options.topology_xml);
+  if (node.ok()) {
+    out << "node fixture: "
+        << (options.topology_xml.empty() ? "bundled dgx-h100-like" : options.topology_xml)
+        << ", " << node->topology->hcas().size() << " HCAs, " << node->topology->gpus().size()
+        << " GPUs, fake sysfs and /dev under " << node->root << "\n";
+    for (const char* mode : {"exclusive", "shared"}) {
+      if (status.ok()) status = RunMode(mode, dir, *node, options, out);
+    }
+  } else {
+    status = node.status();
   }
   std::error_code ec;
   if (temp) fs::remove_all(dir, ec);

@@ -66,8 +66,6 @@ class Discoverer {
   //   discovered RDMA device: mlx5_0 (PCI=0000:1a:00.0, NUMA=0, uverbs=uverbs0, pcieRoot=pci0000:15)
   absl::StatusOr<TopologyPtr> Discover();
 
-  const DiscoveryOptions& options() const { return options_; }
-
  private:
   friend absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options);
 

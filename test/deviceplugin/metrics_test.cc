@@ -1,13 +1,9 @@
 // What the device plugin exports (deviceplugin/plugin_metrics.h, metrics/node_metrics.h) on
 // fixture nodes: port counters with known values, an HCA down, a container holding an HCA
-// through the fake pod-resources server, each allocation's alignment with the container's GPUs,
-// and the built binary's endpoint fetched with libcurl. The exposition format and the HTTP
-// endpoint alone: test/metrics.
+// through the fake pod-resources server, each allocation's alignment with the container's GPUs.
+// The exposition format and the HTTP endpoint alone: test/metrics; the built binary's endpoint:
+// test/cmd.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +22,6 @@
 #include "metrics/metrics.h"
 #include "metrics/node_metrics.h"
 #include "test/deviceplugin/test_node.h"
-#include "test/support/child.h"
 #include "test/support/http_get.h"
 
 namespace rdp::deviceplugin {
@@ -484,150 +479,6 @@ TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
   stop = true;
   for (auto& t : threads) t.join();
   EXPECT_EQ(scrapes, 200);
-}
-
-// --- The built binary, scraped over HTTP ---
-
-// The port of the "metrics: serving on HOST:PORT" line, or 0.
-int ServedPort(const std::string& output) {
-  constexpr char kLine[] = "metrics: serving on 127.0.0.1:";
-  const std::size_t at = output.find(kLine);
-  if (at == std::string::npos) return 0;
-  return std::atoi(output.c_str() + at + sizeof(kLine) - 1);
-}
-
-TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
-  testing::TestNode node;
-  const Config config = node.MakeConfig(hca::Mode::kExclusive);
-  KubeletSim kubelet(config.kubelet_dir);
-  ASSERT_TRUE(kubelet.Start().ok());
-  const std::string socket = node.dir().Sub("pr.sock");
-  FakePodResources pods(socket);
-  pods.Set({{"team-a/train-0/main", {{"rdma/hca", {"0000:3a:00.0"}}}}});
-  ASSERT_TRUE(pods.Start().ok());
-  rdp::testing::Child::Options options;
-  options.env["RDP_METRICS_ADDRESS"] = "127.0.0.1:0";  // the flag's environment variable
-  rdp::testing::Child plugin(
-      RDP_BINARY, {"--mode", "exclusive", "--sysfs-root", config.discovery.sysfs_root,
-                   "--dev-root", config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir,
-                   "--health-interval", "100ms", "--pod-resources-socket", socket},
-      options);
-  ASSERT_TRUE(plugin.running());
-  ASSERT_TRUE(plugin.WaitForOutput("metrics: serving on 127.0.0.1:", kWait));
-  const int port = ServedPort(plugin.output());
-  ASSERT_GT(port, 0) << plugin.output();
-  ASSERT_TRUE(kubelet.WaitForRegistration(0, kWait).has_value());
-  // The kubelet has the registration before the plugin has its answer and counts it: the log
-  // line follows the count.
-  ASSERT_TRUE(plugin.WaitForOutput("Registered device plugin with Kubelet", kWait));
-  // A GetPreferredAllocation and an Allocate, so that their latencies are measured.
-  auto stub = kubelet.PluginStub();
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-    v1beta1::PreferredAllocationResponse response;
-    ASSERT_TRUE(stub->GetPreferredAllocation(
-                        &context, PreferredRequest({"0000:1a:00.0", "0000:9a:00.0"}, {}, 1),
-                        &response)
-                    .ok());
-  }
-  {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-    v1beta1::AllocateRequest request;
-    request.add_container_requests()->add_devices_ids("0000:1a:00.0");
-    v1beta1::AllocateResponse response;
-    ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
-  }
-
-  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/metrics");
-  ASSERT_EQ(scrape.code, 200);
-  const std::string& text = scrape.body;
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total 1")) << text;
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_build_info{version=\"" RDP_VERSION
-                            "\",subcommand=\"serve\"} 1"));
-  // Error series exist from the start, at zero.
-  EXPECT_TRUE(HasLine(
-      text, "rdma_device_plugin_rpc_errors_total{method=\"Allocate\",code=\"UNAVAILABLE\"} 0"));
-  EXPECT_TRUE(HasLine(text,
-                      "rdma_device_plugin_hca_allocated{hca=\"mlx5_1\",pci=\"0000:3a:00.0\","
-                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
-  EXPECT_TRUE(HasLine(
-      text,
-      "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_1\",port=\"1\"} 8000004"));
-  EXPECT_TRUE(HasLine(
-      text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"Allocate\"} 1"));
-  EXPECT_TRUE(HasLine(
-      text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"GetPreferredAllocation\"} 1"));
-  EXPECT_TRUE(HasLine(text,
-                      "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"));
-  EXPECT_EQ(rdp::testing::HttpGet("http://127.0.0.1:" + std::to_string(port) + "/healthz").body, "ok\n");
-
-  // promtool (Debian's prometheus package, scripts/install-sources.sh) holds the scrape to the
-  // format; without it, the checks above stand alone.
-  if (::access("/usr/bin/promtool", X_OK) == 0) {
-    const std::string file = node.dir().Sub("scrape.txt");
-    std::ofstream(file) << text;
-    rdp::testing::Child promtool("/bin/sh", {"-c", "/usr/bin/promtool check metrics < " + file});
-    EXPECT_EQ(promtool.Wait(kWait), 0) << promtool.output();
-  }
-
-  plugin.Signal(SIGTERM);
-  EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 0);
-}
-
-// The metrics port is taken (another process, a second instance): the plugin exits 2 naming the
-// flag before it has registered, so that a restart loop does not register the resource again and
-// again. Before, it listened only after registering: the kubelet had a registration from each
-// attempt.
-TEST(MetricsBinaryTest, ATakenPortExitsTwoBeforeRegistering) {
-  testing::TestNode node;
-  const Config config = node.MakeConfig(hca::Mode::kShared);
-  KubeletSim kubelet(config.kubelet_dir);
-  ASSERT_TRUE(kubelet.Start().ok());
-  const int taken = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(taken, 0);
-  struct sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(taken, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(taken, 1), 0);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::getsockname(taken, reinterpret_cast<struct sockaddr*>(&addr), &len), 0);
-  const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-  rdp::testing::Child plugin(
-      RDP_BINARY, {"--sysfs-root", config.discovery.sysfs_root, "--dev-root",
-                   config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir,
-                   "--pod-resources-socket=", "--metrics-address", address});
-  EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << plugin.output();
-  EXPECT_THAT(plugin.output(), HasSubstr("--metrics-address '" + address + "'"));
-  EXPECT_EQ(kubelet.registrations(), 0) << plugin.output();
-  ::close(taken);
-}
-
-TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
-  for (const char* bad : {"nowhere", "127.0.0.1:99999", "example.com:9402"}) {
-    rdp::testing::Child plugin(RDP_BINARY, {"--metrics-address", bad});
-    EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << bad;
-    EXPECT_NE(plugin.output().find("--metrics-address"), std::string::npos) << plugin.output();
-  }
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--metrics-allow", "10.0.0.0/33"}, "--metrics-allow"},
-      {{"--metrics-allow", "pods"}, "--metrics-allow"},
-      {{"--metrics-threads", "0"}, "--metrics-threads"},
-      {{"--metrics-request-timeout", "soon"}, "--metrics-request-timeout"},
-  };
-  for (const auto& [args, flag] : cases) {
-    std::vector<std::string> all = {"--metrics-address", "127.0.0.1:0"};
-    all.insert(all.end(), args.begin(), args.end());
-    for (const char* sub : {"serve", "dra"}) {
-      std::vector<std::string> with = all;
-      with.insert(with.begin(), sub);
-      rdp::testing::Child plugin(RDP_BINARY, with);
-      EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << sub << " " << args[1];
-      EXPECT_THAT(plugin.output(), HasSubstr(flag)) << sub;
-    }
-  }
 }
 
 // Early-warning health through the device plugin's health poll, on a fixture whose counters grow

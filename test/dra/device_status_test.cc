@@ -11,12 +11,12 @@
 namespace rdp::dra {
 namespace {
 
-using deviceplugin::testing::FixtureCard;
+using rdp::testing::FixtureCard;
 
 TEST(DRADeviceStatusTest, NamesTheHcaItsUverbsNodeAndItsFirstNetdev) {
   sim::FixtureHca roce = FixtureCard("mlx5_0", "0000:1a:00.0", 0, "pci0000:15");
   roce.netdevs = {"ens1f0np0", "ens1f0v0"};
-  deviceplugin::testing::TestNode node({roce, FixtureCard("mlx5_1", "0000:3a:00.0", 0, "pci0000:37")});
+  rdp::testing::TestNode node({roce, FixtureCard("mlx5_1", "0000:3a:00.0", 0, "pci0000:37")});
   std::shared_ptr<Env> env = node.NodeEnv();
   absl::StatusOr<std::vector<topology::Hca>> hcas = topology::ReadSysfsHcas(*env);
   ASSERT_TRUE(hcas.ok()) << hcas.status();

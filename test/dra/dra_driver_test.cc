@@ -335,7 +335,7 @@ TEST(DRADriverTest, HotPluggedHcaIsFoundByDiscoveringAgain) {
   // Plugged in after the driver's snapshot was taken.
   ASSERT_TRUE(n.node()
                   .fixture()
-                  .AddHca(deviceplugin::testing::FixtureCard("mlx5_4", "0000:da:00.0", 1, "pci0000:d7"))
+                  .AddHca(rdp::testing::FixtureCard("mlx5_4", "0000:da:00.0", 1, "pci0000:d7"))
                   .ok());
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0), Dev("hca-0000-da-00-0")});
   auto r = n.driver().Prepare({kClaim}).at(kClaim.uid);

@@ -18,14 +18,14 @@
 #include "dra/model.h"
 #include "node/node.h"
 #include "gtest/gtest.h"
-#include "test/deviceplugin/test_node.h"
+#include "test/support/test_node.h"
 #include "topology/discovery.h"
 
 namespace rdp::dra::testing {
 
 inline constexpr char kDriver[] = "rdma.example.com";
 inline constexpr char kNode[] = "node-a";
-// Device names of deviceplugin::testing::FourCards().
+// Device names of rdp::testing::FourCards().
 inline constexpr char kHca0[] = "hca-0000-1a-00-0";  // mlx5_0: uverbs0, umad0, issm0
 inline constexpr char kHca1[] = "hca-0000-3a-00-0";  // mlx5_1: uverbs1, umad1, issm1
 
@@ -200,7 +200,7 @@ class DraNode {
   Driver& driver() { return *driver_; }
   FakeClaimReader& reader() { return reader_; }
   CdiStore& cdi() { return *cdi_; }
-  deviceplugin::testing::TestNode& node() { return node_; }
+  rdp::testing::TestNode& node() { return node_; }
   Env& env() { return *env_; }
   const topology::Topology& topology() const { return *core_->Now()->topology; }
   node::Node& core() { return *core_; }
@@ -221,7 +221,7 @@ class DraNode {
   }
 
  private:
-  deviceplugin::testing::TestNode node_;
+  rdp::testing::TestNode node_;
   std::shared_ptr<Env> env_;
   std::atomic<int> discoveries_{0};
   std::unique_ptr<node::Node> core_;

@@ -15,7 +15,7 @@
 #include "allocator/allocator.h"
 #include "proto/podresources.pb.h"
 #include "deviceplugin/config.h"
-#include "sim/demo.h"
+#include "sim/bundled_node.h"
 #include "deviceplugin/gpu_context.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/withholding.h"

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "sim/demo.h"
+#include "sim/bundled_node.h"
 #include "hca/hca.h"
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/service.h"

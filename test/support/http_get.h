@@ -1,22 +1,17 @@
 #pragma once
 
-// An HTTP GET through libcurl, as a scraper makes one, and the lines of what it read: for the
+// An HTTP GET as a scraper makes one (sim/http_get.h) and the lines of what it read: for the
 // tests of the metrics endpoint.
 
 #include <string>
 #include <vector>
 
-#include "absl/time/time.h"
+#include "sim/http_get.h"
 
 namespace rdp::testing {
 
-struct HttpResponse {
-  long code = 0;  // 0 when the request failed (no connection, timeout)
-  std::string body;
-  std::string content_type;
-};
-
-HttpResponse HttpGet(const std::string& url, absl::Duration timeout = absl::Seconds(10));
+using sim::HttpGet;
+using sim::HttpResponse;
 
 // The non-empty lines of a scrape, and whether one of them is exactly `line`.
 std::vector<std::string> Lines(const std::string& text);

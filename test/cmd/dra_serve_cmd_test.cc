@@ -19,16 +19,18 @@
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
 #include "gmock/gmock.h"
-#include "test/dra/dra_node.h"
+#include "nlohmann/json.hpp"
 #include "test/support/child.h"
 #include "test/support/http_get.h"
+#include "test/support/test_node.h"
 
-namespace rdp::dra {
+namespace rdp::cmd {
 namespace {
 
 namespace drapb = ::k8s::io::kubelet::pkg::apis::dra::v1;
-using testing::kDriver;
-using testing::kHca1;
+constexpr char kDriver[] = "rdma.example.com";
+// The ResourceSlice device name of mlx5_1 of rdp::testing::FourCards().
+constexpr char kHca1[] = "hca-0000-3a-00-0";
 
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
@@ -48,7 +50,7 @@ class DRAServeCmdTest : public ::testing::Test {
         << R"("contexts":[{"name":"x","context":{"cluster":"c","user":"u"}}]})";
   }
   std::vector<std::string> Flags() const {
-    const std::string root = node_.dir().Sub("node");
+    const std::string root = node_.root();
     return {"--kubelet-dir", kubelet_dir_, "--cdi-root",   cdi_root_, "--driver-name",
             kDriver,         "--node-name", "node-a",      "--sysfs-root", root,
             "--dev-root",    root,          "--log-level", "info",    "--kubeconfig",
@@ -65,7 +67,7 @@ class DRAServeCmdTest : public ::testing::Test {
     return reg->GetInfo(&ctx, {}, &info);
   }
 
-  deviceplugin::testing::TestNode node_;
+  rdp::testing::TestNode node_;
   const std::string kubelet_dir_ = node_.dir().Sub("kubelet");
   const std::string cdi_root_ = node_.dir().Sub("cdi");
   const std::string kubeconfig_ = node_.dir().Sub("kubeconfig.json");
@@ -296,8 +298,8 @@ class HealthStream {
 
 // The kubelet's health stream (DRAResourceHealth.NodeWatchResources, v1 and v1alpha1): every HCA
 // HEALTHY at once, an HCA whose port goes DOWN UNHEALTHY at the next poll with the reason, and
-// HEALTHY again when the port comes back. Before, GetInfo offered no health service and the call
-// was UNIMPLEMENTED: a pod kept an HCA whose link was down with no word of it in its status.
+// HEALTHY again when the port comes back, so that a pod whose HCA's link is down says so in its
+// status.
 TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStream) {
   std::vector<std::string> serve = {"dra"};
   for (const std::string& a : Flags()) serve.push_back(a);
@@ -388,4 +390,4 @@ TEST_F(DRAServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
 }
 
 }  // namespace
-}  // namespace rdp::dra
+}  // namespace rdp::cmd

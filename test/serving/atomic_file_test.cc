@@ -9,17 +9,13 @@
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"
 
-namespace rdp::dra {
+namespace rdp::serving {
 namespace {
 
-// The DRA driver's atomic files (its checkpoint, its CDI specs) are written by serving/atomic_file
-// (shared with the device plugin's /etc/rdma/allocation.json files).
-using serving::RemoveTemporaryFiles;
-using serving::TemporaryFileTarget;
-using serving::WriteFileAtomically;
-using serving::WriteFileUnlessThere;
+// The files both doors write atomically: the DRA driver's checkpoint and CDI specs, the device
+// plugin's /etc/rdma/allocation.json files.
 
-TEST(DRAAtomicFileTest, TemporaryFileTargetNamesTheFinalFile) {
+TEST(AtomicFileTest, TemporaryFileTargetNamesTheFinalFile) {
   EXPECT_EQ(TemporaryFileTarget(".checkpoint.json.123.0.tmp"), "checkpoint.json");
   EXPECT_EQ(TemporaryFileTarget(".d-hca_0c1a.json.7.42.tmp"), "d-hca_0c1a.json");
   for (const char* not_one : {"checkpoint.json", ".checkpoint.json.tmp", "checkpoint.json.1.2.tmp",
@@ -29,7 +25,7 @@ TEST(DRAAtomicFileTest, TemporaryFileTargetNamesTheFinalFile) {
   }
 }
 
-TEST(DRAAtomicFileTest, RemoveTemporaryFilesRemovesOnlyThoseAskedFor) {
+TEST(AtomicFileTest, RemoveTemporaryFilesRemovesOnlyThoseAskedFor) {
   rdp::testing::TempDir dir;
   ASSERT_TRUE(WriteFileAtomically(dir.Sub("a.json"), "{}\n", 0644).ok());
   for (const char* name : {".a.json.1.0.tmp", ".b.json.2.0.tmp", "a.json.1.0.tmp"}) {
@@ -48,7 +44,7 @@ TEST(DRAAtomicFileTest, RemoveTemporaryFilesRemovesOnlyThoseAskedFor) {
 
 // A file named for its content is written once: one that is there already is left as it is
 // (both doors' allocation files); a missing one is written, and a failure names the path.
-TEST(DRAAtomicFileTest, WriteFileUnlessThereWritesOnlyAMissingFile) {
+TEST(AtomicFileTest, WriteFileUnlessThereWritesOnlyAMissingFile) {
   rdp::testing::TempDir dir;
   auto read = [](const std::string& path) {
     std::ifstream in(path);
@@ -64,4 +60,4 @@ TEST(DRAAtomicFileTest, WriteFileUnlessThereWritesOnlyAMissingFile) {
 }
 
 }  // namespace
-}  // namespace rdp::dra
+}  // namespace rdp::serving

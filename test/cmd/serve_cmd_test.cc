@@ -10,11 +10,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
-#include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
+#include "test/support/test_node.h"
 
-namespace rdp::deviceplugin {
+namespace rdp::cmd {
 namespace {
+
+using sim::KubeletSim;
 
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
@@ -35,15 +37,15 @@ TEST(ServeCmdTest, BadValuesExitTwo) {
 }
 
 TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
-  testing::TestNode node;
-  const Config config = node.MakeConfig(hca::Mode::kExclusive);
-  KubeletSim kubelet(config.kubelet_dir);
+  rdp::testing::TestNode node;
+  const std::string kubelet_dir = node.dir().Sub("dp");
+  KubeletSim kubelet(kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
   rdp::testing::Child plugin(RDP_BINARY, {"--mode", "exclusive", "--exclusive-label",
                            "rdma.network.alibabacloud.com/exclusive",
-                           "--node-name", "node-a", "--sysfs-root", config.discovery.sysfs_root,
-                           "--dev-root", config.discovery.dev_root, "--kubelet-dir",
-                           config.kubelet_dir, "--proc-root", config.proc_root,
+                           "--node-name", "node-a", "--sysfs-root", node.root(),
+                           "--dev-root", node.root(), "--kubelet-dir",
+                           kubelet_dir, "--proc-root", node.root(),
                            "--health-interval", "100ms", "--log-level", "info",
                            // Last and written with '=', as a chart's extraArgs has it: off.
                            "--pod-resources-socket="});
@@ -67,13 +69,13 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
       },
       absl::Seconds(20));
   EXPECT_TRUE(devices.has_value());
-  EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir}), 0);
+  EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", kubelet_dir}), 0);
 
   plugin.Signal(SIGTERM);
   EXPECT_EQ(plugin.Wait(kTimeout), 0);
   struct stat st;
-  EXPECT_NE(::stat(config.SocketPath().c_str(), &st), 0) << "socket left behind";
-  EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", config.kubelet_dir, "--timeout", "200ms"}), 1);
+  EXPECT_NE(::stat((kubelet_dir + "/rdma-hca.sock").c_str(), &st), 0) << "socket left behind";
+  EXPECT_EQ(RunBinary({"probe", "--kubelet-dir", kubelet_dir, "--timeout", "200ms"}), 1);
 }
 
 // The early-warning flags (docs/server.md): a value that cannot work exits 2 naming the flag.
@@ -93,4 +95,4 @@ TEST(ServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
 }
 
 }  // namespace
-}  // namespace rdp::deviceplugin
+}  // namespace rdp::cmd
