@@ -53,8 +53,6 @@
 #include <thread>
 #include <vector>
 
-#include <curl/curl.h>
-
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
@@ -63,6 +61,7 @@
 #include "nlohmann/json.hpp"
 #include "base/log.h"
 #include "deviceplugin/pod_resources.h"
+#include "kube/transport.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
 #include "sim/fixture_node.h"
@@ -520,7 +519,8 @@ std::vector<std::string> PluginArgs(const Node& node, const std::string& dir, bo
   return args;
 }
 
-// Fetches `url` back to back until `stop`; fills run's scrape figures.
+// Fetches `url` back to back until `stop`, through kube/'s HTTP transport (libcurl, the
+// connection kept); fills run's scrape figures.
 class Scraper {
  public:
   Scraper(std::string url, absl::Duration interval, Run* run)
@@ -538,36 +538,26 @@ class Scraper {
   }
 
  private:
-  static size_t Count(char*, size_t size, size_t n, void* bytes) {
-    *static_cast<double*>(bytes) += static_cast<double>(size * n);
-    return size * n;
-  }
   void Loop() {
-    CURL* curl = curl_easy_init();
-    curl_easy_setopt(curl, CURLOPT_URL, url_.c_str());
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Count);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    const std::unique_ptr<kube::Transport> transport = kube::NewCurlTransport({});
+    kube::HttpRequest request;
+    request.method = "GET";
+    request.url = url_;
+    request.timeout = absl::Seconds(10);
     auto next = std::chrono::steady_clock::now();
     while (!stop_) {
       // Paced like a Prometheus with a short scrape_interval (a benchmark's pace, not a
       // synchronisation); back to back when the interval is 0.
       next += absl::ToChronoNanoseconds(interval_);
-      double bytes = 0;
-      curl_easy_setopt(curl, CURLOPT_WRITEDATA, &bytes);
       const auto start = std::chrono::steady_clock::now();
-      long code = 0;
-      if (curl_easy_perform(curl) == CURLE_OK) {
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-      }
+      absl::StatusOr<kube::HttpResponse> got = transport->RoundTrip(request);
       ms_.push_back(std::chrono::duration<double, std::milli>(
                         std::chrono::steady_clock::now() - start).count());
       ++run_->scrapes;
-      if (code != 200) ++run_->scrape_failures;
-      run_->scrape_bytes = bytes;
+      if (!got.ok() || got->status != 200) ++run_->scrape_failures;
+      run_->scrape_bytes = got.ok() ? static_cast<double>(got->body.size()) : 0;
       std::this_thread::sleep_until(next);
     }
-    curl_easy_cleanup(curl);
   }
 
   const std::string url_;

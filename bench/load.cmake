@@ -3,10 +3,9 @@
 # Included by bench/CMakeLists.txt. See docs/reliability.md (Load) for the command and figures.
 if(TARGET rdp_deviceplugin)
   add_executable(bench_load ${CMAKE_CURRENT_LIST_DIR}/load.cc)
-  # libcurl: --scrape's /metrics scraper.
-  find_package(CURL REQUIRED)
-  target_link_libraries(bench_load PRIVATE rdp_sim rdp_test_support absl::str_format CLI11::CLI11
-    nlohmann_json::nlohmann_json CURL::libcurl)
+  # kube/'s HTTP transport: --scrape's /metrics scraper.
+  target_link_libraries(bench_load PRIVATE rdp_sim rdp_test_support rdp_kube absl::str_format
+    CLI11::CLI11 nlohmann_json::nlohmann_json)
   # The plugin it spawns: the binary of this build unless --binary says otherwise.
   add_dependencies(bench_load rdma-device-plugin)
   target_compile_definitions(bench_load PRIVATE RDP_BINARY="$<TARGET_FILE:rdma-device-plugin>")

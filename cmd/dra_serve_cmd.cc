@@ -19,10 +19,10 @@
 #include "cmd/metrics_flags.h"
 #include "cmd/run_server.h"
 #include "dra/devices.h"
-#include "dra/kube_client.h"
 #include "dra/kubelet_state.h"
 #include "dra/plugin.h"
 #include "hca/hca.h"
+#include "kube/client.h"
 #include "node/node.h"
 #include "topology/discovery.h"
 
@@ -123,26 +123,21 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   return r;
 }
 
-// The API server: --kubeconfig, else the in-cluster service account.
-absl::StatusOr<std::shared_ptr<dra::KubeClient>> ApiClient(const DraFlags& f) {
-  absl::StatusOr<dra::KubeConfig> config =
-      f.kubeconfig.empty() ? dra::InClusterConfig("/") : dra::LoadKubeconfig(f.kubeconfig);
-  if (!config.ok()) {
+// The API server: --kubeconfig, else the in-cluster service account (kube::NewClient); the
+// error names the flag.
+absl::StatusOr<std::shared_ptr<kube::Client>> ApiClient(const DraFlags& f) {
+  absl::StatusOr<std::unique_ptr<kube::Client>> client = kube::NewClient(f.kubeconfig);
+  if (!client.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
                                           : "--kubeconfig: ",
-                     config.status().message()));
+                     client.status().message()));
   }
-  if (absl::Status s = dra::CheckCredentialsSafe(*config); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.kubeconfig.empty() ? "in-cluster: " : "--kubeconfig: ", s.message()));
-  }
-  auto transport = dra::NewCurlTransport(*config);
-  return std::make_shared<dra::KubeClient>(*std::move(config), std::move(transport));
+  return std::shared_ptr<kube::Client>(*std::move(client));
 }
 
 int Serve(const DraFlags& f, const Resolved& r) {
-  absl::StatusOr<std::shared_ptr<dra::KubeClient>> client = ApiClient(f);
+  absl::StatusOr<std::shared_ptr<kube::Client>> client = ApiClient(f);
   if (!client.ok()) {
     Log()->error("{}", std::string(client.status().message()));
     return kExitUsage;

@@ -178,7 +178,7 @@ PodClaims ParsePodClaims(const nlohmann::json& pod) {
   return out;
 }
 
-ApiClaimReader::ApiClaimReader(std::shared_ptr<KubeClient> client) : client_(std::move(client)) {}
+ApiClaimReader::ApiClaimReader(std::shared_ptr<kube::Client> client) : client_(std::move(client)) {}
 
 absl::StatusOr<ClaimAllocation> ApiClaimReader::Read(const ClaimRef& ref,
                                                      const std::string& driver,

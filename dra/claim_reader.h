@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "dra/kube_client.h"
 #include "dra/model.h"
+#include "kube/client.h"
 
 namespace rdp::dra {
 
@@ -19,14 +19,14 @@ namespace rdp::dra {
 // InvalidArgument, not sent. Thread-safe (the client is).
 class ApiClaimReader : public ClaimReader {
  public:
-  explicit ApiClaimReader(std::shared_ptr<KubeClient> client);
+  explicit ApiClaimReader(std::shared_ptr<kube::Client> client);
 
   absl::StatusOr<ClaimAllocation> Read(const ClaimRef& ref, const std::string& driver,
                                        absl::Time deadline) override;
   absl::StatusOr<PodClaims> ReadPod(const PodRef& pod, absl::Time deadline) override;
 
  private:
-  std::shared_ptr<KubeClient> client_;
+  std::shared_ptr<kube::Client> client_;
 };
 
 // A ResourceClaim object as Read returns it, without the uid check: its uid, the results of

@@ -58,10 +58,10 @@ std::vector<nlohmann::json> DriverDeviceStatuses(const nlohmann::json& current,
   return out;
 }
 
-ApiClaimStatusWriter::ApiClaimStatusWriter(std::shared_ptr<KubeClient> client, std::string driver)
+ApiClaimStatusWriter::ApiClaimStatusWriter(std::shared_ptr<kube::Client> client, std::string driver)
     : ApiClaimStatusWriter(std::move(client), std::move(driver), Options()) {}
 
-ApiClaimStatusWriter::ApiClaimStatusWriter(std::shared_ptr<KubeClient> client, std::string driver,
+ApiClaimStatusWriter::ApiClaimStatusWriter(std::shared_ptr<kube::Client> client, std::string driver,
                                            Options options)
     : client_(std::move(client)),
       driver_(std::move(driver)),
@@ -134,12 +134,12 @@ absl::Status ApiClaimStatusWriter::Write(const ClaimRef& ref,
                                          const std::vector<nlohmann::json>& devices,
                                          absl::Time deadline) {
   const std::string path =
-      absl::StrCat("/apis/resource.k8s.io/v1/namespaces/", PercentEncode(ref.ns),
-                   "/resourceclaims/", PercentEncode(ref.name));
+      absl::StrCat("/apis/resource.k8s.io/v1/namespaces/", kube::PercentEncode(ref.ns),
+                   "/resourceclaims/", kube::PercentEncode(ref.name));
   const std::string what = absl::StrCat("claim ", Describe(ref), ": ");
   absl::Status last;
   for (int attempt = 1; attempt <= options_.conflict_attempts; ++attempt) {
-    absl::StatusOr<KubeResponse> got = client_->Get(path, deadline);
+    absl::StatusOr<kube::Response> got = client_->Get(path, deadline);
     if (!got.ok()) return got.status();
     nlohmann::json claim = std::move(got->body);
     if (!claim.is_object()) return absl::InternalError(absl::StrCat(what, "not an object"));
@@ -161,7 +161,7 @@ absl::Status ApiClaimStatusWriter::Write(const ClaimRef& ref,
     } else {
       status["devices"] = std::move(merged);
     }
-    absl::StatusOr<KubeResponse> put = client_->Put(path + "/status", claim, deadline);
+    absl::StatusOr<kube::Response> put = client_->Put(path + "/status", claim, deadline);
     if (absl::IsAborted(put.status())) {  // 409: someone wrote the claim since our GET
       last = put.status();
       continue;

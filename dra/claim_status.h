@@ -36,8 +36,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "dra/kube_client.h"
 #include "dra/model.h"
+#include "kube/client.h"
 #include "nlohmann/json.hpp"
 
 namespace rdp::dra {
@@ -67,8 +67,8 @@ class ApiClaimStatusWriter : public ClaimStatusWriter {
     std::uint64_t failures = 0;   // writes that failed (each retry counts)
   };
 
-  ApiClaimStatusWriter(std::shared_ptr<KubeClient> client, std::string driver);
-  ApiClaimStatusWriter(std::shared_ptr<KubeClient> client, std::string driver, Options options);
+  ApiClaimStatusWriter(std::shared_ptr<kube::Client> client, std::string driver);
+  ApiClaimStatusWriter(std::shared_ptr<kube::Client> client, std::string driver, Options options);
   ~ApiClaimStatusWriter() override;  // Stop()
 
   // Starts the writing thread; Set before Start queues.
@@ -102,7 +102,7 @@ class ApiClaimStatusWriter : public ClaimStatusWriter {
   void Done(const Pending& taken, const absl::Status& s);
   absl::Duration Backoff(int failures) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::shared_ptr<KubeClient> client_;
+  const std::shared_ptr<kube::Client> client_;
   const std::string driver_;
   const Options options_;
 

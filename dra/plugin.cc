@@ -129,7 +129,7 @@ std::set<std::string> HeldHcas(const PreparedClaims& claims, const node::View& v
   return held;
 }
 
-Plugin::Plugin(PluginConfig config, node::Node& node, std::shared_ptr<KubeClient> client)
+Plugin::Plugin(PluginConfig config, node::Node& node, std::shared_ptr<kube::Client> client)
     : config_(std::move(config)),
       node_(node),
       client_(std::move(client)),

@@ -36,6 +36,7 @@
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
 #include "hca/hca.h"
+#include "kube/client.h"
 #include "node/node.h"
 
 namespace rdp::dra {
@@ -79,7 +80,7 @@ std::set<std::string> HeldHcas(const PreparedClaims& claims, const node::View& v
 class Plugin {
  public:
   // `node` (not yet Init'ed) and `client` outlive the plugin.
-  Plugin(PluginConfig config, node::Node& node, std::shared_ptr<KubeClient> client);
+  Plugin(PluginConfig config, node::Node& node, std::shared_ptr<kube::Client> client);
   ~Plugin();  // Stop()
   Plugin(const Plugin&) = delete;
   Plugin& operator=(const Plugin&) = delete;
@@ -110,7 +111,7 @@ class Plugin {
 
   const PluginConfig config_;
   node::Node& node_;
-  const std::shared_ptr<KubeClient> client_;
+  const std::shared_ptr<kube::Client> client_;
   ApiClaimReader reader_;
   // Claims' status.devices, written on a thread of its own: a prepare never waits on it.
   ApiClaimStatusWriter claim_status_;

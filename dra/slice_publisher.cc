@@ -244,12 +244,12 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
   return plan;
 }
 
-ApiSlicePublisher::ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::string driver,
+ApiSlicePublisher::ApiSlicePublisher(std::shared_ptr<kube::Client> client, std::string driver,
                                      std::string node_name)
     : client_(std::move(client)), driver_(std::move(driver)), node_(std::move(node_name)) {}
 
 std::string ApiSlicePublisher::Selector() const {
-  return PercentEncode(absl::StrCat("spec.nodeName=", node_, ",spec.driver=", driver_));
+  return kube::PercentEncode(absl::StrCat("spec.nodeName=", node_, ",spec.driver=", driver_));
 }
 
 absl::StatusOr<std::pair<std::vector<nlohmann::json>, std::string>> ApiSlicePublisher::List(
@@ -259,7 +259,7 @@ absl::StatusOr<std::pair<std::vector<nlohmann::json>, std::string>> ApiSlicePubl
   std::string version;  // the first page's: the snapshot the pages are of
   std::string next;
   do {
-    auto page = client_->Get(next.empty() ? base : base + "&continue=" + PercentEncode(next),
+    auto page = client_->Get(next.empty() ? base : base + "&continue=" + kube::PercentEncode(next),
                              deadline);
     if (!page.ok()) return page.status();
     const auto& items = Field(page->body, {"items"});
@@ -294,7 +294,7 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
         {"apiVersion", "v1"},
         {"kind", "DeleteOptions"},
         {"preconditions", {{"uid", Field(slice, {"metadata", "uid"})}}}};
-    auto s = client_->Delete(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), options,
+    auto s = client_->Delete(absl::StrCat(kSlices, "/", kube::PercentEncode(Name(slice))), options,
                              deadline)
                  .status();
     if (s.ok() || absl::IsNotFound(s)) applied_.erase(Name(slice));  // gone, as wanted
@@ -307,7 +307,7 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
   }
   // What the server answered a write with is what it holds at that resourceVersion; it is
   // compared with what was sent.
-  auto remember = [&](const nlohmann::json& written, const absl::StatusOr<KubeResponse>& r) {
+  auto remember = [&](const nlohmann::json& written, const absl::StatusOr<kube::Response>& r) {
     const std::string name = Name(written);
     const auto& version = Field(r->body, {"metadata", "resourceVersion"});
     if (version.is_string()) {
@@ -318,7 +318,8 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
     CheckAnswer(written, r->body);
   };
   for (const auto& slice : plan.update) {
-    auto r = client_->Put(absl::StrCat(kSlices, "/", PercentEncode(Name(slice))), slice, deadline);
+    auto r = client_->Put(absl::StrCat(kSlices, "/", kube::PercentEncode(Name(slice))), slice,
+                          deadline);
     if (r.ok()) remember(slice, r);
     if (note(r.status())) return r.status();
   }
@@ -389,7 +390,7 @@ absl::StatusOr<std::string> ApiSlicePublisher::NodeUid(absl::Time deadline) {
     absl::MutexLock lock(&mu_);
     if (!node_uid_.empty()) return node_uid_;
   }
-  auto node = client_->Get(absl::StrCat("/api/v1/nodes/", PercentEncode(node_)), deadline);
+  auto node = client_->Get(absl::StrCat("/api/v1/nodes/", kube::PercentEncode(node_)), deadline);
   if (!node.ok()) return node.status();
   const auto& uid = Field(node->body, {"metadata", "uid"});
   if (!uid.is_string() || uid.get<std::string>().empty()) {
@@ -450,7 +451,7 @@ absl::Status ApiSlicePublisher::Watch(const std::function<bool()>& cancelled,
   }
   const std::string path = absl::StrCat(
       kSlices, "?fieldSelector=", Selector(), "&watch=true&allowWatchBookmarks=true",
-      "&resourceVersion=", PercentEncode(version),
+      "&resourceVersion=", kube::PercentEncode(version),
       "&timeoutSeconds=", absl::ToInt64Seconds(timeout));
   return client_->Watch(
       path, timeout + absl::Seconds(30), cancelled, on_open, [&](const nlohmann::json& event) {

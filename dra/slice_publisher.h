@@ -15,8 +15,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "dra/kube_client.h"
 #include "dra/model.h"
+#include "kube/client.h"
 
 namespace rdp::dra {
 
@@ -88,7 +88,8 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
 // together); the events of our own writes are not changes.
 class ApiSlicePublisher : public SlicePublisher {
  public:
-  ApiSlicePublisher(std::shared_ptr<KubeClient> client, std::string driver, std::string node_name);
+  ApiSlicePublisher(std::shared_ptr<kube::Client> client, std::string driver,
+                    std::string node_name);
 
   absl::Status Publish(const std::vector<nlohmann::json>& slices, absl::Time deadline) override;
   absl::Status Watch(const std::function<bool()>& cancelled, const std::function<void()>& on_open,
@@ -119,7 +120,7 @@ class ApiSlicePublisher : public SlicePublisher {
   // Compares a write's answer with what was sent; see the class comment.
   void CheckAnswer(const nlohmann::json& sent, const nlohmann::json& answer);
 
-  std::shared_ptr<KubeClient> client_;
+  std::shared_ptr<kube::Client> client_;
   const std::string driver_;
   const std::string node_;
   AppliedSlices applied_;

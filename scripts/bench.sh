@@ -20,7 +20,7 @@ case ${1:-} in
   *) echo "usage: scripts/bench.sh [--quick] (got '$1')" >&2; exit 2 ;;
 esac
 build=${BUILD_DIR:-build}
-scripts/install-deps.sh
+# build.sh installs what is missing (scripts/install-deps.sh).
 BUILD_DIR=$build scripts/build.sh -DRDP_BUILD_BENCHMARKS=ON
 out=$build/bench
 mkdir -p "$out"

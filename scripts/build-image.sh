@@ -19,8 +19,9 @@
 # Defaults: localhost/rdma-device-plugin:image-test, ${BUILD_DIR:-build}/image-test.
 # RDP_DEBIAN_MIRROR overrides the mirror (default: the one in /etc/apt/sources*). One build at a
 # time on a machine (/var/tmp/rdp-image-test.lock; RDP_IMAGE_LOCK_HELD=1 when the caller holds it).
+# Installs the Debian packages it needs when missing (scripts/install-deps.sh).
 # Exit 0 built, 1 failed, 2 bad flag, 77 cannot run here (not root, podman/runc/debootstrap
-# missing or podman unable to run).
+# missing after install-deps.sh, or podman unable to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -40,12 +41,13 @@ work=${work:-$build/image-test}
 source scripts/lib/log.sh build-image
 
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman"
+scripts/install-deps.sh || fail "scripts/install-deps.sh failed"
 for tool in podman runc debootstrap; do
-  command -v "$tool" >/dev/null || skip "$tool not installed (scripts/install-deps.sh installs it)"
+  command -v "$tool" >/dev/null || skip "$tool not installed after scripts/install-deps.sh"
 done
 if ((arm64)); then
   command -v aarch64-linux-gnu-strip >/dev/null ||
-    skip "no aarch64-linux-gnu-strip for --arm64 (scripts/install-deps.sh installs crossbuild-essential-arm64)"
+    skip "no aarch64-linux-gnu-strip for --arm64 after scripts/install-deps.sh"
 fi
 mkdir -p "$work"
 work=$(realpath "$work")

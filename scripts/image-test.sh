@@ -24,14 +24,15 @@
 #     --version` and `topology --json` on the GB200 fixture run in it under qemu-aarch64-static
 #     and equal the host binary's; both images in one manifest list (podman manifest inspect
 #     printed).
-# Exit 0 passed, 1 failed, 77 skipped (not root, or podman/runc/debootstrap/helm missing or
-# podman unable to run: the reason is printed). Every wait has a deadline; nothing sleeps for a
+# Exit 0 passed, 1 failed, 77 skipped (not root, podman/runc/debootstrap missing after
+# scripts/install-deps.sh, no helm at --helm, or podman unable to run: the reason is printed). Every wait has a deadline; nothing sleeps for a
 # fixed time to synchronise.
 #
 #   scripts/image-test.sh [--build-dir DIR] [--binary PATH] [--standin PATH] [--helm PATH]
 #                         [--work DIR] [--image NAME]
-# Defaults from the build directory (${BUILD_DIR:-build}): its cmd/rdma-device-plugin,
-# test/image/image_kubelet_standin, tools/bin/helm (else helm on PATH) and image-test/.
+# Defaults from the build directory (${BUILD_DIR:-build}): its cmd/rdma-device-plugin (with
+# rdma-device-plugin-sim beside it) and test/image/image_kubelet_standin (built when missing), helm as scripts/lib/helm.sh finds or
+# fetches it, and image-test/. The Debian packages it needs are installed when missing.
 # RDP_DEBIAN_MIRROR overrides the mirror (default: the one in /etc/apt/sources*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,25 +50,35 @@ while (($#)); do
     *) echo "image-test: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+given_binary=$binary given_standin=$standin
 binary=${binary:-$build/cmd/rdma-device-plugin}
 standin=${standin:-$build/test/image/image_kubelet_standin}
 work=${work:-$build/image-test}
-if [[ -z $helm ]]; then
-  helm=$build/tools/bin/helm
-  [[ -x $helm ]] || helm=$(command -v helm || true)
-fi
 
 # shellcheck source=scripts/lib/log.sh
 source scripts/lib/log.sh image-test
+# shellcheck source=scripts/lib/helm.sh
+source scripts/lib/helm.sh
 
 # --- Preconditions ----------------------------------------------------------------------------
+# What a person running it alone lacks is set up here: the Debian packages, helm, and the two
+# programs when their default paths are missing. ctest gives every path, so there only the
+# package check runs (and finds them installed by the test command).
 [[ $(id -u) -eq 0 ]] || skip "needs root: rootful podman, bind-mounted sockets in root-owned directories as on a node"
+scripts/install-deps.sh || fail "scripts/install-deps.sh failed"
 for tool in podman runc debootstrap python3 qemu-aarch64-static; do
-  command -v "$tool" >/dev/null || skip "$tool not installed (scripts/install-deps.sh installs it)"
+  command -v "$tool" >/dev/null || skip "$tool not installed after scripts/install-deps.sh"
 done
-[[ -n $helm && -x $helm ]] || skip "helm not found (scripts/get-helm.sh $build/tools/bin)"
-[[ -x $binary ]] || fail "no plugin binary at $binary (scripts/build.sh)"
-[[ -x $standin ]] || fail "no kubelet stand-in at $standin (scripts/build.sh -DBUILD_TESTING=ON)"
+if [[ -z $helm ]]; then helm=$(find_or_fetch_helm "$build") || fail "no helm, and fetching one failed"; fi
+[[ -x $helm ]] || skip "no helm at $helm (scripts/get-helm.sh $(dirname "$helm"))"
+# `fixture` runs rdma-device-plugin-sim from the plugin's directory.
+if [[ -z $given_binary && ! ( -x $binary && -x $binary-sim ) || -z $given_standin && ! -x $standin ]]; then
+  say "building the plugin, rdma-device-plugin-sim and the kubelet stand-in in $build (scripts/build.sh)"
+  BUILD_DIR=$build RDP_BUILD_TARGETS="rdma-device-plugin rdma-device-plugin-sim image_kubelet_standin" \
+    scripts/build.sh -DBUILD_TESTING=ON
+fi
+[[ -x $binary ]] || fail "no plugin binary at $binary"
+[[ -x $standin ]] || fail "no kubelet stand-in at $standin"
 binary=$(realpath "$binary") standin=$(realpath "$standin") helm=$(realpath "$helm")
 mkdir -p "$work"
 work=$(realpath "$work")

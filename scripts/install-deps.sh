@@ -14,10 +14,10 @@ build_packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libeigen3-dev libspdlog-dev libfmt-dev
   libcli11-dev nlohmann-json3-dev
-  # the DRA driver's API-server client (HTTPS, token auth)
+  # the Kubernetes API client, kube/ (HTTPS, token auth)
   libcurl4-openssl-dev
   # ... and its kubeconfigs in YAML (linked statically: nothing at run time). No :arm64 one
-  # below: Debian 12's is not Multi-Arch: same and would replace this one (dra/CMakeLists.txt)
+  # below: Debian 12's is not Multi-Arch: same and would replace this one (kube/CMakeLists.txt)
   libyaml-cpp-dev
   # the embedded HTTP server of --metrics-address (server/metrics_http.cc)
   libcivetweb-dev

@@ -21,9 +21,12 @@
 # (or RDP_REAL_NODE_NRI=1) enables containerd's NRI with its socket at
 # build/real-node/run/nri/nri.sock. It returns when the node's allocatable shows rdma/hca (device
 # plugin) or its ResourceSlices are published (DRA), and prints the kubeconfig's path,
-# build/real-node/kubeconfig.
+# build/real-node/kubeconfig. Before anything starts, up (and build) installs the Debian packages
+# it runs that are missing (scripts/install-deps.sh), and up fetches helm when none is found
+# (scripts/get-helm.sh into <build>/tools/bin) and builds <build>/cmd/rdma-device-plugin and
+# rdma-device-plugin-sim when they are missing (scripts/build.sh; they lay out the bundled node).
 #
-# Nothing outside the build directory is written: containerd and the kubelet run in one private
+# The node writes nothing outside the build directory: containerd and the kubelet run in one private
 # mount namespace with tmpfs over /var/lib (the build's kubelet directory bind-mounted on
 # /var/lib/kubelet), /var/log, /run, /tmp and /dev (a copy of the host's, with the node's
 # dev/infiniband as character devices), and the sysctls the kubelet sets bind-mounted from files
@@ -31,8 +34,9 @@
 # own, removed at down. The control plane runs in a namespace of its own (a tmpfs /tmp).
 #
 # Exit: 0; 1 on failure (a second up while one runs says so); 2 on a bad flag (named); 77 when this
-# machine cannot run it (not root, no Go >= 1.26, podman/runc/unshare missing).
-# Environment: BUILD_DIR (default build), RDP_HELM (default <build>/tools/bin/helm, then PATH).
+# machine cannot run it (not root, no Go >= 1.26, a tool missing after install-deps.sh).
+# Environment: BUILD_DIR (default build), RDP_HELM (the helm to use; else <build>/tools/bin/helm,
+# then helm on PATH, then the one scripts/get-helm.sh fetches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -62,6 +66,8 @@ readonly exclusive_label=rdma.network.alibabacloud.com/exclusive
 # setupKernelTunables); inside the namespace, files holding them are mounted over /proc/sys.
 readonly kubelet_sysctls="vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000"
 
+# shellcheck source=scripts/lib/helm.sh
+source scripts/lib/helm.sh
 say() { echo "real-node: $*"; }
 fail() { echo "real-node: FAILED: $*" >&2; exit 1; }
 usage_error() { echo "real-node: $*" >&2; echo "usage: $0 up [--node DIR] [--driver deviceplugin|dra] [--mode shared|exclusive] [--nri] | kubectl ARGS... | down | restart kubelet|containerd | reboot | ns CMD... | build" >&2; exit 2; }
@@ -89,9 +95,13 @@ in_ns() { nsenter -t "$(holder)" -m -- "$@"; }
 
 preconditions() {
   [[ $(id -u) == 0 ]] || skip "needs root (mount namespaces, cgroups, containerd)"
+  # The Debian packages it runs (podman, runc, debootstrap, ...): only those missing.
+  scripts/install-deps.sh >&2 || fail "scripts/install-deps.sh failed"
   local tool
   for tool in go unshare nsenter runc podman gcc dpkg-deb apt-get python3; do
-    command -v "$tool" >/dev/null || skip "$tool not found (scripts/install-deps.sh installs what is missing)"
+    command -v "$tool" >/dev/null && continue
+    [[ $tool == go ]] && skip "go not found: needs Go >= 1.26 (https://go.dev/dl; Debian 12's is older)"
+    skip "$tool not found after scripts/install-deps.sh"
   done
   local version minor
   version=$(go env GOVERSION)
@@ -105,11 +115,10 @@ preconditions() {
 # other mode's pod during a relabel.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-helm_binary() {
-  local h=${RDP_HELM:-$build/tools/bin/helm}
-  [[ -x $h ]] || h=$(command -v helm || true)
-  [[ -n $h ]] || fail "helm not found (scripts/get-helm.sh $build/tools/bin)"
-  echo "$h"
+# The helm that installs the chart (scripts/lib/helm.sh: found, else fetched).
+helm=
+ensure_helm() {
+  helm=$(find_or_fetch_helm "$build") || fail "no helm, and scripts/get-helm.sh $build/tools/bin failed"
 }
 
 # --- Binaries (cached: rebuilt when a version or a source changes) ----------------------------
@@ -535,8 +544,6 @@ start_node() {
 }
 
 install_chart() {
-  local helm
-  helm=$(helm_binary)
   local args=(--namespace "$namespace" --set image.repository="${rdp_image%:*}"
     --set image.tag="${rdp_image##*:}" --set image.pullPolicy=Never --set driver="$driver"
     --set hostPaths.sys="$run/node/sys"
@@ -587,6 +594,16 @@ cmd_up() {
     node_dir=$(cd "$node_dir" && pwd)
   fi
   preconditions
+  ensure_helm
+  local plugin=$build/cmd/rdma-device-plugin
+  # `rdma-device-plugin fixture` lays out the bundled node (it runs rdma-device-plugin-sim from
+  # its directory).
+  if [[ -z $node_dir && ! ( -x $plugin && -x $plugin-sim ) ]]; then
+    say "building $plugin and $plugin-sim (scripts/build.sh)"
+    BUILD_DIR=$build RDP_BUILD_TARGETS="rdma-device-plugin rdma-device-plugin-sim" scripts/build.sh \
+      >"$top/plugin-build.log" 2>&1 ||
+      { tail -20 "$top/plugin-build.log" >&2; fail "building $plugin (log: $top/plugin-build.log)"; }
+  fi
   exec 9>"$top/lock"
   flock -n 9 || fail "another real-node.sh up or down is running on $top"
   if alive "$(holder)" || alive "$(pid_of controlplane)"; then
@@ -595,7 +612,6 @@ cmd_up() {
   fi
   cleanup_leftovers
   build_binaries
-  local plugin=$build/cmd/rdma-device-plugin
   build_images
   trace "binaries and images ready"
   local t0
@@ -612,7 +628,6 @@ cmd_up() {
   if [[ -n $node_dir ]]; then
     cp -a "$node_dir/." "$run/node/"
   else
-    [[ -x $plugin ]] || fail "no plugin binary at $plugin to lay out the bundled node (scripts/build.sh)"
     "$plugin" fixture --topology-xml test/data/dgx-h100-like.xml --out "$run/node" --log-level warn >/dev/null
     cp test/data/dgx-h100-like.xml "$run/node/topology.xml"
   fi

@@ -27,20 +27,20 @@
 # machine's binfmt_misc is never touched. Where that namespace cannot be made, the tests run
 # through qemu alone, without the two probe tests (their child cannot start).
 #
-# Exit 0 passed, 1 failed, 77 skipped (no cross compiler or qemu: scripts/install-deps.sh).
+# Exit 0 passed, 1 failed, 77 skipped (no qemu-aarch64-static after scripts/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-arm64}
 native=${RDP_NATIVE_BUILD:-build}
 # shellcheck source=scripts/lib/log.sh
 source scripts/lib/log.sh test-arm64
-command -v aarch64-linux-gnu-g++ >/dev/null || skip "no aarch64-linux-gnu-g++ (scripts/install-deps.sh)"
-qemu=$(command -v qemu-aarch64-static) || skip "no qemu-aarch64-static (scripts/install-deps.sh)"
-
+# build.sh installs the cross compiler, the :arm64 libraries and qemu when missing
+# (scripts/install-deps.sh).
 targets="rdma-device-plugin topology_test discovery_test grace_test sysfs_test report_test allocator_test"
 BUILD_DIR=$build RDP_BUILD_TARGETS=$targets scripts/build.sh --arch arm64 \
   -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=OFF
 phase "cross build"
+qemu=$(command -v qemu-aarch64-static) || skip "no qemu-aarch64-static after scripts/install-deps.sh"
 
 bin=$build/cmd/rdma-device-plugin
 machine=$(readelf -h "$bin" | awk -F: '/Machine:/ {gsub(/^ +/, "", $2); print $2}')

@@ -8,16 +8,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
-scripts/install-deps.sh
-scripts/get-helm.sh "$PWD/$build/tools/bin"
-# The benchmarks a test runs only (bench_load's smoke run); `scripts/build.sh
+# build.sh installs the Debian packages first (scripts/install-deps.sh, npm among them). The
+# benchmarks a test runs only (bench_load's smoke run); `scripts/build.sh
 # -DRDP_BUILD_BENCHMARKS=ON` builds them all.
 scripts/build.sh -DBUILD_TESTING=ON -DRDP_BUILD_BENCHMARKS=OFF
+scripts/get-helm.sh "$PWD/$build/tools/bin"
 export PATH="$PWD/$build/tools/bin:$PATH"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 300
 
 # linux/arm64: the cross build and its tests under qemu (scripts/test-arm64.sh, docs/install.md).
-# RDP_ARM64=0 leaves it out; exit 77 (no cross compiler or qemu) is a skip.
+# RDP_ARM64=0 leaves it out; exit 77 (no qemu-aarch64-static) is a skip.
 if [[ ${RDP_ARM64:-1} != 0 ]]; then
   rc=0
   RDP_NATIVE_BUILD=$build scripts/test-arm64.sh || rc=$?

@@ -1,32 +1,21 @@
 #include "sim/http_get.h"
 
-#include <curl/curl.h>
+#include "kube/transport.h"
 
 namespace rdp::sim {
-namespace {
-
-size_t Append(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
-}  // namespace
 
 HttpResponse HttpGet(const std::string& url, absl::Duration timeout) {
+  kube::HttpRequest request;
+  request.method = "GET";
+  request.url = url;
+  request.timeout = timeout;
+  absl::StatusOr<kube::HttpResponse> got = kube::NewCurlTransport({})->RoundTrip(request);
   HttpResponse r;
-  CURL* curl = curl_easy_init();
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  if (curl_easy_perform(curl) == CURLE_OK) {
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.code);
-    char* type = nullptr;
-    curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &type);
-    if (type) r.content_type = type;
+  if (got.ok()) {
+    r.code = got->status;
+    r.body = std::move(got->body);
+    r.content_type = std::move(got->content_type);
   }
-  curl_easy_cleanup(curl);
   return r;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 
-// An HTTP GET through libcurl, as a scraper makes one: the demo's scrape of the plugin's
-// metrics endpoint, and the tests' (test/support/http_get.h).
+// An HTTP GET through kube/'s transport (libcurl), as a scraper makes one: the demo's scrape of
+// the plugin's metrics endpoint, and the tests' (test/support/http_get.h).
 
 #include <string>
 

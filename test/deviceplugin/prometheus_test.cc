@@ -3,7 +3,6 @@
 // operators, asked through Prometheus' HTTP API, names the pods that hold HCAs and the bytes
 // their HCAs received. Slow (ctest label slow): Prometheus takes a few seconds to start.
 
-#include <curl/curl.h>  // curl_easy_escape
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "kube/client.h"
 #include "nlohmann/json.hpp"
 #include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
@@ -31,15 +31,6 @@ constexpr absl::Duration kScrapeWait = absl::Seconds(90);
 std::string Get(const std::string& url) {
   rdp::testing::HttpResponse r = rdp::testing::HttpGet(url, absl::Seconds(5));
   return r.code == 200 ? r.body : "";
-}
-
-std::string Escape(const std::string& query) {
-  CURL* curl = curl_easy_init();
-  char* e = curl_easy_escape(curl, query.c_str(), static_cast<int>(query.size()));
-  std::string out = e ? e : "";
-  curl_free(e);
-  curl_easy_cleanup(curl);
-  return out;
 }
 
 // A TCP port free now on 127.0.0.1 (Prometheus cannot report an ephemeral port of its own).
@@ -63,7 +54,7 @@ int FreePort() {
 std::map<std::string, double> Query(const std::string& api, const std::string& promql,
                                     const std::string& by) {
   std::map<std::string, double> out;
-  const std::string body = Get(api + "/api/v1/query?query=" + Escape(promql));
+  const std::string body = Get(api + "/api/v1/query?query=" + kube::PercentEncode(promql));
   if (body.empty()) return out;
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || j.value("status", "") != "success") return out;
@@ -142,7 +133,7 @@ TEST(PrometheusTest, ScrapesThePluginAndJoinsTrafficToPods) {
         "[1d])) / sum(increase(rdma_device_plugin_allocation_alignment_total"
         "{path_class!=\"unknown\"}[1d]))"}) {
     const nlohmann::json answer = nlohmann::json::parse(
-        Get(api + "/api/v1/query?query=" + Escape(doc_query)), nullptr, false);
+        Get(api + "/api/v1/query?query=" + kube::PercentEncode(doc_query)), nullptr, false);
     EXPECT_TRUE(!answer.is_discarded() && answer.value("status", "") == "success") << doc_query;
   }
 

@@ -8,7 +8,7 @@ namespace rdp::dra {
 namespace {
 
 using ::rdp::dra::testing::FakeApiServer;
-using ::rdp::dra::testing::FakeClock;
+using ::rdp::kube::testing::FakeClock;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -43,9 +43,9 @@ class DRAClaimReaderTest : public ::testing::Test {
     return Reader().Read(ref, kDriver, clock_.Now() + absl::Seconds(5));
   }
   ApiClaimReader Reader() {
-    KubeClient::Options options;
+    kube::Client::Options options;
     options.clock = &clock_;
-    return ApiClaimReader(std::make_shared<KubeClient>(KubeConfig{"https://fake"},
+    return ApiClaimReader(std::make_shared<kube::Client>(kube::Config{"https://fake"},
                                                        server_.NewTransport(), options));
   }
 

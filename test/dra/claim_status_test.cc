@@ -12,7 +12,7 @@ namespace rdp::dra {
 namespace {
 
 using ::rdp::dra::testing::FakeApiServer;
-using ::rdp::dra::testing::FakeClock;
+using ::rdp::kube::testing::FakeClock;
 using ::testing::HasSubstr;
 
 constexpr char kDriver[] = "rdma.example.com";
@@ -60,10 +60,10 @@ class DRAClaimStatusWriterTest : public ::testing::Test {
           {{"allocation", {{"devices", {{"results", nlohmann::json::array({Entry(kDriver, "hca-0")})}}}}},
            {"devices", {kGpu, Entry(kDriver, "hca-stale")}}}}});
     auto transport = server_.NewTransport();
-    requests_ = static_cast<testing::FuncTransport*>(transport.get())->requests;
-    KubeClient::Options client_options;
+    requests_ = static_cast<kube::testing::FuncTransport*>(transport.get())->requests;
+    kube::Client::Options client_options;
     client_options.clock = &clock_;  // the client's own retries do not sleep
-    client_ = std::make_shared<KubeClient>(KubeConfig{"https://fake"}, std::move(transport),
+    client_ = std::make_shared<kube::Client>(kube::Config{"https://fake"}, std::move(transport),
                                            client_options);
   }
 
@@ -77,9 +77,9 @@ class DRAClaimStatusWriterTest : public ::testing::Test {
   nlohmann::json Devices() { return server_.Claim("ns/claim-1")["status"].value("devices", nlohmann::json()); }
 
   // The PUTs sent so far.
-  std::vector<HttpRequest> Puts() {
-    std::vector<HttpRequest> out;
-    for (const HttpRequest& r : *requests_) {
+  std::vector<kube::HttpRequest> Puts() {
+    std::vector<kube::HttpRequest> out;
+    for (const kube::HttpRequest& r : *requests_) {
       if (r.method == "PUT") out.push_back(r);
     }
     return out;
@@ -88,15 +88,15 @@ class DRAClaimStatusWriterTest : public ::testing::Test {
   const absl::Time deadline_ = absl::InfiniteFuture();
   FakeClock clock_;
   FakeApiServer server_;
-  std::shared_ptr<std::vector<HttpRequest>> requests_;
-  std::shared_ptr<KubeClient> client_;
+  std::shared_ptr<std::vector<kube::HttpRequest>> requests_;
+  std::shared_ptr<kube::Client> client_;
 };
 
 TEST_F(DRAClaimStatusWriterTest, WriteReplacesOursKeepsTheOthersAndSendsTheVersionItRead) {
   auto writer = NewWriter();
   ASSERT_TRUE(writer->Write(kRef, {Ours("hca-0")}, deadline_).ok());
   EXPECT_EQ(Devices(), nlohmann::json::array({kGpu, Ours("hca-0")}));
-  const std::vector<HttpRequest> puts = Puts();
+  const std::vector<kube::HttpRequest> puts = Puts();
   ASSERT_EQ(puts.size(), 1u);
   EXPECT_EQ(puts[0].url,
             "https://fake/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/claim-1/status");

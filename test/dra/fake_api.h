@@ -1,9 +1,9 @@
 #pragma once
 
-// Test doubles for dra/kube_client.h: a clock that only moves when told or slept on, a
-// Transport answered by a function, and an in-memory API server holding Nodes, ResourceClaims
-// and ResourceSlices the way kube-apiserver answers for them (status codes, resourceVersion
-// conflicts, field selectors, a taint's timeAdded, omitted empty fields).
+// An in-memory API server for the DRA driver's tests, holding Nodes, Pods, ResourceClaims and
+// ResourceSlices the way kube-apiserver answers for them (status codes, resourceVersion
+// conflicts, field selectors, a taint's timeAdded, omitted empty fields), served through
+// kube/'s test Transport (test/kube/fakes.h).
 
 #include <algorithm>
 #include <functional>
@@ -14,81 +14,17 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "dra/kube_client.h"
+#include "kube/transport.h"
+#include "nlohmann/json.hpp"
+#include "test/kube/fakes.h"
 
 namespace rdp::dra::testing {
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() override { return now_; }
-  // Moves time on at once, unless the wait is already ended (a Shutdown).
-  bool SleepFor(absl::Duration d, WaitEnder& ender) override {
-    if (ender.Ended()) return true;
-    sleeps.push_back(d);
-    now_ += d;
-    return false;
-  }
-  void Advance(absl::Duration d) { now_ += d; }
-
-  std::vector<absl::Duration> sleeps;
-
- private:
-  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
-};
-
-// Every exchange is recorded and answered by `handler` (which must be thread-safe when the
-// client is used from several threads; the record is).
-class FuncTransport : public Transport {
- public:
-  using Handler = std::function<absl::StatusOr<HttpResponse>(const HttpRequest&)>;
-  explicit FuncTransport(Handler handler) : handler_(std::move(handler)) {}
-  absl::StatusOr<HttpResponse> RoundTrip(const HttpRequest& request) override {
-    {
-      absl::MutexLock lock(mu_.get());
-      requests->push_back(request);
-    }
-    return handler_(request);
-  }
-  // A stream: `stream_handler` (Unimplemented when unset), recorded as RoundTrip's are.
-  using StreamHandler = std::function<absl::StatusOr<HttpResponse>(
-      const HttpRequest&, const std::function<void(int)>&,
-      const std::function<bool(std::string_view)>&)>;
-  absl::StatusOr<HttpResponse> Stream(
-      const HttpRequest& request, const std::function<void(int)>& on_open,
-      const std::function<bool(std::string_view)>& on_data) override {
-    {
-      absl::MutexLock lock(mu_.get());
-      requests->push_back(request);
-    }
-    if (!stream_handler) return Transport::Stream(request, on_open, on_data);
-    return stream_handler(request, on_open, on_data);
-  }
-  StreamHandler stream_handler;
-  // Shared so that a test keeps reading it after the client took the transport.
-  std::shared_ptr<std::vector<HttpRequest>> requests =
-      std::make_shared<std::vector<HttpRequest>>();
-
- private:
-  Handler handler_;
-  std::unique_ptr<absl::Mutex> mu_ = std::make_unique<absl::Mutex>();
-};
-
-inline HttpResponse Json(int status, const nlohmann::json& body) {
-  HttpResponse r;
-  r.status = status;
-  r.body = body.dump();
-  return r;
-}
-
-// A metav1.Status body as the API server sends it with an error.
-inline HttpResponse StatusBody(int status, const std::string& reason, const std::string& message) {
-  return Json(status, {{"kind", "Status"},
-                       {"apiVersion", "v1"},
-                       {"status", "Failure"},
-                       {"reason", reason},
-                       {"message", message},
-                       {"code", status}});
-}
+using kube::HttpRequest;
+using kube::HttpResponse;
+using kube::testing::FuncTransport;
+using kube::testing::Json;
+using kube::testing::StatusBody;
 
 // An API server in memory (any server URL). A mutex serialises the exchanges. Header-only, as the
 // test target compiles only *_test.cc.
@@ -123,7 +59,7 @@ class FakeApiServer {
   void SetNormalizer(std::function<void(nlohmann::json&)> normalize);
 
   // Serves the exchanges; its streams (watches) are `stream`'s when given.
-  std::unique_ptr<Transport> NewTransport(FuncTransport::StreamHandler stream = nullptr);
+  std::unique_ptr<kube::Transport> NewTransport(FuncTransport::StreamHandler stream = nullptr);
   absl::StatusOr<HttpResponse> Serve(const HttpRequest& request);
 
  private:
@@ -274,7 +210,7 @@ inline void FakeApiServer::SetNormalizer(std::function<void(nlohmann::json&)> no
   normalize_ = std::move(normalize);
 }
 
-inline std::unique_ptr<Transport> FakeApiServer::NewTransport(
+inline std::unique_ptr<kube::Transport> FakeApiServer::NewTransport(
     FuncTransport::StreamHandler stream) {
   auto t = std::make_unique<FuncTransport>(
       [this](const HttpRequest& request) { return Serve(request); });

@@ -10,12 +10,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dra/claim_reader.h"
-#include "dra/kube_client.h"
+#include "kube/client.h"
 #include "dra/slice_publisher.h"
 #include "dra/slices.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/dra/closed_port.h"
+#include "test/kube/closed_port.h"
 
 namespace rdp::dra {
 namespace {
@@ -41,17 +41,17 @@ class DRAKubeClientLiveTest : public ::testing::Test {
     node_ = EnvOr("RDP_DRA_NODE");
     ASSERT_FALSE(node_.empty()) << "RDP_DRA_NODE is not set";
     driver_ = EnvOr("RDP_DRA_DRIVER", kDefaultDriverName);
-    auto config = LoadKubeconfig(kubeconfig);
+    auto config = kube::LoadKubeconfig(kubeconfig);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = *config;
-    client_ = std::make_shared<KubeClient>(config_, NewCurlTransport(config_));
+    client_ = std::make_shared<kube::Client>(config_, kube::NewCurlTransport(config_));
   }
 
   // This node's slices of the driver, by name, as the server holds them.
   std::map<std::string, nlohmann::json> ListSlices() {
     auto list = client_->Get(
         "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=" +
-            PercentEncode("spec.nodeName=" + node_ + ",spec.driver=" + driver_),
+            kube::PercentEncode("spec.nodeName=" + node_ + ",spec.driver=" + driver_),
         Deadline());
     EXPECT_TRUE(list.ok()) << list.status();
     std::map<std::string, nlohmann::json> out;
@@ -84,8 +84,8 @@ class DRAKubeClientLiveTest : public ::testing::Test {
   }
 
   std::string node_, driver_;
-  KubeConfig config_;
-  std::shared_ptr<KubeClient> client_;
+  kube::Config config_;
+  std::shared_ptr<kube::Client> client_;
 };
 
 void Print(const std::string& what, const std::map<std::string, nlohmann::json>& slices) {
@@ -168,10 +168,10 @@ TEST_F(DRAKubeClientLiveTest, ReadsAllocatedAndPendingClaims) {
 }
 
 TEST_F(DRAKubeClientLiveTest, WrongTokenIsPermissionDenied) {
-  KubeConfig config = config_;
+  kube::Config config = config_;
   config.token = "not-a-valid-token";
   config.token_file.clear();  // it would win over the token
-  KubeClient client(config, NewCurlTransport(config));
+  kube::Client client(config, kube::NewCurlTransport(config));
   auto r = client.Get("/api/v1/nodes/" + node_, Deadline());
   EXPECT_TRUE(absl::IsPermissionDenied(r.status())) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("401"));
@@ -211,9 +211,9 @@ TEST_F(DRAKubeClientLiveTest, ServerRefusalsMapToStatusesWithTheServersMessage) 
 TEST_F(DRAKubeClientLiveTest, WrongServerNameFailsCertificateVerification) {
   ASSERT_FALSE(config_.tls_server_name.empty())
       << "the harness's kubeconfig names the certificate's server name";
-  KubeConfig config = config_;
+  kube::Config config = config_;
   config.tls_server_name = "not-the-apiserver.example";
-  KubeClient client(config, NewCurlTransport(config));
+  kube::Client client(config, kube::NewCurlTransport(config));
   auto r = client.Get("/api/v1/nodes/" + node_, absl::Now() + absl::Seconds(1));
   EXPECT_THAT(r.status().code(),
               AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
@@ -222,11 +222,11 @@ TEST_F(DRAKubeClientLiveTest, WrongServerNameFailsCertificateVerification) {
 }
 
 TEST_F(DRAKubeClientLiveTest, ClosedPortIsUnavailableWithinTheDeadline) {
-  KubeConfig config = config_;
-  const int port = testing::ClosedPort();
+  kube::Config config = config_;
+  const int port = kube::testing::ClosedPort();
   ASSERT_NE(port, 0);
   config.server = "https://127.0.0.1:" + std::to_string(port);
-  KubeClient client(config, NewCurlTransport(config));
+  kube::Client client(config, kube::NewCurlTransport(config));
   const absl::Time start = absl::Now();
   auto r = client.Get("/api/v1/nodes/" + node_, start + absl::Seconds(2));
   const absl::Duration took = absl::Now() - start;

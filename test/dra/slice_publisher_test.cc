@@ -9,7 +9,7 @@ namespace rdp::dra {
 namespace {
 
 using ::rdp::dra::testing::FakeApiServer;
-using ::rdp::dra::testing::FakeClock;
+using ::rdp::kube::testing::FakeClock;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
@@ -41,23 +41,23 @@ class DRASlicePublisherTest : public ::testing::Test {
  protected:
   DRASlicePublisherTest() {
     server_.AddNode(kNode, "node-uid");
-    KubeClient::Options options;
+    kube::Client::Options options;
     options.clock = &clock_;
     // Watches get the events a test puts in `events_`, then the server ends them.
-    auto stream = [this](const HttpRequest& request, const std::function<void(int)>& on_open,
+    auto stream = [this](const kube::HttpRequest& request, const std::function<void(int)>& on_open,
                          const std::function<bool(std::string_view)>& on_data)
-        -> absl::StatusOr<HttpResponse> {
+        -> absl::StatusOr<kube::HttpResponse> {
       watches_.push_back(request.url);
       on_open(200);
       for (const auto& e : events_) {
         if (!on_data(e.dump() + "\n")) return absl::CancelledError("stopped");
       }
-      HttpResponse r;
+      kube::HttpResponse r;
       r.status = 200;
       return r;
     };
     publisher_ = std::make_unique<ApiSlicePublisher>(
-        std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(stream),
+        std::make_shared<kube::Client>(kube::Config{"https://fake"}, server_.NewTransport(stream),
                                      options),
         kDriver, kNode);
   }
@@ -198,10 +198,10 @@ TEST_F(DRASlicePublisherTest, ServerNormalisationIsNotAChange) {
 TEST_F(DRASlicePublisherTest, RestartedPublisherRewritesANormalisedSliceOnce) {
   server_.SetNormalizer(CanonicalQuantities);
   ASSERT_TRUE(Publish(Slices(WithMemory(Devices(3)))).ok());
-  KubeClient::Options options;
+  kube::Client::Options options;
   options.clock = &clock_;
   ApiSlicePublisher restarted(
-      std::make_shared<KubeClient>(KubeConfig{"https://fake"}, server_.NewTransport(), options),
+      std::make_shared<kube::Client>(kube::Config{"https://fake"}, server_.NewTransport(), options),
       kDriver, kNode);
   const absl::Time deadline = clock_.Now() + absl::Seconds(10);
   ASSERT_TRUE(restarted.Publish(Slices(WithMemory(Devices(3))), deadline).ok());
@@ -260,10 +260,10 @@ TEST_F(DRASlicePublisherTest, ForeignSliceIsRefused) {
 
 TEST_F(DRASlicePublisherTest, MissingNodeIsNotFound) {
   FakeApiServer empty;
-  KubeClient::Options options;
+  kube::Client::Options options;
   options.clock = &clock_;
   ApiSlicePublisher publisher(
-      std::make_shared<KubeClient>(KubeConfig{"https://fake"}, empty.NewTransport(), options),
+      std::make_shared<kube::Client>(kube::Config{"https://fake"}, empty.NewTransport(), options),
       kDriver, kNode);
   const auto s = publisher.Publish(Slices(Devices(1)), clock_.Now() + absl::Seconds(1));
   EXPECT_TRUE(absl::IsNotFound(s)) << s;

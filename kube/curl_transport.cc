@@ -1,4 +1,4 @@
-// Transport over libcurl (dra/kube_client.h): one easy handle per exchange, so that exchanges
+// Transport over libcurl (kube/transport.h): one easy handle per exchange, so that exchanges
 // on several threads share nothing but curl's global state, initialised once.
 
 #include <curl/curl.h>
@@ -15,9 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "dra/kube_client.h"
+#include "kube/transport.h"
 
-namespace rdp::dra {
+namespace rdp::kube {
 
 namespace {
 
@@ -130,7 +130,7 @@ using CurlPtr = std::unique_ptr<T, CurlDeleter>;
 
 class CurlTransport : public Transport {
  public:
-  CurlTransport(KubeConfig config, std::string init_error)
+  CurlTransport(Config config, std::string init_error)
       : config_(std::move(config)), init_error_(std::move(init_error)) {}
 
   ~CurlTransport() override {
@@ -249,6 +249,9 @@ class CurlTransport : public Transport {
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     exchange.response.status = static_cast<int>(status);
+    const char* content_type = nullptr;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &content_type);
+    if (content_type != nullptr) exchange.response.content_type = content_type;
     Give(std::move(h));
     return std::move(exchange.response);
   }
@@ -318,7 +321,7 @@ class CurlTransport : public Transport {
                                   port.get())};
   }
 
-  const KubeConfig config_;
+  const Config config_;
   const std::string init_error_;
   absl::Mutex mu_;
   std::vector<CURL*> idle_ ABSL_GUARDED_BY(mu_);
@@ -326,7 +329,7 @@ class CurlTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> NewCurlTransport(const KubeConfig& config) {
+std::unique_ptr<Transport> NewCurlTransport(const Config& config) {
   // curl_global_init is not thread-safe and must run once before any handle; the result is
   // kept so that every exchange reports a failed initialisation.
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -335,4 +338,4 @@ std::unique_ptr<Transport> NewCurlTransport(const KubeConfig& config) {
   return std::make_unique<CurlTransport>(config, std::move(init_error));
 }
 
-}  // namespace rdp::dra
+}  // namespace rdp::kube

@@ -1,4 +1,4 @@
-#include "dra/kube_client.h"
+#include "kube/client.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
-#include "dra/internal/files.h"
+#include "kube/internal/files.h"
 
-namespace rdp::dra {
+namespace rdp::kube {
 
 namespace {
 
@@ -23,7 +23,7 @@ class RealClockImpl : public Clock {
 
 bool Retriable(int code) { return code == 429 || (code >= 500 && code != 501); }
 
-// The table of dra/kube_client.h for a non-2xx answer.
+// The table of kube/client.h for a non-2xx answer.
 absl::Status MapStatus(const std::string& what, const std::string& method, int code,
                        const std::string& body) {
   const std::string message = absl::StrCat(what, ": ", ServerMessage(code, body));
@@ -112,10 +112,10 @@ std::string ServerMessage(int status, const std::string& body) {
   return text;
 }
 
-KubeClient::KubeClient(KubeConfig config, std::unique_ptr<Transport> transport)
-    : KubeClient(std::move(config), std::move(transport), Options()) {}
+Client::Client(Config config, std::unique_ptr<Transport> transport)
+    : Client(std::move(config), std::move(transport), Options()) {}
 
-KubeClient::KubeClient(KubeConfig config, std::unique_ptr<Transport> transport, Options options)
+Client::Client(Config config, std::unique_ptr<Transport> transport, Options options)
     : config_(std::move(config)),
       transport_(std::move(transport)),
       options_(options),
@@ -123,7 +123,7 @@ KubeClient::KubeClient(KubeConfig config, std::unique_ptr<Transport> transport, 
   token_ = config_.token;
 }
 
-absl::StatusOr<std::string> KubeClient::Token() {
+absl::StatusOr<std::string> Client::Token() {
   absl::MutexLock lock(&mu_);
   if (config_.token_file.empty()) return token_;
   // Read at every request: a rotated projected token (kubelet swaps the file's ..data link) is
@@ -142,7 +142,7 @@ absl::StatusOr<std::string> KubeClient::Token() {
       content.ok() ? "empty" : std::string(content.status().message())));
 }
 
-absl::Duration KubeClient::Backoff(int attempt) {
+absl::Duration Client::Backoff(int attempt) {
   const RetryPolicy& p = options_.retry;
   const double factor = std::pow(p.multiplier, std::max(0, attempt - 1));
   const absl::Duration bound = std::min(p.max, p.initial * factor);
@@ -151,17 +151,7 @@ absl::Duration KubeClient::Backoff(int attempt) {
   return bound * half_to_one(rng_);
 }
 
-absl::Status CheckCredentialsSafe(const KubeConfig& config) {
-  if (absl::StartsWithIgnoreCase(config.server, "http://") &&
-      (!config.token.empty() || !config.token_file.empty())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "server ", config.server, " (", config.source.empty() ? "the configuration" : config.source,
-        ") is plain http: the bearer token would be sent in clear; use https"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::string>> KubeClient::Headers(bool with_body) {
+absl::StatusOr<std::vector<std::string>> Client::Headers(bool with_body) {
   if (absl::Status s = CheckCredentialsSafe(config_); !s.ok()) return s;
   auto token = Token();
   if (!token.ok()) return token.status();
@@ -172,7 +162,7 @@ absl::StatusOr<std::vector<std::string>> KubeClient::Headers(bool with_body) {
   return headers;
 }
 
-absl::Status KubeClient::Watch(const std::string& path, absl::Duration timeout,
+absl::Status Client::Watch(const std::string& path, absl::Duration timeout,
                                const std::function<bool()>& cancelled,
                                const std::function<void()>& on_open,
                                const std::function<bool(const nlohmann::json&)>& on_event) {
@@ -185,7 +175,7 @@ absl::Status KubeClient::Watch(const std::string& path, absl::Duration timeout,
   request.headers = *std::move(headers);
   request.timeout = timeout;
   request.cancelled = [this, cancelled] { return ShutDown() || (cancelled && cancelled()); };
-  if (ShutDown()) return absl::CancelledError(absl::StrCat(what, ": the driver is stopping"));
+  if (ShutDown()) return absl::CancelledError(absl::StrCat(what, ": the client is shut down"));
   std::string pending;  // a line not complete yet
   absl::Status ended;   // set by an ERROR event or a line that is not JSON
   auto on_data = [&](std::string_view data) {
@@ -234,7 +224,7 @@ absl::Status KubeClient::Watch(const std::string& path, absl::Duration timeout,
   return absl::OkStatus();
 }
 
-absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std::string& path,
+absl::StatusOr<Response> Client::Do(const std::string& method, const std::string& path,
                                             const nlohmann::json& body, absl::Time deadline) {
   const std::string what = absl::StrCat(method, " ", path);
   Clock& clock = *options_.clock;
@@ -249,7 +239,7 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
   for (int attempt = 1;; ++attempt) {
     if (ShutDown()) {
       return absl::CancelledError(
-          absl::StrCat(what, ": the driver is stopping", attempt == 1 ? "" : "; last: ",
+          absl::StrCat(what, ": the client is shut down", attempt == 1 ? "" : "; last: ",
                        attempt == 1 ? "" : last.message()));
     }
     const absl::Time now = clock.Now();
@@ -273,13 +263,14 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
       }
       last = absl::UnavailableError(absl::StrCat(what, ": ", s.message()));
     } else if (response->status >= 200 && response->status < 300) {
-      KubeResponse out;
+      Response out;
       out.status = response->status;
       if (!response->body.empty()) {
         out.body = nlohmann::json::parse(response->body, nullptr, false);
         if (out.body.is_discarded()) {
-          return absl::InternalError(absl::StrCat(what, ": ", response->status,
-                                                  " with a body that is not JSON"));
+          return absl::InternalError(absl::StrCat(
+              what, ": ", response->status, " with a body that is not JSON (Content-Type: ",
+              response->content_type.empty() ? "none" : response->content_type, ")"));
         }
       }
       return out;
@@ -300,12 +291,34 @@ absl::StatusOr<KubeResponse> KubeClient::Do(const std::string& method, const std
                                                     " attempts; no time left before the "
                                                     "deadline for another)"));
     }
-    Logger("dra")->debug("api retry method={} path={} attempt={} wait={} error=\"{}\"", method,
+    Logger("kube")->debug("api retry method={} path={} attempt={} wait={} error=\"{}\"", method,
                          path, attempt, absl::FormatDuration(wait), std::string(last.message()));
     clock.SleepFor(wait, shut_down_);  // the loop's next turn answers a Shutdown
   }
 }
 
-void KubeClient::Shutdown() { shut_down_.End(); }
+void Client::Shutdown() { shut_down_.End(); }
 
-}  // namespace rdp::dra
+namespace {
+
+absl::StatusOr<std::unique_ptr<Client>> ClientFor(absl::StatusOr<Config> config) {
+  if (!config.ok()) return config.status();
+  if (absl::Status s = CheckCredentialsSafe(*config); !s.ok()) return s;
+  auto transport = NewCurlTransport(*config);
+  return std::make_unique<Client>(*std::move(config), std::move(transport));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& kubeconfig) {
+  return ClientFor(kubeconfig.empty() ? InClusterConfig("/") : LoadKubeconfig(kubeconfig));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& kubeconfig,
+                                                  const std::string& root,
+                                                  const GetEnvFunc& getenv) {
+  return ClientFor(kubeconfig.empty() ? InClusterConfig(root, getenv)
+                                      : LoadKubeconfig(kubeconfig));
+}
+
+}  // namespace rdp::kube

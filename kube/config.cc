@@ -1,4 +1,4 @@
-// KubeConfig from a pod's service account or from a kubeconfig file (dra/kube_client.h).
+#include "kube/config.h"
 
 #include <cstdlib>
 #include <utility>
@@ -8,13 +8,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "dra/internal/files.h"
-#include "dra/kube_client.h"
+#include "kube/internal/files.h"
+#include "nlohmann/json.hpp"
 #ifdef RDP_HAVE_YAML_CPP
 #include "yaml-cpp/yaml.h"
 #endif
 
-namespace rdp::dra {
+namespace rdp::kube {
 
 namespace {
 
@@ -140,11 +140,21 @@ absl::StatusOr<std::string> Base64Field(const nlohmann::json& obj, const std::st
 
 }  // namespace
 
-absl::StatusOr<KubeConfig> InClusterConfig(const std::string& root) {
+absl::Status CheckCredentialsSafe(const Config& config) {
+  if (absl::StartsWithIgnoreCase(config.server, "http://") &&
+      (!config.token.empty() || !config.token_file.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", config.server, " (", config.source.empty() ? "the configuration" : config.source,
+        ") is plain http: the bearer token would be sent in clear; use https"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> InClusterConfig(const std::string& root) {
   return InClusterConfig(root, RealGetEnv);
 }
 
-absl::StatusOr<KubeConfig> InClusterConfig(const std::string& root, const GetEnvFunc& getenv) {
+absl::StatusOr<Config> InClusterConfig(const std::string& root, const GetEnvFunc& getenv) {
   const auto host = getenv("KUBERNETES_SERVICE_HOST");
   const auto port = getenv("KUBERNETES_SERVICE_PORT");
   if (!host || host->empty()) {
@@ -154,7 +164,7 @@ absl::StatusOr<KubeConfig> InClusterConfig(const std::string& root, const GetEnv
   if (!port || port->empty()) {
     return absl::FailedPreconditionError("in-cluster config: KUBERNETES_SERVICE_PORT is not set");
   }
-  KubeConfig config;
+  Config config;
   const bool ipv6 = host->find(':') != std::string::npos && host->front() != '[';
   config.server = absl::StrCat("https://", ipv6 ? "[" : "", *host, ipv6 ? "]" : "", ":", *port);
   const std::string dir = absl::StrCat(absl::StripSuffix(root, "/"), kServiceAccountDir);
@@ -176,7 +186,7 @@ absl::StatusOr<KubeConfig> InClusterConfig(const std::string& root, const GetEnv
   return config;
 }
 
-absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
+absl::StatusOr<Config> LoadKubeconfig(const std::string& path) {
   auto text = internal::ReadSmallFile(path);
   if (!text.ok()) return text.status();
   absl::StatusOr<nlohmann::json> parsed = ParseKubeconfig(*text, path);
@@ -197,7 +207,7 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
   auto cluster = Entry(doc, "clusters", "cluster", *cluster_name, path);
   if (!cluster.ok()) return cluster.status();
 
-  KubeConfig config;
+  Config config;
   config.source = absl::StrCat("kubeconfig ", path);
   const std::string cw = absl::StrCat("kubeconfig ", path, ": cluster ", *cluster_name);
   const nlohmann::json& c = **cluster;
@@ -262,4 +272,4 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
   return config;
 }
 
-}  // namespace rdp::dra
+}  // namespace rdp::kube

@@ -6,16 +6,17 @@
 
 #include <thread>
 
-#include "dra/kube_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/dra/closed_port.h"
+#include "kube/client.h"
+#include "kube/transport.h"
+#include "test/kube/closed_port.h"
 
-namespace rdp::dra {
+namespace rdp::kube {
 namespace {
 
-using ::rdp::dra::testing::ClosedPort;
-using ::rdp::dra::testing::SilentListener;
+using ::rdp::kube::testing::ClosedPort;
+using ::rdp::kube::testing::SilentListener;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -48,7 +49,7 @@ std::thread AnswerOnce(const SilentListener& listener, std::string response, std
   });
 }
 
-TEST(DRACurlTransportTest, OneExchangeWithHeadersBodyAndRetryAfter) {
+TEST(KubeCurlTransportTest, OneExchangeWithHeadersBodyAndRetryAfter) {
   SilentListener listener;
   ASSERT_NE(listener.port(), 0);
   const std::string body = R"({"kind":"Status","reason":"TooManyRequests"})";
@@ -58,7 +59,7 @@ TEST(DRACurlTransportTest, OneExchangeWithHeadersBodyAndRetryAfter) {
       "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Type: application/json\r\n"
       "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body,
       &request);
-  KubeConfig config;
+  Config config;
   config.server = "http://127.0.0.1:" + std::to_string(listener.port());
   auto transport = NewCurlTransport(config);
   HttpRequest out;
@@ -74,18 +75,19 @@ TEST(DRACurlTransportTest, OneExchangeWithHeadersBodyAndRetryAfter) {
   EXPECT_EQ(response->body, body);
   ASSERT_TRUE(response->retry_after.has_value());
   EXPECT_EQ(*response->retry_after, absl::Seconds(7));
+  EXPECT_EQ(response->content_type, "application/json");
   EXPECT_THAT(request, HasSubstr("PUT /apis/x/y HTTP/1.1\r\n"));
   EXPECT_THAT(request, HasSubstr("Authorization: Bearer abc\r\n"));
   EXPECT_THAT(request, HasSubstr("\r\n\r\n{\"a\":1}"));
 }
 
-TEST(DRACurlTransportTest, ClosedPortIsUnavailableWithinTheDeadline) {
+TEST(KubeCurlTransportTest, ClosedPortIsUnavailableWithinTheDeadline) {
   const int port = ClosedPort();
   ASSERT_NE(port, 0);
-  KubeConfig config;
+  Config config;
   config.server = "https://127.0.0.1:" + std::to_string(port);
   config.token = "x";
-  KubeClient client(config, NewCurlTransport(config));
+  Client client(config, NewCurlTransport(config));
   const absl::Time start = absl::Now();
   auto r = client.Get("/api/v1/nodes/n", start + absl::Milliseconds(1500));
   const absl::Duration took = absl::Now() - start;
@@ -96,12 +98,12 @@ TEST(DRACurlTransportTest, ClosedPortIsUnavailableWithinTheDeadline) {
   EXPECT_LE(took, absl::Milliseconds(2500)) << "retries stay inside the deadline";
 }
 
-TEST(DRACurlTransportTest, ServerThatNeverAnswersIsDeadlineExceededAtTheDeadline) {
+TEST(KubeCurlTransportTest, ServerThatNeverAnswersIsDeadlineExceededAtTheDeadline) {
   SilentListener listener;  // connections complete in the backlog; no TLS handshake ever comes
   ASSERT_NE(listener.port(), 0);
-  KubeConfig config;
+  Config config;
   config.server = "https://127.0.0.1:" + std::to_string(listener.port());
-  KubeClient client(config, NewCurlTransport(config));
+  Client client(config, NewCurlTransport(config));
   const absl::Time start = absl::Now();
   auto r = client.Get("/api/v1/nodes/n", start + absl::Seconds(1));
   const absl::Duration took = absl::Now() - start;
@@ -110,13 +112,13 @@ TEST(DRACurlTransportTest, ServerThatNeverAnswersIsDeadlineExceededAtTheDeadline
   EXPECT_LE(took, absl::Seconds(2));
 }
 
-TEST(DRACurlTransportTest, TlsServerNameStillConnectsToTheUrlsAddress) {
+TEST(KubeCurlTransportTest, TlsServerNameStillConnectsToTheUrlsAddress) {
   // The certificate check itself is DRAKubeClientLiveTest's (a real server's certificate); here
   // the mapping alone: the URL is addressed to tls-server-name, which must not be resolved, and
   // the connection goes to the URL's address (refused there).
   const int port = ClosedPort();
   ASSERT_NE(port, 0);
-  KubeConfig config;
+  Config config;
   config.server = "https://127.0.0.1:" + std::to_string(port);
   config.tls_server_name = "kubernetes.default.svc";
   auto transport = NewCurlTransport(config);
@@ -131,4 +133,4 @@ TEST(DRACurlTransportTest, TlsServerNameStillConnectsToTheUrlsAddress) {
 }
 
 }  // namespace
-}  // namespace rdp::dra
+}  // namespace rdp::kube

@@ -1,4 +1,4 @@
-#include "dra/kube_client.h"
+#include "kube/client.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,16 +7,18 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/dra/fake_api.h"
+#include "test/kube/fakes.h"
 #include "test/support/temp_dir.h"
 
-namespace rdp::dra {
+namespace rdp::kube {
 namespace {
 
-using ::rdp::dra::testing::FakeClock;
-using ::rdp::dra::testing::FuncTransport;
-using ::rdp::dra::testing::Json;
-using ::rdp::dra::testing::StatusBody;
+using ::rdp::kube::testing::Env;
+using ::rdp::kube::testing::FakeClock;
+using ::rdp::kube::testing::FuncTransport;
+using ::rdp::kube::testing::Json;
+using ::rdp::kube::testing::ServiceAccount;
+using ::rdp::kube::testing::StatusBody;
 using ::testing::HasSubstr;
 
 void WriteFile(const std::string& path, const std::string& content) {
@@ -25,24 +27,24 @@ void WriteFile(const std::string& path, const std::string& content) {
 
 // A client over a FuncTransport and a fake clock; `requests` sees every exchange.
 struct Harness {
-  explicit Harness(FuncTransport::Handler handler, KubeConfig config = {}) {
+  explicit Harness(FuncTransport::Handler handler, Config config = {}) {
     if (config.server.empty()) config.server = "https://api.test:6443";
     if (config.token.empty() && config.token_file.empty()) config.token = "t0k3n";
     auto transport = std::make_unique<FuncTransport>(std::move(handler));
     requests = transport->requests;
-    KubeClient::Options options;
+    Client::Options options;
     options.clock = &clock;
     options.jitter_seed = 42;
-    client = std::make_unique<KubeClient>(config, std::move(transport), options);
+    client = std::make_unique<Client>(config, std::move(transport), options);
   }
   absl::Time Deadline(absl::Duration d) { return clock.Now() + d; }
 
   FakeClock clock;
   std::shared_ptr<std::vector<HttpRequest>> requests;
-  std::unique_ptr<KubeClient> client;
+  std::unique_ptr<Client> client;
 };
 
-TEST(DRAKubeClientTest, SendsTheRequestAndParsesTheAnswer) {
+TEST(KubeClientTest, SendsTheRequestAndParsesTheAnswer) {
   Harness h([](const HttpRequest&) { return Json(201, {{"kind", "ResourceSlice"}}); });
   auto r = h.client->Post("/apis/x", {{"a", 1}}, h.Deadline(absl::Seconds(5)));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -60,9 +62,9 @@ TEST(DRAKubeClientTest, SendsTheRequestAndParsesTheAnswer) {
 
 // A string that is not UTF-8 (a name read from sysfs) in a body is sent, with U+FFFD in its
 // place, rather than make dump() throw on the publishing thread (which ended the process).
-TEST(DRAKubeClientTest, ABodyThatIsNotUtf8IsSentNotThrown) {
+TEST(KubeClientTest, ABodyThatIsNotUtf8IsSentNotThrown) {
   Harness h([](const HttpRequest&) { return Json(201, {{"kind", "ResourceSlice"}}); });
-  absl::StatusOr<KubeResponse> r = absl::UnknownError("not sent");
+  absl::StatusOr<Response> r = absl::UnknownError("not sent");
   EXPECT_NO_THROW(r = h.client->Post("/apis/x", {{"name", std::string("mlx5_\xff")}},
                                      h.Deadline(absl::Seconds(5))));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -70,7 +72,7 @@ TEST(DRAKubeClientTest, ABodyThatIsNotUtf8IsSentNotThrown) {
   EXPECT_EQ(nlohmann::json::parse(h.requests->front().body)["name"], "mlx5_\xef\xbf\xbd");
 }
 
-TEST(DRAKubeClientTest, MapsStatusCodes) {
+TEST(KubeClientTest, MapsStatusCodes) {
   struct Case {
     std::string method;
     int code;
@@ -102,14 +104,14 @@ TEST(DRAKubeClientTest, MapsStatusCodes) {
   }
 }
 
-TEST(DRAKubeClientTest, ConflictWithoutReasonDependsOnTheMethod) {
+TEST(KubeClientTest, ConflictWithoutReasonDependsOnTheMethod) {
   Harness h([](const HttpRequest&) { return HttpResponse{409, "", std::nullopt}; });
   EXPECT_TRUE(
       absl::IsAlreadyExists(h.client->Post("/p", {}, h.Deadline(absl::Seconds(1))).status()));
   EXPECT_TRUE(absl::IsAborted(h.client->Put("/p", {}, h.Deadline(absl::Seconds(1))).status()));
 }
 
-TEST(DRAKubeClientTest, RetriesUnavailableWithGrowingJitteredBackoff) {
+TEST(KubeClientTest, RetriesUnavailableWithGrowingJitteredBackoff) {
   int calls = 0;
   Harness h([&](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
     if (++calls <= 4) return absl::UnavailableError("connection refused");
@@ -127,7 +129,7 @@ TEST(DRAKubeClientTest, RetriesUnavailableWithGrowingJitteredBackoff) {
   }
 }
 
-TEST(DRAKubeClientTest, RetriesTooManyRequestsAndServerErrorsHonouringRetryAfter) {
+TEST(KubeClientTest, RetriesTooManyRequestsAndServerErrorsHonouringRetryAfter) {
   std::vector<HttpResponse> answers = {StatusBody(429, "TooManyRequests", "slow down"),
                                        StatusBody(503, "ServiceUnavailable", "etcd"),
                                        StatusBody(500, "InternalError", "oops"),
@@ -142,7 +144,7 @@ TEST(DRAKubeClientTest, RetriesTooManyRequestsAndServerErrorsHonouringRetryAfter
   EXPECT_EQ(h.clock.sleeps[0], absl::Seconds(3)) << "Retry-After beats a shorter back-off";
 }
 
-TEST(DRAKubeClientTest, StopsRetryingAtTheDeadlineAndEachAttemptGetsTheTimeLeft) {
+TEST(KubeClientTest, StopsRetryingAtTheDeadlineAndEachAttemptGetsTheTimeLeft) {
   Harness* self = nullptr;
   Harness h([&](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
     self->clock.Advance(absl::Milliseconds(300));  // each attempt takes a while
@@ -166,7 +168,7 @@ TEST(DRAKubeClientTest, StopsRetryingAtTheDeadlineAndEachAttemptGetsTheTimeLeft)
   }
 }
 
-TEST(DRAKubeClientTest, TransportTimeoutIsDeadlineExceededAndNotRetried) {
+TEST(KubeClientTest, TransportTimeoutIsDeadlineExceededAndNotRetried) {
   Harness h([](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
     return absl::DeadlineExceededError("Timeout was reached");
   });
@@ -176,23 +178,32 @@ TEST(DRAKubeClientTest, TransportTimeoutIsDeadlineExceededAndNotRetried) {
   EXPECT_EQ(h.requests->size(), 1u);
 }
 
-TEST(DRAKubeClientTest, PassedDeadlineSendsNothing) {
+TEST(KubeClientTest, PassedDeadlineSendsNothing) {
   Harness h([](const HttpRequest&) { return Json(200, {}); });
   auto r = h.client->Get("/p", h.clock.Now());
   EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
   EXPECT_TRUE(h.requests->empty());
 }
 
-TEST(DRAKubeClientTest, BodyThatIsNotJsonIsAnError) {
-  Harness h([](const HttpRequest&) { return HttpResponse{200, "<html>", std::nullopt}; });
-  EXPECT_TRUE(absl::IsInternal(h.client->Get("/p", h.Deadline(absl::Seconds(1))).status()));
+// A proxy's or a portal's page in place of the API server's answer: the message says what came.
+TEST(KubeClientTest, BodyThatIsNotJsonIsAnErrorNamingItsContentType) {
+  Harness h([](const HttpRequest&) {
+    return HttpResponse{200, "<html>", std::nullopt, "text/html; charset=utf-8"};
+  });
+  const absl::Status s = h.client->Get("/p", h.Deadline(absl::Seconds(1))).status();
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("GET /p: 200 with a body that is not JSON"));
+  EXPECT_THAT(s.message(), HasSubstr("(Content-Type: text/html; charset=utf-8)"));
+  Harness none([](const HttpRequest&) { return HttpResponse{200, "<html>", std::nullopt, ""}; });
+  EXPECT_THAT(none.client->Get("/p", none.Deadline(absl::Seconds(1))).status().message(),
+              HasSubstr("(Content-Type: none)"));
 }
 
-TEST(DRAKubeClientTest, RereadsTheTokenFileWhenItRotates) {
+TEST(KubeClientTest, RereadsTheTokenFileWhenItRotates) {
   rdp::testing::TempDir dir;
   const std::string token = dir.Sub("token");
   WriteFile(token, "first\n");
-  KubeConfig config;
+  Config config;
   config.token_file = token;
   Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
   auto bearer = [&] {
@@ -210,8 +221,8 @@ TEST(DRAKubeClientTest, RereadsTheTokenFileWhenItRotates) {
   EXPECT_EQ(bearer(), "Authorization: Bearer second") << "the last token outlives a missing file";
 }
 
-TEST(DRAKubeClientTest, MissingTokenFileFromTheStartIsUnauthenticated) {
-  KubeConfig config;
+TEST(KubeClientTest, MissingTokenFileFromTheStartIsUnauthenticated) {
+  Config config;
   config.token_file = "/nonexistent/token";
   Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
   auto r = h.client->Get("/p", h.Deadline(absl::Seconds(1)));
@@ -220,10 +231,10 @@ TEST(DRAKubeClientTest, MissingTokenFileFromTheStartIsUnauthenticated) {
   EXPECT_TRUE(h.requests->empty());
 }
 
-TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
+TEST(KubeClientTest, ConcurrentRequestsShareOneClient) {
   rdp::testing::TempDir dir;
   WriteFile(dir.Sub("token"), "shared");
-  KubeConfig config;
+  Config config;
   config.server = "https://api.test";
   config.token_file = dir.Sub("token");
   std::atomic<int> calls{0};
@@ -238,10 +249,10 @@ TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
                                       "Authorization: Bearer shared") != r.headers.end();
         return Json(200, {{"bearer", bearer}});
       });
-  KubeClient::Options options;
+  Client::Options options;
   options.retry.initial = absl::Microseconds(10);  // the real clock: keep the waits tiny
   options.retry.max = absl::Microseconds(100);
-  KubeClient client(config, std::move(transport), options);
+  Client client(config, std::move(transport), options);
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -264,9 +275,7 @@ TEST(DRAKubeClientTest, ConcurrentRequestsShareOneClient) {
 // Shutdown (the process stopping) ends a call that waits out an unreachable API server at once:
 // the retry's wait ends, no attempt follows, the answer is Cancelled naming the stop; a call made
 // after it sends nothing, and an exchange in progress is told to give up (its `cancelled`).
-// Before, a Prepare, a publish and a status write each ran to its deadline after SIGTERM, one
-// after the other: the driver took over 10 s to exit (TestDRAKubeletPluginManager).
-TEST(DRAKubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
+TEST(KubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
   absl::Mutex mu;
   absl::CondVar attempted;
   int attempts = 0;
@@ -279,13 +288,13 @@ TEST(DRAKubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
         attempted.SignalAll();
         return absl::UnavailableError("connection refused");
       });
-  KubeConfig config;
+  Config config;
   config.server = "https://api.test";
   config.token = "t";
-  KubeClient::Options options;  // the real clock: Shutdown ends its waits
+  Client::Options options;  // the real clock: Shutdown ends its waits
   options.retry.initial = absl::Seconds(30);  // one wait would outlast the test's timeout
   options.retry.max = absl::Seconds(30);
-  KubeClient client(config, std::move(transport), options);
+  Client client(config, std::move(transport), options);
   absl::Status got;
   std::thread call([&] { got = client.Get("/p", absl::Now() + absl::Minutes(10)).status(); });
   {
@@ -301,7 +310,7 @@ TEST(DRAKubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
   client.Shutdown();  // the call is in its 15-30 s wait now, or about to be
   call.join();
   EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
-  EXPECT_THAT(got.message(), HasSubstr("the driver is stopping"));
+  EXPECT_THAT(got.message(), HasSubstr("the client is shut down"));
   EXPECT_THAT(got.message(), HasSubstr("connection refused"));
   {
     absl::MutexLock lock(&mu);
@@ -316,21 +325,21 @@ TEST(DRAKubeClientTest, ShutdownEndsCallsInFlightAndRefusesNewOnes) {
 
 // Shutdown ends a retry's wait on any clock, a test's too: the wait it ends takes none of the
 // clock's time, and no attempt follows it.
-TEST(DRAKubeClientTest, ShutdownEndsAWaitOnTheClientsOwnClock) {
+TEST(KubeClientTest, ShutdownEndsAWaitOnTheClientsOwnClock) {
   FakeClock clock;
-  KubeClient* client_ptr = nullptr;
+  Client* client_ptr = nullptr;
   int attempts = 0;
   auto transport = std::make_unique<FuncTransport>(
       [&](const HttpRequest&) -> absl::StatusOr<HttpResponse> {
         if (++attempts == 2) client_ptr->Shutdown();  // the stop comes during the second try
         return absl::UnavailableError("connection refused");
       });
-  KubeConfig config;
+  Config config;
   config.server = "https://api.test";
   config.token = "t";
-  KubeClient::Options options;
+  Client::Options options;
   options.clock = &clock;
-  KubeClient client(config, std::move(transport), options);
+  Client client(config, std::move(transport), options);
   client_ptr = &client;
   const absl::Time start = clock.Now();
   const absl::Status got = client.Get("/p", start + absl::Minutes(10)).status();
@@ -340,14 +349,14 @@ TEST(DRAKubeClientTest, ShutdownEndsAWaitOnTheClientsOwnClock) {
   EXPECT_EQ(clock.Now(), start + clock.sleeps[0]);
 }
 
-TEST(DRAKubeClientTest, PercentEncodesQueryValues) {
+TEST(KubeClientTest, PercentEncodesQueryValues) {
   EXPECT_EQ(PercentEncode("spec.nodeName=n-1,spec.driver=a.b_c~"),
             "spec.nodeName%3Dn-1%2Cspec.driver%3Da.b_c~");
 }
 
 // A watch: events split across reads, each delivered once whole; the server ending the watch
 // (its timeoutSeconds) is OK; on_open once the server accepted it.
-TEST(DRAKubeClientTest, WatchDeliversEachEventAcrossReads) {
+TEST(KubeClientTest, WatchDeliversEachEventAcrossReads) {
   FuncTransport* t = new FuncTransport([](const HttpRequest&) { return Json(200, {}); });
   t->stream_handler = [](const HttpRequest& request, const std::function<void(int)>& on_open,
                          const std::function<bool(std::string_view)>& on_data)
@@ -365,7 +374,7 @@ TEST(DRAKubeClientTest, WatchDeliversEachEventAcrossReads) {
     return r;
   };
   auto requests = t->requests;
-  KubeClient client(KubeConfig{"https://api.test:6443", "", "", "", false, "t0k3n"},
+  Client client(Config{"https://api.test:6443", "", "", "", false, "t0k3n"},
                     std::unique_ptr<Transport>(t));
   int opened = 0;
   std::vector<nlohmann::json> events;
@@ -389,11 +398,11 @@ TEST(DRAKubeClientTest, WatchDeliversEachEventAcrossReads) {
 
 // An ERROR event with 410 Gone (the version is too old) is Aborted: list again; a refused watch
 // is the table's status with the server's message.
-TEST(DRAKubeClientTest, WatchErrorsAreStatuses) {
+TEST(KubeClientTest, WatchErrorsAreStatuses) {
   auto run = [](FuncTransport::StreamHandler handler) {
     auto* t = new FuncTransport([](const HttpRequest&) { return Json(200, {}); });
     t->stream_handler = std::move(handler);
-    KubeClient client(KubeConfig{"https://api.test:6443"}, std::unique_ptr<Transport>(t));
+    Client client(Config{"https://api.test:6443"}, std::unique_ptr<Transport>(t));
     return client.Watch("/apis/x", absl::Minutes(1), nullptr, nullptr,
                         [](const nlohmann::json&) { return true; });
   };
@@ -426,8 +435,8 @@ TEST(DRAKubeClientTest, WatchErrorsAreStatuses) {
 }
 
 // A bearer token is never sent to a plain http:// server (anyone on the path would read it).
-TEST(DRAKubeClientTest, PlainHttpServerGetsNoToken) {
-  KubeConfig config;
+TEST(KubeClientTest, PlainHttpServerGetsNoToken) {
+  Config config;
   config.server = "http://api.test:8080";
   config.token = "t0k3n";
   Harness h([](const HttpRequest&) { return Json(200, {}); }, config);
@@ -440,5 +449,58 @@ TEST(DRAKubeClientTest, PlainHttpServerGetsNoToken) {
   EXPECT_TRUE(CheckCredentialsSafe(config).ok());
 }
 
+// A kubeconfig whose one context is `server` with a token.
+std::string TokenKubeconfig(const std::string& server) {
+  return nlohmann::json{
+      {"apiVersion", "v1"},
+      {"kind", "Config"},
+      {"current-context", "c"},
+      {"contexts", {{{"name", "c"}, {"context", {{"cluster", "k"}, {"user", "u"}}}}}},
+      {"clusters", {{{"name", "k"}, {"cluster", {{"server", server}}}}}},
+      {"users", {{{"name", "u"}, {"user", {{"token", "t0k3n"}}}}}}}
+      .dump();
+}
+
+TEST(KubeClientTest, NewClientReadsTheKubeconfigGivenAndNotTheServiceAccount) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("kubeconfig");
+  WriteFile(path, TokenKubeconfig("https://api.test:6443"));
+  auto client = NewClient(path, dir.Sub("no-root"),
+                          Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                               {"KUBERNETES_SERVICE_PORT", "443"}}));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->config().server, "https://api.test:6443");
+  EXPECT_EQ((*client)->config().source, "kubeconfig " + path);
+
+  auto missing = NewClient(dir.Sub("missing"), dir.Sub("no-root"), Env({}));
+  EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
+  EXPECT_THAT(missing.status().message(), HasSubstr(dir.Sub("missing")));
+}
+
+TEST(KubeClientTest, NewClientWithoutAKubeconfigUsesTheServiceAccount) {
+  rdp::testing::TempDir root;
+  const std::string sa = ServiceAccount(root.path());
+  auto client = NewClient("", root.path(),
+                          Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                               {"KUBERNETES_SERVICE_PORT", "443"}}));
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->config().server, "https://10.96.0.1:443");
+  EXPECT_EQ((*client)->config().token_file, sa + "/token");
+
+  auto outside = NewClient("", root.path(), Env({}));
+  EXPECT_TRUE(absl::IsFailedPrecondition(outside.status())) << outside.status();
+  EXPECT_THAT(outside.status().message(), HasSubstr("KUBERNETES_SERVICE_HOST"));
+}
+
+TEST(KubeClientTest, NewClientRefusesAKubeconfigThatWouldSendItsTokenInClear) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("kubeconfig");
+  WriteFile(path, TokenKubeconfig("http://api.test:8080"));
+  auto client = NewClient(path, dir.Sub("no-root"), Env({}));
+  EXPECT_TRUE(absl::IsFailedPrecondition(client.status())) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr("in clear"));
+  EXPECT_THAT(client.status().message(), HasSubstr("kubeconfig " + path));
+}
+
 }  // namespace
-}  // namespace rdp::dra
+}  // namespace rdp::kube

@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace rdp::dra::testing {
+namespace rdp::kube::testing {
 
 // A listening TCP socket on 127.0.0.1 that never accepts: connections complete in the kernel's
 // backlog and then hear nothing. Closed with the object.
@@ -45,4 +45,4 @@ inline int ClosedPort() {
   return listener.port();
 }
 
-}  // namespace rdp::dra::testing
+}  // namespace rdp::kube::testing

@@ -1,40 +1,27 @@
+#include "kube/config.h"
+
 #include <fstream>
 
 #include "absl/strings/escaping.h"
-#include "dra/kube_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test/kube/fakes.h"
 #include "test/support/temp_dir.h"
 
-namespace rdp::dra {
+namespace rdp::kube {
 namespace {
 
+using ::rdp::kube::testing::Env;
+using ::rdp::kube::testing::ServiceAccount;
 using ::testing::HasSubstr;
 
 void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream(path, std::ios::trunc) << content;
 }
 
-GetEnvFunc Env(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    const auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
-// <root>/var/run/secrets/kubernetes.io/serviceaccount with a token and a CA.
-std::string ServiceAccount(const rdp::testing::TempDir& root) {
-  const std::string dir = root.path() + "/var/run/secrets/kubernetes.io/serviceaccount";
-  EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  WriteFile(dir + "/token", "sa-token\n");
-  WriteFile(dir + "/ca.crt", "-----BEGIN CERTIFICATE-----\n");
-  return dir;
-}
-
-TEST(DRAKubeConfigTest, InClusterReadsTheServiceAccount) {
+TEST(KubeConfigTest, InClusterReadsTheServiceAccount) {
   rdp::testing::TempDir root;
-  const std::string dir = ServiceAccount(root);
+  const std::string dir = ServiceAccount(root.path());
   auto config = InClusterConfig(root.path() + "/",
                                 Env({{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
                                      {"KUBERNETES_SERVICE_PORT", "443"}}));
@@ -45,16 +32,16 @@ TEST(DRAKubeConfigTest, InClusterReadsTheServiceAccount) {
   EXPECT_TRUE(config->token.empty()) << "read at each request, not kept";
 }
 
-TEST(DRAKubeConfigTest, InClusterBracketsAnIpv6Host) {
+TEST(KubeConfigTest, InClusterBracketsAnIpv6Host) {
   rdp::testing::TempDir root;
-  ServiceAccount(root);
+  ServiceAccount(root.path());
   auto config = InClusterConfig(root.path(), Env({{"KUBERNETES_SERVICE_HOST", "fd00:10:96::1"},
                                                   {"KUBERNETES_SERVICE_PORT", "6443"}}));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->server, "https://[fd00:10:96::1]:6443");
 }
 
-TEST(DRAKubeConfigTest, InClusterNamesWhatIsMissing) {
+TEST(KubeConfigTest, InClusterNamesWhatIsMissing) {
   rdp::testing::TempDir root;
   auto no_host = InClusterConfig(root.path(), Env({{"KUBERNETES_SERVICE_PORT", "443"}}));
   EXPECT_TRUE(absl::IsFailedPrecondition(no_host.status()));
@@ -66,7 +53,7 @@ TEST(DRAKubeConfigTest, InClusterNamesWhatIsMissing) {
   auto no_token = InClusterConfig(root.path(), env);
   EXPECT_TRUE(absl::IsFailedPrecondition(no_token.status()));
   EXPECT_THAT(no_token.status().message(), HasSubstr("serviceaccount/token"));
-  const std::string dir = ServiceAccount(root);
+  const std::string dir = ServiceAccount(root.path());
   WriteFile(dir + "/token", " \n");
   auto empty_token = InClusterConfig(root.path(), env);
   EXPECT_THAT(empty_token.status().message(), HasSubstr("token is empty"));
@@ -92,13 +79,13 @@ nlohmann::json Kubeconfig() {
   };
 }
 
-absl::StatusOr<KubeConfig> Load(const rdp::testing::TempDir& dir, const nlohmann::json& doc) {
+absl::StatusOr<Config> Load(const rdp::testing::TempDir& dir, const nlohmann::json& doc) {
   const std::string path = dir.Sub("kubeconfig");
   WriteFile(path, doc.dump(2));
   return LoadKubeconfig(path);
 }
 
-TEST(DRAKubeConfigTest, KubeconfigCurrentContext) {
+TEST(KubeConfigTest, KubeconfigCurrentContext) {
   rdp::testing::TempDir dir;
   auto config = Load(dir, Kubeconfig());
   ASSERT_TRUE(config.ok()) << config.status();
@@ -109,7 +96,7 @@ TEST(DRAKubeConfigTest, KubeconfigCurrentContext) {
   EXPECT_THAT(config->source, HasSubstr(dir.Sub("kubeconfig")));
 }
 
-TEST(DRAKubeConfigTest, KubeconfigFilesAreRelativeToIt) {
+TEST(KubeConfigTest, KubeconfigFilesAreRelativeToIt) {
   rdp::testing::TempDir dir;
   nlohmann::json doc = Kubeconfig();
   doc["clusters"][0]["cluster"].erase("certificate-authority-data");
@@ -127,7 +114,7 @@ TEST(DRAKubeConfigTest, KubeconfigFilesAreRelativeToIt) {
   EXPECT_EQ(config->client_key_data, "KEY");
 }
 
-TEST(DRAKubeConfigTest, KubeconfigErrorsNameTheFileAndTheField) {
+TEST(KubeConfigTest, KubeconfigErrorsNameTheFileAndTheField) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("kubeconfig");
   struct Case {
@@ -170,7 +157,7 @@ TEST(DRAKubeConfigTest, KubeconfigErrorsNameTheFileAndTheField) {
 
 // kubectl writes kubeconfigs in YAML (~/.kube/config, kubeadm's admin.conf, every cloud's
 // `get-credentials`); only JSON was read, so --kubeconfig with any of them failed at start.
-TEST(DRAKubeConfigTest, YamlKubeconfigIsRead) {
+TEST(KubeConfigTest, YamlKubeconfigIsRead) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("config");
   WriteFile(path, R"(apiVersion: v1
@@ -215,7 +202,7 @@ users:
   EXPECT_EQ(config->token, "42");
 }
 
-TEST(DRAKubeConfigTest, MalformedKubeconfigNamesThePathAndTheLine) {
+TEST(KubeConfigTest, MalformedKubeconfigNamesThePathAndTheLine) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("config");
   WriteFile(path, "apiVersion: v1\nclusters:\n- name: c\n  cluster: [unclosed\n");
@@ -228,11 +215,11 @@ TEST(DRAKubeConfigTest, MalformedKubeconfigNamesThePathAndTheLine) {
   EXPECT_THAT(config.status().message(), HasSubstr("not a YAML mapping"));
 }
 
-TEST(DRAKubeConfigTest, MissingKubeconfigIsNotFound) {
+TEST(KubeConfigTest, MissingKubeconfigIsNotFound) {
   auto config = LoadKubeconfig("/nonexistent/kubeconfig");
   EXPECT_TRUE(absl::IsNotFound(config.status()));
   EXPECT_THAT(config.status().message(), HasSubstr("/nonexistent/kubeconfig"));
 }
 
 }  // namespace
-}  // namespace rdp::dra
+}  // namespace rdp::kube

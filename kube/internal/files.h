@@ -1,6 +1,6 @@
 #pragma once
 
-// Reading the API client's small files (tokens, certificates, kubeconfigs). Internal to dra/.
+// Reading the API client's small files (tokens, certificates, kubeconfigs). Internal to kube/.
 
 #include <cerrno>
 #include <cstring>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
-namespace rdp::dra::internal {
+namespace rdp::kube::internal {
 
 // The whole file, at most `max_bytes` (a larger one is refused: these files are kilobytes).
 // NotFound when missing, PermissionDenied when unreadable, FailedPrecondition when too large;
@@ -39,4 +39,4 @@ inline absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   return content;
 }
 
-}  // namespace rdp::dra::internal
+}  // namespace rdp::kube::internal
