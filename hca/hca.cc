@@ -89,22 +89,15 @@ HcaNow AsScanned(const topology::Hca& hca) {
 }
 
 NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
-  std::vector<std::string_view> paths;
-  for (const topology::Hca* h : hcas) {
-    for (const auto& [path, present] : h->char_devices) paths.push_back(path);
-  }
-  paths.push_back(kRdmaCmPath);
-  const std::vector<bool> present = env.ExistAll(paths);
   NodesNow out;
   out.hcas.reserve(hcas.size());
-  std::size_t at = 0;
   for (const topology::Hca* h : hcas) {
     HcaNow now{h, {}};
     now.present.reserve(h->char_devices.size());
-    for (std::size_t i = 0; i < h->char_devices.size(); ++i) now.present.push_back(present[at++]);
+    for (const auto& [path, scanned] : h->char_devices) now.present.push_back(env.Exists(path));
     out.hcas.push_back(std::move(now));
   }
-  out.rdma_cm = present[at];
+  out.rdma_cm = env.Exists(kRdmaCmPath);
   return out;
 }
 

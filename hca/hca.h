@@ -64,15 +64,15 @@ struct HcaNow {
 };
 // The device nodes as the scan saw them.
 HcaNow AsScanned(const topology::Hca& hca);
-// Each device node of each of `hcas` (in their order), and whether rdma_cm exists, checked now
-// in one Env::ExistAll (the node's Env: one read of its inotify queue for them all): the scan
-// that saw them may be a poll old, and a DeviceSpec or CDI entry naming a missing node makes the
-// container runtime refuse the container. Both doors call it, then Assess, when they hand HCAs
-// out.
+// HCAs with their device nodes as checked now, and whether rdma_cm exists.
 struct NodesNow {
   std::vector<HcaNow> hcas;
   bool rdma_cm = false;
 };
+// Each device node of each of `hcas` (in their order) and rdma_cm, checked now (Env::Exists: a
+// stat at the call): the scan that saw them may be a poll old, and a DeviceSpec or CDI entry
+// naming a missing node makes the container runtime refuse the container. Both doors call it,
+// then Assess, when they hand HCAs out.
 NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env);
 // Assess(hca) with the device nodes as `hca.present` has them.
 Verdict Assess(const HcaNow& hca);
