@@ -102,7 +102,6 @@ NodeState::NodeState(Config config, NodeSources sources)
       port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
                                                         sources_.now}),
       early_warning_(config_.early_warning, "server"),
-      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
       list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
                                             config_.pod_resources_list_burst, sources_.now,
                                             sources_.after})),
@@ -553,10 +552,10 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
   }
   Grant out;
-  out.allocation = hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm, paired,
-                                        allocations_.get());
-  for (const std::string& warning : out.allocation->warnings) Log()->warn("Allocate: {}", warning);
-  out.file_mount = AllocationFileMount(*out.allocation);
+  out.allocation = hca::BuildAllocation(std::move(chosen), checked.rdma_cm, paired,
+                                        config_.allocation_dir);
+  for (const std::string& warning : out.allocation.warnings) Log()->warn("Allocate: {}", warning);
+  out.file_mount = AllocationFileMount(out.allocation);
   return out;
 }
 

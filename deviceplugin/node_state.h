@@ -141,9 +141,8 @@ class NodeState {
 
   // What Allocate gives one container.
   struct Grant {
-    // Its devices, envs and allocation file: memoised (hca::AllocationMemo), so shared with every
-    // container given the same HCAs in the same state. Never changed.
-    std::shared_ptr<const hca::ContainerAllocation> allocation;
+    // Its devices, envs and, with --allocation-dir, its allocation file.
+    hca::ContainerAllocation allocation;
     // The host file mounted read-only at hca::kAllocationFile; "" for none (no --allocation-dir,
     // or the file could not be written).
     std::string file_mount;
@@ -237,8 +236,6 @@ class NodeState {
   mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
   // Early-warning health: the health poll updates it; Prefer and scrapes read it.
   hca::EarlyWarningMonitor early_warning_;
-  // Allocate's allocations, memoised; their files built only with --allocation-dir.
-  const std::unique_ptr<hca::AllocationMemo> allocations_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);

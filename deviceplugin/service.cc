@@ -219,14 +219,14 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
     for (const auto& c : request.container_requests()) {
       absl::StatusOr<NodeState::Grant> grant = node.Allocate(Ids(c.devices_ids()));
       if (!grant.ok()) return grant.status();
-      const hca::ContainerAllocation& a = *grant->allocation;  // shared: copied, not moved
+      hca::ContainerAllocation& a = grant->allocation;
       auto* out = response->add_container_responses();
       out->mutable_devices()->Reserve(static_cast<int>(a.devices.size()));
-      for (const auto& spec : a.devices) {
+      for (auto& spec : a.devices) {
         auto* d = out->add_devices();
-        d->set_container_path(spec.container_path);
-        d->set_host_path(spec.host_path);
-        d->set_permissions(spec.permissions);
+        d->set_container_path(std::move(spec.container_path));
+        d->set_host_path(std::move(spec.host_path));
+        d->set_permissions(std::move(spec.permissions));
       }
       out->mutable_envs()->insert(a.envs.begin(), a.envs.end());
       if (!grant->file_mount.empty()) {

@@ -729,10 +729,9 @@ TEST_F(PluginServerTest, SameHcasSameValuesAndOneAllocationFile) {
   EXPECT_EQ(files, 2u);
 }
 
-// Without --allocation-dir Allocate builds no allocation file (it would throw it away: a quarter
-// of the call, issue 25's profile). With one, the file follows every change of the HCAs: a port
-// of a dual-port HCA going DOWN (the health poll patches the snapshot) gives a new file naming
-// it, not the memoised one; back ACTIVE, the first file again.
+// Without --allocation-dir Allocate builds no allocation file. With one, the file follows every
+// change of the HCAs: a port of a dual-port HCA going DOWN (the health poll patches the
+// snapshot) gives a new file naming it; back ACTIVE, the first file again.
 TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   sim::FixtureHca card = testing::FixtureCard("mlx5_0", "0000:1a:00.0", 0, "pci0000:15");
   card.ports = {sim::FixturePort{}, sim::FixturePort{}};
@@ -743,9 +742,9 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
     ASSERT_TRUE(state.Init().ok());
     absl::StatusOr<NodeState::Grant> got = state.Allocate({"0000:1a:00.0"});
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->allocation->file, "");
+    EXPECT_EQ(got->allocation.file, "");
     EXPECT_EQ(got->file_mount, "");
-    EXPECT_EQ(got->allocation->envs.at("NCCL_IB_HCA"), "=mlx5_0");
+    EXPECT_EQ(got->allocation.envs.at("NCCL_IB_HCA"), "=mlx5_0");
   }
   const std::string dir = node.dir().Sub("allocations");
   ASSERT_TRUE(std::filesystem::create_directories(dir));
@@ -758,7 +757,7 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
     if (!got.ok() || got->file_mount.empty()) return "no file: " + got.status().ToString();
     std::ifstream in(got->file_mount);
     std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(content, got->allocation->file);
+    EXPECT_EQ(content, got->allocation.file);
     return content;
   };
   const std::string both = file();
@@ -917,17 +916,17 @@ TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
   ASSERT_TRUE(state.Init().ok());
   auto v4 = state.Allocate({"0000:1a:00.0"});
   ASSERT_TRUE(v4.ok()) << v4.status();
-  EXPECT_EQ(v4->allocation->envs.at("NCCL_IB_GID_INDEX"), "3");
-  EXPECT_TRUE(v4->allocation->warnings.empty());
+  EXPECT_EQ(v4->allocation.envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_TRUE(v4->allocation.warnings.empty());
   for (const char* pci : {"0000:3a:00.0", "0000:9a:00.0"}) {  // IPv6 only; RoCE v1 only
     auto none = state.Allocate({pci});
     ASSERT_TRUE(none.ok()) << none.status();
-    EXPECT_EQ(none->allocation->envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
-    EXPECT_EQ(none->allocation->warnings.size(), 1u) << pci;
+    EXPECT_EQ(none->allocation.envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
+    EXPECT_EQ(none->allocation.warnings.size(), 1u) << pci;
   }
   auto mixed = state.Allocate({"0000:1a:00.0", "0000:3a:00.0"});
   ASSERT_TRUE(mixed.ok()) << mixed.status();
-  EXPECT_EQ(mixed->allocation->envs.count("NCCL_IB_GID_INDEX"), 0u);
+  EXPECT_EQ(mixed->allocation.envs.count("NCCL_IB_GID_INDEX"), 0u);
 }
 
 TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {

@@ -159,10 +159,9 @@ TEST_F(TrustTest, SharedAllocateLeavesOutAnHcaWhoseNodeVanished) {
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(1000), kWait).has_value());
 }
 
-// Allocate's answers are memoised per their inputs (hca::AllocationMemo), the device nodes as
-// checked at the call among them: an HCA allocated again after rdma_cm went (no health poll
-// between) gets no spec for it, never the memoised answer of the first call. (An HCA's own
-// nodes are all needed: one gone makes the HCA refused, SharedAllocateLeavesOutAnHca...)
+// Allocate checks the device nodes at the call: an HCA allocated again after rdma_cm went (no
+// health poll between) gets no spec for it, not the first call's answer. (An HCA's own nodes are
+// all needed: one gone makes the HCA refused, SharedAllocateLeavesOutAnHca...)
 TEST_F(TrustTest, AnHcaAllocatedAgainAfterANodeWentGetsNoSpecForIt) {
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.health_interval = kNever;
