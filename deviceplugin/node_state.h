@@ -154,25 +154,15 @@ class NodeState {
   absl::StatusOr<Grant> Allocate(const std::vector<std::string>& ids) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // GetPreferredAllocation for one container, through the allocator, with the GPU context of
-  // the pod list as last refreshed (the caller refreshes first: RefreshPods). Exclusive mode
-  // prefers HCAs the early-warning rule does not find degraded: the allocator chooses among those
-  // first, and completes the answer from the degraded ones only when they are too few. The IDs are those
-  // of `available`, spelled as given. InvalidArgument only for a malformed request (size out of
-  // range, duplicate or empty IDs, must_include not within available): IDs not offered now are
-  // left out of the choice, must_include is kept as given, and the answer is filled from the
-  // unknown IDs only when the known ones are too few.
-  absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
-                                                  std::vector<std::string> must_include,
+  // GetPreferredAllocation for one container, on views of the request's own IDs: the
+  // allocator's one path per mode (allocator::ExclusiveAllocator::Answer, with the GPU context of
+  // the pod list as last refreshed and the HCAs the early-warning rule finds degraded taken only
+  // to complete the answer; allocator::AnswerShared below config.shared_devices). The caller
+  // refreshes the pod list first (RefreshPods). InvalidArgument only for a malformed request:
+  // IDs not offered now are left to the kubelet, must_include is kept as given.
+  absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string_view>& available,
+                                                  const std::vector<std::string_view>& must_include,
                                                   int size) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer on views of the caller's strings (a gRPC request's own), the same answer: a
-  // well-formed request of offered IDs only, spelled as advertised (the kubelet's usual one), is
-  // answered on their indices without copying it (shared: allocator::PreferSharedBelow;
-  // exclusive, while the early-warning rule finds no HCA degraded:
-  // ExclusiveAllocator::PreferAdvertised); any other is copied and answered by Prefer's path.
-  absl::StatusOr<std::vector<std::string>> PreferViews(
-      const std::vector<std::string_view>& available,
-      const std::vector<std::string_view>& must_include, int size) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -186,19 +176,6 @@ class NodeState {
   metrics::NodeMetricsInput MetricsInput() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // What an exclusive answer is computed from, read together under mu_: the snapshot's
-  // allocator and the GPU context of the pod list as last refreshed (empty in shared mode).
-  struct PreferInputs {
-    std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
-    topology::TopologyPtr snapshot;
-    allocator::GpuContext gpus;
-  };
-  PreferInputs PreferInputsNow() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer's general path, on inputs read once.
-  absl::StatusOr<std::vector<std::string>> PreferWith(PreferInputs inputs,
-                                                      std::vector<std::string> available,
-                                                      std::vector<std::string> must_include,
-                                                      int size) const;
   void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Swaps in a new snapshot and its allocator.

@@ -39,7 +39,7 @@ std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::strin
   return {ids.begin(), ids.end()};
 }
 
-// Views of the request's IDs: NodeState::PreferViews copies them only where it must.
+// Views of the request's IDs, which outlive the call that reads them.
 std::vector<std::string_view> Views(const google::protobuf::RepeatedPtrField<std::string>& ids) {
   return {ids.begin(), ids.end()};
 }
@@ -52,8 +52,8 @@ absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocation
   response->Clear();
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
-        node.PreferViews(Views(c.available_deviceids()), Views(c.must_include_deviceids()),
-                         c.allocation_size());
+        node.Prefer(Views(c.available_deviceids()), Views(c.must_include_deviceids()),
+                    c.allocation_size());
     if (!ids.ok()) return ids.status();
     auto* out = response->add_container_responses();
     for (std::string& id : *ids) out->add_deviceids(std::move(id));
