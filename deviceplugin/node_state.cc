@@ -81,14 +81,7 @@ NodeState::NodeState(Config config, NodeSources sources)
       port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
                                                         sources_.now}),
       early_warning_(config_.early_warning, "server"),
-      list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
-                                            config_.pod_resources_list_burst, sources_.now,
-                                            sources_.after})),
-      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); },
-                   [this](std::function<void()> go) {
-                     const bool delayed = list_floor_->Pass(std::move(go));
-                     if (delayed) metrics_.pod_resources_lists_delayed.Add();
-                   }) {}
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 NodeState::~NodeState() {
   StopPodLists();
@@ -98,7 +91,6 @@ NodeState::~NodeState() {
 void NodeState::StopPodLists() {
   if (!sources_.pod_resources) return;
   sources_.pod_resources->Cancel();
-  list_floor_->Stop();
 }
 
 absl::Status NodeState::Init() {

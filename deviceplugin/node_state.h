@@ -39,7 +39,6 @@
 #include "hca/hca.h"
 #include "metrics/metrics.h"
 #include "metrics/node_metrics.h"
-#include "serving/rate_floor.h"
 #include "serving/single_flight.h"
 #include "topology/topology.h"
 
@@ -57,9 +56,6 @@ struct NodeSources {
   // The kubelet's pod-resources API; null turns withholding and the GPU context off.
   std::unique_ptr<PodResourcesSource> pod_resources;
   std::function<absl::Time()> now = [] { return absl::Now(); };
-  // The timer of the pod-resources rate floor (runs a delayed List); null: a grpc::Alarm. Tests
-  // give one that advances their clock.
-  serving::After after;
   // poll(2) as PluginServer's background threads call it; tests inject failures.
   std::function<int(struct pollfd*, nfds_t, int)> poll = ::poll;
 };
@@ -87,18 +83,15 @@ class NodeState {
 
   // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
   // finished, successfully or not (on the thread that finished it, or on this one). At most one
-  // List is in flight; callers share it. Lists keep under a rate floor
-  // (Config::pod_resources_lists_per_second): a List with no token starts when one is, on the
-  // floor's timer, and the callers that ask meanwhile share it. Without a pod-resources source,
-  // `then` runs at once.
+  // List is in flight; the callers that ask meanwhile share the next one. Without a
+  // pod-resources source, `then` runs at once.
   void RefreshPods(std::function<void()> then) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // RefreshPods and wait for it, at most `at_most` (and never much past the List's deadline):
   // the List goes on after a wait that gave up. True when that List finished and succeeded
   // (always, without a pod-resources source).
   bool RefreshPodsAndWait(absl::Duration at_most = absl::InfiniteDuration())
       ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Shutdown: the List in flight fails at once, and so does every later one (a List the rate
-  // floor holds starts at once, and fails).
+  // Shutdown: the List in flight fails at once, and so does every later one.
   void StopPodLists();
   // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
   // it (within its deadline) rather than refusing every HCA as not known yet. False without a
@@ -236,8 +229,6 @@ class NodeState {
 
   std::function<void()> rescan_request_ ABSL_GUARDED_BY(mu_);
 
-  // The floor under our List rate: SingleFlight's gate.
-  const std::shared_ptr<serving::RateFloor> list_floor_;
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
   serving::SingleFlight pod_refresh_;
 };
