@@ -850,8 +850,8 @@ TEST(NodeStatePreferTest, ExclusiveAnswers) {
   const std::string& a1 = advertised[1];
   const std::string& a2 = advertised[2];
   ExpectAnswers(state, {
-      {advertised, {}, 2, {TBD1}, ""},
-      {advertised, {advertised[5]}, 3, {TBD2}, ""},
+      {advertised, {}, 2, {a0, advertised[4]}, ""},  // one per NUMA node
+      {advertised, {advertised[5]}, 3, {a0, a1, advertised[5]}, ""},
       {{a0, "0000:ff:00.0", a1}, {}, 2, {a0, a1}, ""},
       {{a0, "0000:ff:00.0", a1}, {}, 3, {a0, a1, "0000:ff:00.0"}, ""},  // completed
       {{a0, "0000:ff:00.0", a1}, {"0000:ff:00.0"}, 2, {"0000:ff:00.0", a0}, ""},
