@@ -152,10 +152,11 @@ absl::Status EmptyId(const char* what) {
   return absl::InvalidArgumentError(absl::StrCat("empty ID in ", what));
 }
 absl::Status DuplicateId(const char* what, std::string_view id) {
-  return absl::InvalidArgumentError(absl::StrCat("duplicate ID in ", what, ": ", id));
+  return absl::InvalidArgumentError(absl::StrCat("duplicate ID in ", what, ": ", std::string(id)));
 }
 absl::Status MustNotAvailable(std::string_view id) {
-  return absl::InvalidArgumentError(absl::StrCat("must_include ID not available: ", id));
+  return absl::InvalidArgumentError(
+      absl::StrCat("must_include ID not available: ", std::string(id)));
 }
 
 // Up to this many available IDs, the IDs are compared pairwise instead of hashed.
