@@ -54,27 +54,6 @@ void LogPortChanges(const topology::Topology& before, const std::vector<topology
   }
 }
 
-// alloc.Prefer(request), choosing among the HCAs the early-warning rule does not find degraded
-// first (must_include kept as given): only when those are too few does the answer take degraded
-// ones, the allocator completing a choice that holds all the others.
-absl::StatusOr<std::vector<std::string>> PreferNotDegraded(
-    const allocator::ExclusiveAllocator& alloc, const allocator::Request& request,
-    const hca::FlaggedHcas& flagged) {
-  const std::set<std::string> must(request.must_include.begin(), request.must_include.end());
-  allocator::Request first = request;
-  first.available.clear();
-  for (const std::string& id : request.available) {
-    const std::optional<std::string> pci = topology::NormalizePci(id);
-    const auto f = pci ? flagged.find(*pci) : flagged.end();
-    if (must.count(id) || f == flagged.end() || !f->second.degraded) first.available.push_back(id);
-  }
-  if (first.available.size() == request.available.size()) return alloc.Prefer(request);
-  if (static_cast<int>(first.available.size()) >= request.size) return alloc.Prefer(first);
-  allocator::Request rest = request;
-  rest.must_include = first.available;
-  return alloc.Prefer(rest);
-}
-
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
@@ -102,15 +81,7 @@ NodeState::NodeState(Config config, NodeSources sources)
       port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
                                                         sources_.now}),
       early_warning_(config_.early_warning, "server"),
-      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
-      list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
-                                            config_.pod_resources_list_burst, sources_.now,
-                                            sources_.after})),
-      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); },
-                   [this](std::function<void()> go) {
-                     const bool delayed = list_floor_->Pass(std::move(go));
-                     if (delayed) metrics_.pod_resources_lists_delayed.Add();
-                   }) {}
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 NodeState::~NodeState() {
   StopPodLists();
@@ -120,7 +91,6 @@ NodeState::~NodeState() {
 void NodeState::StopPodLists() {
   if (!sources_.pod_resources) return;
   sources_.pod_resources->Cancel();
-  list_floor_->Stop();
 }
 
 absl::Status NodeState::Init() {
@@ -553,10 +523,10 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
   }
   Grant out;
-  out.allocation = hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm, paired,
-                                        allocations_.get());
-  for (const std::string& warning : out.allocation->warnings) Log()->warn("Allocate: {}", warning);
-  out.file_mount = AllocationFileMount(*out.allocation);
+  out.allocation = hca::BuildAllocation(std::move(chosen), checked.rdma_cm, paired,
+                                        config_.allocation_dir);
+  for (const std::string& warning : out.allocation.warnings) Log()->warn("Allocate: {}", warning);
+  out.file_mount = AllocationFileMount(out.allocation);
   return out;
 }
 
@@ -612,117 +582,36 @@ void NodeState::WriteMetrics(metrics::Exposition& out) const {
   metrics::WriteNodeMetrics(MetricsInput(), *sources_.env, port_counters_, out);
 }
 
-absl::StatusOr<std::vector<std::string>> NodeState::PreferViews(
+absl::StatusOr<std::vector<std::string>> NodeState::Prefer(
     const std::vector<std::string_view>& available,
     const std::vector<std::string_view>& must_include, int size) const {
   if (config_.mode == hca::Mode::kShared) {
-    // Every shared ID offered is below config_.shared_devices, whatever the snapshot.
-    if (std::optional<std::vector<std::string>> answer = allocator::PreferSharedBelow(
-            available, must_include, size, static_cast<std::uint32_t>(config_.shared_devices))) {
-      return *std::move(answer);
+    return allocator::AnswerShared(available, must_include, size,
+                                   static_cast<std::uint32_t>(config_.shared_devices));
+  }
+  std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
+  allocator::GpuContext gpus;
+  {
+    absl::MutexLock lock(&mu_);
+    alloc = allocator_;
+    if (pods_known_) {
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
+                                       *snapshot_);
+      Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
+                   sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
+                   sel.context.free_gpus.size());
+      gpus = std::move(sel.context);
     }
   }
-  PreferInputs inputs = PreferInputsNow();
-  if (config_.mode == hca::Mode::kExclusive) {
-    const hca::FlaggedHcas flagged = early_warning_.Flagged();
-    const bool degraded = std::any_of(flagged.begin(), flagged.end(),
-                                      [](const auto& f) { return f.second.degraded; });
-    if (!degraded && inputs.alloc != nullptr) {
-      if (std::optional<std::vector<std::string>> answer =
-              inputs.alloc->PreferAdvertised(available, must_include, size, inputs.gpus)) {
-        return *std::move(answer);
-      }
+  std::vector<bool> degraded;  // by the allocator's snapshot index
+  for (const auto& [pci, flags] : early_warning_.Flagged()) {
+    if (!flags.degraded) continue;
+    if (const int idx = alloc->topology()->HcaIndex(pci); idx >= 0) {
+      degraded.resize(alloc->topology()->hcas().size());
+      degraded[idx] = true;
     }
   }
-  return PreferWith(std::move(inputs), {available.begin(), available.end()},
-                    {must_include.begin(), must_include.end()}, size);
-}
-
-NodeState::PreferInputs NodeState::PreferInputsNow() const {
-  PreferInputs in;
-  if (config_.mode == hca::Mode::kShared) return in;
-  absl::MutexLock lock(&mu_);
-  in.alloc = allocator_;
-  in.snapshot = snapshot_;
-  if (pods_known_) {
-    GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
-                                     *snapshot_);
-    Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
-                 sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
-                 sel.context.free_gpus.size());
-    in.gpus = std::move(sel.context);
-  }
-  return in;
-}
-
-absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
-                                                           std::vector<std::string> must_include,
-                                                           int size) const {
-  return PreferWith(PreferInputsNow(), std::move(available), std::move(must_include), size);
-}
-
-absl::StatusOr<std::vector<std::string>> NodeState::PreferWith(
-    PreferInputs inputs, std::vector<std::string> available,
-    std::vector<std::string> must_include, int size) const {
-  // Only a malformed request is refused (a bad size, a duplicate or empty ID, must_include not
-  // within available). An ID this plugin does not offer now is well-formed kubelet input all the
-  // same (an HCA unplugged a poll before the kubelet applied the update, a device reused from an
-  // init container, --shared-devices lowered): refusing it fails the pod
-  // (UnexpectedAdmissionError), and the call is only advice.
-  allocator::Request request{std::move(available), std::move(must_include), size,
-                             std::move(inputs.gpus)};
-  if (absl::Status s = allocator::ValidateRequest(request); !s.ok()) return s;
-  const bool shared = config_.mode == hca::Mode::kShared;
-  const std::shared_ptr<const allocator::ExclusiveAllocator>& alloc = inputs.alloc;
-  const topology::TopologyPtr& snapshot = inputs.snapshot;
-  auto offered = [&](const std::string& id) {
-    if (shared) return IsSharedId(id, config_.shared_devices);
-    return snapshot->HcaIndex(id) >= 0;
-  };
-  // Unknown IDs leave `available`; must_include is kept as given (the kubelet has decided those);
-  // the rest is chosen among the known IDs, and only when they are too few, from the unknown
-  // ones in the kubelet's order, so that the answer is always a complete one.
-  allocator::Request known{{}, {}, 0, std::move(request.gpus)};
-  std::vector<std::string> answer, unknown;
-  for (const std::string& id : request.must_include) {
-    (offered(id) ? known.must_include : answer).push_back(id);
-  }
-  const std::set<std::string> must(request.must_include.begin(), request.must_include.end());
-  for (const std::string& id : request.available) {
-    if (offered(id)) {
-      known.available.push_back(id);
-    } else if (must.count(id) == 0) {
-      unknown.push_back(id);
-    }
-  }
-  known.size = std::min<int>(size - static_cast<int>(answer.size()),
-                             static_cast<int>(known.available.size()));
-  if (!unknown.empty() || !answer.empty()) {
-    Log()->debug("GetPreferredAllocation: {} ID(s) not offered now ({}), left to the kubelet",
-                 unknown.size() + answer.size(),
-                 absl::StrJoin(answer.empty() ? unknown : answer, ","));
-  }
-  if (known.size > 0) {
-    absl::StatusOr<std::vector<std::string>> chosen =
-        shared ? allocator::PreferShared(known)
-               : PreferNotDegraded(*alloc, known, early_warning_.Flagged());
-    if (!chosen.ok()) return chosen.status();  // malformed: two spellings of one HCA
-    if (!shared) {
-      // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
-      std::map<std::string, std::string> spelled;
-      for (const std::string& id : known.available) {
-        if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
-      }
-      for (std::string& id : *chosen) {
-        if (auto it = spelled.find(id); it != spelled.end()) id = it->second;
-      }
-    }
-    answer.insert(answer.end(), chosen->begin(), chosen->end());
-  }
-  for (std::size_t i = 0; static_cast<int>(answer.size()) < size && i < unknown.size(); ++i) {
-    answer.push_back(unknown[i]);
-  }
-  return answer;
+  return alloc->Answer(available, must_include, size, gpus, degraded);
 }
 
 }  // namespace rdp::deviceplugin

@@ -39,7 +39,6 @@
 #include "hca/hca.h"
 #include "metrics/metrics.h"
 #include "metrics/node_metrics.h"
-#include "serving/rate_floor.h"
 #include "serving/single_flight.h"
 #include "topology/topology.h"
 
@@ -57,9 +56,6 @@ struct NodeSources {
   // The kubelet's pod-resources API; null turns withholding and the GPU context off.
   std::unique_ptr<PodResourcesSource> pod_resources;
   std::function<absl::Time()> now = [] { return absl::Now(); };
-  // The timer of the pod-resources rate floor (runs a delayed List); null: a grpc::Alarm. Tests
-  // give one that advances their clock.
-  serving::After after;
   // poll(2) as PluginServer's background threads call it; tests inject failures.
   std::function<int(struct pollfd*, nfds_t, int)> poll = ::poll;
 };
@@ -87,18 +83,15 @@ class NodeState {
 
   // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
   // finished, successfully or not (on the thread that finished it, or on this one). At most one
-  // List is in flight; callers share it. Lists keep under a rate floor
-  // (Config::pod_resources_lists_per_second): a List with no token starts when one is, on the
-  // floor's timer, and the callers that ask meanwhile share it. Without a pod-resources source,
-  // `then` runs at once.
+  // List is in flight; the callers that ask meanwhile share the next one. Without a
+  // pod-resources source, `then` runs at once.
   void RefreshPods(std::function<void()> then) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // RefreshPods and wait for it, at most `at_most` (and never much past the List's deadline):
   // the List goes on after a wait that gave up. True when that List finished and succeeded
   // (always, without a pod-resources source).
   bool RefreshPodsAndWait(absl::Duration at_most = absl::InfiniteDuration())
       ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Shutdown: the List in flight fails at once, and so does every later one (a List the rate
-  // floor holds starts at once, and fails).
+  // Shutdown: the List in flight fails at once, and so does every later one.
   void StopPodLists();
   // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
   // it (within its deadline) rather than refusing every HCA as not known yet. False without a
@@ -141,9 +134,8 @@ class NodeState {
 
   // What Allocate gives one container.
   struct Grant {
-    // Its devices, envs and allocation file: memoised (hca::AllocationMemo), so shared with every
-    // container given the same HCAs in the same state. Never changed.
-    std::shared_ptr<const hca::ContainerAllocation> allocation;
+    // Its devices, envs and, with --allocation-dir, its allocation file.
+    hca::ContainerAllocation allocation;
     // The host file mounted read-only at hca::kAllocationFile; "" for none (no --allocation-dir,
     // or the file could not be written).
     std::string file_mount;
@@ -155,25 +147,15 @@ class NodeState {
   absl::StatusOr<Grant> Allocate(const std::vector<std::string>& ids) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // GetPreferredAllocation for one container, through the allocator, with the GPU context of
-  // the pod list as last refreshed (the caller refreshes first: RefreshPods). Exclusive mode
-  // prefers HCAs the early-warning rule does not find degraded: the allocator chooses among those
-  // first, and completes the answer from the degraded ones only when they are too few. The IDs are those
-  // of `available`, spelled as given. InvalidArgument only for a malformed request (size out of
-  // range, duplicate or empty IDs, must_include not within available): IDs not offered now are
-  // left out of the choice, must_include is kept as given, and the answer is filled from the
-  // unknown IDs only when the known ones are too few.
-  absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
-                                                  std::vector<std::string> must_include,
+  // GetPreferredAllocation for one container, on views of the request's own IDs: the
+  // allocator's one path per mode (allocator::ExclusiveAllocator::Answer, with the GPU context of
+  // the pod list as last refreshed and the HCAs the early-warning rule finds degraded taken only
+  // to complete the answer; allocator::AnswerShared below config.shared_devices). The caller
+  // refreshes the pod list first (RefreshPods). InvalidArgument only for a malformed request:
+  // IDs not offered now are left to the kubelet, must_include is kept as given.
+  absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string_view>& available,
+                                                  const std::vector<std::string_view>& must_include,
                                                   int size) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer on views of the caller's strings (a gRPC request's own), the same answer: a
-  // well-formed request of offered IDs only, spelled as advertised (the kubelet's usual one), is
-  // answered on their indices without copying it (shared: allocator::PreferSharedBelow;
-  // exclusive, while the early-warning rule finds no HCA degraded:
-  // ExclusiveAllocator::PreferAdvertised); any other is copied and answered by Prefer's path.
-  absl::StatusOr<std::vector<std::string>> PreferViews(
-      const std::vector<std::string_view>& available,
-      const std::vector<std::string_view>& must_include, int size) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -187,19 +169,6 @@ class NodeState {
   metrics::NodeMetricsInput MetricsInput() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // What an exclusive answer is computed from, read together under mu_: the snapshot's
-  // allocator and the GPU context of the pod list as last refreshed (empty in shared mode).
-  struct PreferInputs {
-    std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
-    topology::TopologyPtr snapshot;
-    allocator::GpuContext gpus;
-  };
-  PreferInputs PreferInputsNow() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer's general path, on inputs read once.
-  absl::StatusOr<std::vector<std::string>> PreferWith(PreferInputs inputs,
-                                                      std::vector<std::string> available,
-                                                      std::vector<std::string> must_include,
-                                                      int size) const;
   void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Swaps in a new snapshot and its allocator.
@@ -237,8 +206,6 @@ class NodeState {
   mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
   // Early-warning health: the health poll updates it; Prefer and scrapes read it.
   hca::EarlyWarningMonitor early_warning_;
-  // Allocate's allocations, memoised; their files built only with --allocation-dir.
-  const std::unique_ptr<hca::AllocationMemo> allocations_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -262,8 +229,6 @@ class NodeState {
 
   std::function<void()> rescan_request_ ABSL_GUARDED_BY(mu_);
 
-  // The floor under our List rate: SingleFlight's gate.
-  const std::shared_ptr<serving::RateFloor> list_floor_;
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
   serving::SingleFlight pod_refresh_;
 };

@@ -85,10 +85,6 @@ void PluginMetrics::Write(metrics::Exposition& out) const {
                kubelet_restarts);
   WriteCounter(out, "pod_resources_errors_total",
                "Calls to the kubelet's pod-resources List that failed.", pod_resources_errors);
-  WriteCounter(out, "pod_resources_lists_delayed_total",
-               "Pod-resources Lists that waited for a token of the plugin's own rate floor on "
-               "Lists before starting.",
-               pod_resources_lists_delayed);
   WriteCounter(out, "rediscoveries_total",
                "Full discoveries of the node after the first one: the health scan found the set "
                "of HCAs (PCI functions) changed (hotplug).",

@@ -75,7 +75,6 @@ Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoi
       rediscover_(std::move(rediscover)),
       env_(std::move(env)),
       status_(status),
-      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
       checkpoint_(checkpoint) {}
 
 absl::Status Driver::Start() {
@@ -607,18 +606,17 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   if (claim.legacy) {
     return BuildLegacyCdiSpec(
         config_.driver_name, ref.uid,
-        *hca::BuildAllocation(snapshot, hcas_of([](const auto&) { return true; }), rdma_cm, {},
-                              nullptr),
+        hca::BuildAllocation(hcas_of([](const auto&) { return true; }), rdma_cm, {},
+                             /*allocation_dir=*/""),
         *env_);
   }
   std::vector<CdiRequest> requests;
   for (const std::string& request : Requests(claim.devices)) {
     CdiRequest r;
     r.request = request;
-    r.own = *hca::BuildAllocation(
-        snapshot,
+    r.own = hca::BuildAllocation(
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
-        rdma_cm, {}, nullptr);
+        rdma_cm, {}, /*allocation_dir=*/"");
     if (const auto it = claim.common.find(request); it != claim.common.end()) {
       // The devices of the container's other pairs are HCAs of this node too (their claims
       // checked them); only their names and addresses go into the variables.
@@ -633,7 +631,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
       }
       if (!all.empty()) {
         hca::ContainerAllocation common =
-            *hca::BuildAllocation(snapshot, std::move(all), rdma_cm, {}, allocations_.get());
+            hca::BuildAllocation(std::move(all), rdma_cm, {}, config_.allocation_dir);
         for (const std::string& w : common.warnings) {
           Log()->warn("claim {} request {}: {}", Describe(ref), request, w);
         }

@@ -171,9 +171,6 @@ class Driver {
   const std::function<topology::TopologyPtr()> rediscover_;
   const std::shared_ptr<Env> env_;
   ClaimStatusWriter* const status_;
-  // The common variables' allocations, memoised; their files built only with
-  // config_.allocation_dir.
-  const std::unique_ptr<hca::AllocationMemo> allocations_;
 
   // Held by a Prepare that reads claims: one at a time decides what the common variables say.
   absl::Mutex prepare_mu_ ABSL_ACQUIRED_BEFORE(mu_);
