@@ -155,7 +155,8 @@ absl::Status DuplicateId(const char* what, std::string_view id) {
   return absl::InvalidArgumentError(absl::StrCat("duplicate ID in ", what, ": ", std::string(id)));
 }
 absl::Status MustNotAvailable(std::string_view id) {
-  return absl::InvalidArgumentError(absl::StrCat("must_include ID not available: ", std::string(id)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("must_include ID not available: ", std::string(id)));
 }
 
 // Up to this many available IDs, the IDs are compared pairwise instead of hashed.
@@ -260,10 +261,10 @@ absl::StatusOr<std::vector<std::string>> AnswerShared(
   // ValidateRequest's checks in its order, offered IDs on a bitmap of their indices (the
   // kubelet's usual request: no hashing), the others by name.
   const std::uint32_t limit = std::min(count, kMaxSharedIndex);
-  auto offered = [limit](std::string_view id) -> std::optional<std::uint32_t> {
+  constexpr std::uint32_t kNotOffered = UINT32_MAX;
+  auto index_of = [limit](std::string_view id) {
     const std::optional<std::uint32_t> i = SharedIndex(id);
-    if (i && *i < limit) return i;
-    return std::nullopt;
+    return i && *i < limit ? *i : kNotOffered;
   };
   thread_local std::vector<std::uint64_t> available_bits, must_bits;
   available_bits.assign(limit / 64 + 1, 0);
@@ -272,16 +273,17 @@ absl::StatusOr<std::vector<std::string>> AnswerShared(
   std::unordered_set<std::string_view> unknown_set, unknown_must;
   for (const std::string_view id : available) {
     if (id.empty()) return EmptyId("available");
-    const std::optional<std::uint32_t> i = offered(id);
-    if (i ? !Mark(available_bits, *i) : !unknown_set.insert(id).second) {
-      return DuplicateId("available", id);
+    if (const std::uint32_t i = index_of(id); i != kNotOffered) {
+      if (!Mark(available_bits, i)) return DuplicateId("available", id);
+    } else {
+      if (!unknown_set.insert(id).second) return DuplicateId("available", id);
+      unknown.push_back(id);
     }
-    if (!i) unknown.push_back(id);
   }
   for (const std::string_view id : must_include) {
     if (id.empty()) return EmptyId("must_include");
-    const std::optional<std::uint32_t> i = offered(id);
-    if (i ? !Mark(must_bits, *i) : !unknown_must.insert(id).second) {
+    const std::uint32_t i = index_of(id);
+    if (i != kNotOffered ? !Mark(must_bits, i) : !unknown_must.insert(id).second) {
       return DuplicateId("must_include", id);
     }
   }
@@ -289,9 +291,11 @@ absl::StatusOr<std::vector<std::string>> AnswerShared(
   out.reserve(static_cast<std::size_t>(size));
   std::size_t known_must = 0;
   for (const std::string_view id : must_include) {
-    const std::optional<std::uint32_t> i = offered(id);
-    if (i ? !Marked(available_bits, *i) : unknown_set.count(id) == 0) return MustNotAvailable(id);
-    if (i) {
+    const std::uint32_t i = index_of(id);
+    if (i != kNotOffered ? !Marked(available_bits, i) : unknown_set.count(id) == 0) {
+      return MustNotAvailable(id);
+    }
+    if (i != kNotOffered) {
       ++known_must;
     } else {
       out.emplace_back(id);  // kept as given
