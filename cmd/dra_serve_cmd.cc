@@ -123,35 +123,24 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   return r;
 }
 
-// The API server: --kubeconfig, else the in-cluster service account (kube::NewClient); the
-// error names the flag.
-absl::StatusOr<std::shared_ptr<kube::Client>> ApiClient(const DraFlags& f) {
+int Serve(const DraFlags& f, const Resolved& r) {
+  // The API server: --kubeconfig, else the in-cluster service account.
   absl::StatusOr<std::unique_ptr<kube::Client>> client = kube::NewClient(f.kubeconfig);
   if (!client.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
-                                          : "--kubeconfig: ",
-                     client.status().message()));
-  }
-  return std::shared_ptr<kube::Client>(*std::move(client));
-}
-
-int Serve(const DraFlags& f, const Resolved& r) {
-  absl::StatusOr<std::shared_ptr<kube::Client>> client = ApiClient(f);
-  if (!client.ok()) {
-    Log()->error("{}", std::string(client.status().message()));
+    Log()->error("{}{}",
+                 f.kubeconfig.empty() ? "no in-cluster API server (give --kubeconfig): "
+                                      : "--kubeconfig: ",
+                 std::string(client.status().message()));
     return kExitUsage;
   }
   std::unique_ptr<node::Node> node = MakeNode(r);
-  dra::Plugin plugin(r.plugin, *node, *client);
+  dra::Plugin plugin(r.plugin, *node, std::shared_ptr<kube::Client>(*std::move(client)));
   if (absl::Status s = plugin.Init(); !s.ok()) {
     Log()->error("cannot start: {}", s.ToString());
     return 1;
   }
-  ServerRun run;
-  run.logger = "dra";
-  // The background threads start here, after RunServer blocked the stop signals.
-  run.start = [&plugin] { return plugin.Start(); };
+  ServerRun run{"dra"};
+  run.start = [&plugin] { return plugin.Start(); };  // after RunServer blocked the signals
   run.wait = [&plugin](int signals) { return plugin.Wait(signals); };
   run.stop = [&plugin] { plugin.Stop(); };
   run.stopped = plugin.StoppedLine();
@@ -162,8 +151,7 @@ int Serve(const DraFlags& f, const Resolved& r) {
   return RunServer(run);
 }
 
-// Prepares one claim given on the command line (its devices allocated from this node's pool)
-// through the driver, as NodePrepareResources would, and prints the answer as JSON.
+// dra::PrepareLocal's answer as JSON on stdout.
 int PrepareLocal(const DraFlags& f, const Resolved& r) {
   std::unique_ptr<node::Node> node = MakeNode(r);
   absl::StatusOr<std::pair<int, nlohmann::json>> out =

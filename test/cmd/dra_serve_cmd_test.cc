@@ -56,6 +56,13 @@ class DRAServeCmdTest : public ::testing::Test {
             "--dev-root",    root,          "--log-level", "info",    "--kubeconfig",
             kubeconfig_};
   }
+  // `dra` with Flags() and a health poll every 100 ms.
+  std::vector<std::string> PollingFast() const {
+    std::vector<std::string> serve = {"dra"};
+    for (const std::string& a : Flags()) serve.push_back(a);
+    for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
+    return serve;
+  }
   std::string RegSocket() const {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
   }
@@ -301,10 +308,7 @@ class HealthStream {
 // HEALTHY again when the port comes back, so that a pod whose HCA's link is down says so in its
 // status.
 TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStream) {
-  std::vector<std::string> serve = {"dra"};
-  for (const std::string& a : Flags()) serve.push_back(a);
-  for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(RDP_BINARY, PollingFast());
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
   pluginregistration::PluginInfo info;
@@ -349,10 +353,7 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
 // both doors. Before, the DRA door dropped a failed scan silently and kept reporting the last
 // health, while the device plugin listed every HCA Unhealthy.
 TEST_F(DRAServeCmdTest, AFailedHealthScanMakesEveryHcaUnhealthy) {
-  std::vector<std::string> serve = {"dra"};
-  for (const std::string& a : Flags()) serve.push_back(a);
-  for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(RDP_BINARY, PollingFast());
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
   pluginregistration::PluginInfo info;
   ASSERT_TRUE(GetInfo(info).ok());
