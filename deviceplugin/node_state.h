@@ -1,10 +1,11 @@
 #pragma once
 
-// NodeState: the node as the plugin knows it, independent of gRPC: the current topology
-// snapshot, the health of every HCA advertised (vanished ones until forgotten), the kubelet's pod
-// list, and the device list that ListAndWatch streams. Nothing here runs by itself: PluginServer's
-// threads drive the health poll (Poll) and the pod-resources refresh (RefreshPods), the RPCs the
-// rest.
+// NodeState: the device plugin's adapter over the node core (node/node.h), independent of gRPC:
+// the kubelet's pod list, the HCAs withheld across a mode switch, the GPU context of an
+// admission, and the device list that ListAndWatch streams, computed from the core's view. The
+// snapshot, health, HCAs known, device-node check and what a container gets are the core's.
+// Nothing here runs by itself: PluginServer's threads drive the health poll (Poll) and the
+// pod-resources refresh (RefreshPods), the RPCs the rest.
 // Thread-safe: state is under one mutex; discovery, file reads and kubelet calls run outside it.
 //
 // Fail closed: while a pod-resources source is configured and the kubelet's pod list is not
@@ -35,10 +36,9 @@
 #include "deviceplugin/plugin_metrics.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/resource_model.h"
-#include "hca/early_warning.h"
 #include "hca/hca.h"
+#include "node/node.h"
 #include "metrics/metrics.h"
-#include "metrics/node_metrics.h"
 #include "serving/single_flight.h"
 #include "topology/topology.h"
 
@@ -46,12 +46,10 @@ namespace rdp::deviceplugin {
 
 // Where the plugin's knowledge of the node comes from. Tests replace any of these.
 struct NodeSources {
-  // Every read of the node outside discovery (device nodes at Allocate, /proc/driver/nvidia);
-  // null: the filesystem under the config's roots.
+  // The node core's (node::Sources): every read of the node outside discovery (null: the
+  // filesystem under the config's roots), full discovery, the health poll's scan (null: none).
   std::shared_ptr<Env> env;
-  // Full discovery (sysfs + hwloc); called at Init and when a scan shows the HCAs changed.
   std::function<absl::StatusOr<topology::TopologyPtr>()> discover;
-  // A cheap scan of the HCAs (sysfs only) for the periodic health poll. Unset: use discover.
   std::function<absl::StatusOr<std::vector<topology::Hca>>()> scan;
   // The kubelet's pod-resources API; null turns withholding and the GPU context off.
   std::unique_ptr<PodResourcesSource> pod_resources;
@@ -76,9 +74,9 @@ class NodeState {
   // discovery fails.
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
-  // One health poll: scan the HCAs, re-discover when the set changed (hotplug), re-read the GPU
-  // IDs, forget HCAs absent for config.forget_after_polls polls that no container holds,
-  // recompute the device list. Returns true when the list changed (listeners have run).
+  // One health poll: the core's (node::Node::Poll, with the HCAs the pod list shows held), the
+  // GPU IDs read again, the device list recomputed. Returns true when the list changed
+  // (listeners have run).
   bool Poll() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
   // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
@@ -132,14 +130,9 @@ class NodeState {
   // owner of the health poll runs one soon.
   void SetRescanRequest(std::function<void()> request) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // What Allocate gives one container.
-  struct Grant {
-    // Its devices, envs and, with --allocation-dir, its allocation file.
-    hca::ContainerAllocation allocation;
-    // The host file mounted read-only at hca::kAllocationFile; "" for none (no --allocation-dir,
-    // or the file could not be written).
-    std::string file_mount;
-  };
+  // What Allocate gives one container: its devices, envs and, with --allocation-dir, the host
+  // file mounted read-only at hca::kAllocationFile.
+  using Grant = node::Grant;
   // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
   // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
   // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
@@ -161,40 +154,31 @@ class NodeState {
   topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The plugin's instruments (thread-safe): the RPC handlers and PluginServer's threads update
-  // them, and so does this class (discovery, pod-resources errors, each allocation's alignment).
+  // them, and so does this class (pod-resources errors, each allocation's alignment).
   PluginMetrics& metrics() const { return metrics_; }
-  // One scrape: the instruments, then the node's state as of now (a copy taken under the lock,
-  // then the port counters read from sysfs outside it). Thread-safe.
+  // One scrape: the instruments, then the node's (node::Node::WriteMetrics) with the plugin's
+  // part: withholding and the containers holding HCAs. Thread-safe.
   void WriteMetrics(metrics::Exposition& out) const ABSL_LOCKS_EXCLUDED(mu_);
-  metrics::NodeMetricsInput MetricsInput() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Swaps in a new snapshot and its allocator.
-  void SwapSnapshot(topology::TopologyPtr snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Recomputes devices_ from advertised_, the snapshot and the pods; bumps version_ and logs
-  // withholding decisions when different. True when the list or the withheld set changed.
+  // Takes the core's view now (a new snapshot gets its allocator) and recomputes devices_ from its
+  // HCAs and the pods; bumps version_ and logs withholding decisions when different. True when
+  // the list or the withheld set changed.
   bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the listeners.
   void Notify() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  void RequestRescan() const ABSL_LOCKS_EXCLUDED(mu_);
-  // sources_.discover(), timed into metrics_.discovery.
-  absl::StatusOr<topology::TopologyPtr> Discover() ABSL_LOCKS_EXCLUDED(mu_);
-  // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
-  // being admitted, as the last pod list shows it.
-  // Counts the allocation's alignment; returns the GPUs of the container being admitted (empty
-  // when unknown).
+  // Counts the allocation of `pcis` by its alignment with the GPUs of the container being
+  // admitted, as the last pod list shows it; returns those GPUs (empty when unknown).
   std::vector<std::string> CountAlignment(const std::vector<std::string>& pcis) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // With --allocation-dir: writes allocation.file there (unless a file of that content is there
-  // already) and gives the path to mount at hca::kAllocationFile; a failure is logged and the
-  // container gets no file ("").
-  std::string AllocationFileMount(const hca::ContainerAllocation& allocation) const;
+  // The HCAs the pod list shows held through our resource; nullopt while it is not known.
+  std::optional<std::set<std::string>> HeldNow() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
   NodeSources sources_;
-  std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
+  node::Node core_;
   // How the latest pod-resources List ended: none has yet, it succeeded, it failed.
   enum class ListEnd : char { kNone, kOk, kFailed };
   std::atomic<ListEnd> last_list_{ListEnd::kNone};
@@ -203,9 +187,6 @@ class NodeState {
   // registration_epoch_ when the latest successful List began.
   std::atomic<std::uint64_t> last_list_epoch_{0};
   mutable PluginMetrics metrics_;
-  mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
-  // Early-warning health: the health poll updates it; Prefer and scrapes read it.
-  hca::EarlyWarningMonitor early_warning_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -213,9 +194,8 @@ class NodeState {
   int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
 
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
-  topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
+  node::ViewPtr view_ ABSL_GUARDED_BY(mu_);  // the core's, as of the last Recompute
   std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, hca::AdvertisedHca> advertised_ ABSL_GUARDED_BY(mu_);  // by PCI address
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
@@ -226,8 +206,6 @@ class NodeState {
   bool withholding_pending_ ABSL_GUARDED_BY(mu_) = false;  // withheld_ is "pods not known yet"
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-
-  std::function<void()> rescan_request_ ABSL_GUARDED_BY(mu_);
 
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
   serving::SingleFlight pod_refresh_;

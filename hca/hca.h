@@ -35,6 +35,12 @@ struct AdvertisedHca {
   bool present = false;  // in the latest scan
   bool healthy = false;  // Assess(...).usable in the latest scan
   int absent_polls = 0;  // consecutive scans without it
+  std::string reason;    // why it is not healthy; "" when it is
+  bool operator==(const AdvertisedHca& o) const {
+    return pci == o.pci && name == o.name && numa == o.numa && present == o.present &&
+           healthy == o.healthy && absent_polls == o.absent_polls && reason == o.reason;
+  }
+  bool operator!=(const AdvertisedHca& o) const { return !(*this == o); }
 };
 
 // Whether an HCA can be handed to a container, and if not, why. The one definition of a usable
