@@ -89,13 +89,7 @@ func startClaimPolicyEnv(t *testing.T) *claimPolicyEnv {
 			}
 		}
 	}
-	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: draOtherDriver},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-			CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + draOtherDriver + `"`}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createDriverClass(t, c, draOtherDriver)
 	e.onA = saClient(t, cp, claimPolicyNS, sa, podOnNode(t, cp, claimPolicyNS, sa, nodeA))
 	e.onB = saClient(t, cp, claimPolicyNS, sa, podOnNode(t, cp, claimPolicyNS, sa, nodeB))
 	e.unbound = saClient(t, cp, claimPolicyNS, sa, nil)
@@ -178,35 +172,21 @@ func (e *claimPolicyEnv) check() {
 	t := e.t
 	t.Helper()
 	ctx := context.Background()
-	refused := func(what, want string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s: allowed, want refused", what)
-		} else if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
-		}
-	}
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: %v, want allowed", what, err)
-		}
-	}
-	allowed("node A's token writes our entry of node A's claim", e.write(ctx, e.onA, "claim-a", withOurEntry))
-	allowed("node B's token writes our entry of node B's claim", e.write(ctx, e.onB, "claim-b", withOurEntry))
-	allowed("node A's token removes our entry of node A's claim", e.write(ctx, e.onA, "claim-a", withoutOurEntries))
+	wantAllowed(t, "node A's token writes our entry of node A's claim", e.write(ctx, e.onA, "claim-a", withOurEntry))
+	wantAllowed(t, "node B's token writes our entry of node B's claim", e.write(ctx, e.onB, "claim-b", withOurEntry))
+	wantAllowed(t, "node A's token removes our entry of node A's claim", e.write(ctx, e.onA, "claim-a", withoutOurEntries))
 
-	refused("node B's token writes our entry of node A's claim", policyMessageNode, e.write(ctx, e.onB, "claim-a", withOurEntry))
-	refused("node A's token removes our entry of node B's claim", policyMessageNode, e.write(ctx, e.onA, "claim-b", withoutOurEntries))
-	refused("node B's token drops node A's claim's reservations", policyMessageNode, e.write(ctx, e.onB, "claim-a", withoutReservations))
-	refused("node A's token drops its own claim's reservations", policyMessageOwn, e.write(ctx, e.onA, "claim-a", withoutReservations))
-	refused("node A's token writes a GPU driver's entry of its own claim", policyMessageOwn, e.write(ctx, e.onA, "claim-a", withGPUEntry))
-	refused("a token bound to no node writes our entry", policyMessageBound, e.write(ctx, e.unbound, "claim-a", withOurEntry))
+	wantRefused(t, "node B's token writes our entry of node A's claim", policyMessageNode, e.write(ctx, e.onB, "claim-a", withOurEntry))
+	wantRefused(t, "node A's token removes our entry of node B's claim", policyMessageNode, e.write(ctx, e.onA, "claim-b", withoutOurEntries))
+	wantRefused(t, "node B's token drops node A's claim's reservations", policyMessageNode, e.write(ctx, e.onB, "claim-a", withoutReservations))
+	wantRefused(t, "node A's token drops its own claim's reservations", policyMessageOwn, e.write(ctx, e.onA, "claim-a", withoutReservations))
+	wantRefused(t, "node A's token writes a GPU driver's entry of its own claim", policyMessageOwn, e.write(ctx, e.onA, "claim-a", withGPUEntry))
+	wantRefused(t, "a token bound to no node writes our entry", policyMessageBound, e.write(ctx, e.unbound, "claim-a", withOurEntry))
 
 	// Other writers are not matched: the admin (the GPU driver's part here) writes as before ...
-	allowed("the admin writes a GPU driver's entry of node A's claim", e.write(ctx, e.cp.Client, "claim-a", withGPUEntry))
+	wantAllowed(t, "the admin writes a GPU driver's entry of node A's claim", e.write(ctx, e.cp.Client, "claim-a", withGPUEntry))
 	// ... and node A's token then writes ours beside it, the GPU driver's kept.
-	allowed("node A's token adds our entry beside the GPU driver's", e.write(ctx, e.onA, "claim-a", withOurEntry))
+	wantAllowed(t, "node A's token adds our entry beside the GPU driver's", e.write(ctx, e.onA, "claim-a", withOurEntry))
 	rc, err := e.cp.Client.ResourceV1().ResourceClaims("default").Get(ctx, "claim-a", metav1.GetOptions{})
 	if err != nil || len(rc.Status.Devices) != 2 || len(rc.Status.ReservedFor) != 1 {
 		t.Errorf("node A's claim after the writes: %v, status %+v", err, rc.Status)
