@@ -12,42 +12,13 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "allocator/model.h"
 
 namespace rdp::allocator {
 namespace {
 
 bool IsDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
-
-// Compares two digit runs by value; leading zeros do not count.
-int CompareNumber(std::string_view a, std::string_view b) {
-  auto strip = [](std::string_view s) {
-    while (s.size() > 1 && s.front() == '0') s.remove_prefix(1);
-    return s;
-  };
-  a = strip(a);
-  b = strip(b);
-  if (a.size() != b.size()) return a.size() < b.size() ? -1 : 1;
-  return a.compare(b) < 0 ? -1 : (a == b ? 0 : 1);
-}
-
-std::string_view DigitRun(const std::string& s, size_t from) {
-  size_t end = from;
-  while (end < s.size() && IsDigit(s[end])) ++end;
-  return std::string_view(s).substr(from, end - from);
-}
-
-// Rejects empty and repeated IDs, collecting them into `seen`.
-absl::Status CheckIds(const std::vector<std::string>& ids, const char* what,
-                      std::unordered_set<std::string_view>* seen) {
-  for (const std::string& id : ids) {
-    if (id.empty()) return absl::InvalidArgumentError(std::string("empty ID in ") + what);
-    if (!seen->insert(id).second) {
-      return absl::InvalidArgumentError(std::string("duplicate ID in ") + what + ": " + id);
-    }
-  }
-  return absl::OkStatus();
-}
 
 // Leading decimal number of a sysfs rate ("400 Gb/sec (4X NDR)" -> 400), 0 when none.
 double RateGbps(const std::string& rate) {
@@ -161,52 +132,80 @@ auto Key(const Score& s) {
 bool operator<(const Score& a, const Score& b) { return Key(a) < Key(b); }
 bool operator==(const Score& a, const Score& b) { return Key(a) == Key(b); }
 
-bool NaturalLess(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (IsDigit(a[i]) && IsDigit(b[j])) {
-      std::string_view x = DigitRun(a, i), y = DigitRun(b, j);
-      if (int c = CompareNumber(x, y); c != 0) return c < 0;
-      i += x.size();
-      j += y.size();
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  if ((a.size() - i) != (b.size() - j)) return (a.size() - i) < (b.size() - j);
-  // Equal as numbers ("x01" and "x1"): plain order keeps this a strict weak ordering.
-  return a < b;
-}
-
 namespace {
 
 // The checks of ValidateRequest that need no look at the IDs.
-absl::Status CheckSizes(const Request& request) {
-  if (request.size < 1) {
-    return absl::InvalidArgumentError("size must be at least 1, got " +
-                                      std::to_string(request.size));
+absl::Status CheckSizes(std::size_t available, std::size_t must_include, int size) {
+  if (size < 1) return absl::InvalidArgumentError(absl::StrCat("size must be at least 1, got ", size));
+  if (static_cast<std::size_t>(size) > available) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("size ", size, " exceeds the ", available, " available IDs"));
   }
-  if (static_cast<size_t>(request.size) > request.available.size()) {
-    return absl::InvalidArgumentError("size " + std::to_string(request.size) + " exceeds the " +
-                                      std::to_string(request.available.size()) +
-                                      " available IDs");
-  }
-  if (request.must_include.size() > static_cast<size_t>(request.size)) {
-    return absl::InvalidArgumentError("must_include has " +
-                                      std::to_string(request.must_include.size()) +
-                                      " IDs, more than size " + std::to_string(request.size));
+  if (must_include > static_cast<std::size_t>(size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must_include has ", must_include, " IDs, more than size ", size));
   }
   return absl::OkStatus();
 }
 
-// Per-thread scratch, so that a shared answer allocates only its result.
-struct IndexScratch {
-  std::vector<std::uint32_t> available, must;
-  std::vector<std::uint64_t> available_bits, must_bits;
-};
+absl::Status EmptyId(const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat("empty ID in ", what));
+}
+absl::Status DuplicateId(const char* what, std::string_view id) {
+  return absl::InvalidArgumentError(absl::StrCat("duplicate ID in ", what, ": ", std::string(id)));
+}
+absl::Status MustNotAvailable(std::string_view id) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("must_include ID not available: ", std::string(id)));
+}
 
+// Up to this many available IDs, the IDs are compared pairwise instead of hashed.
+constexpr std::size_t kSmallRequest = 32;
+
+// Equality of two IDs, compared from the end: device IDs share long prefixes ("0000:") and
+// differ near the end.
+bool SameId(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = a.size(); i-- > 0;) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// ValidateRequest's checks of the IDs, in its order (the first empty or repeated ID of
+// `available`, then of `must_include`, then the first must_include ID not available), on strings
+// or views.
+template <typename Ids>
+absl::Status CheckIds(const Ids& available, const Ids& must_include) {
+  const bool small = available.size() <= kSmallRequest;
+  auto distinct = [small](const Ids& ids, const char* what,
+                          std::unordered_set<std::string_view>& seen) {
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      const std::string_view id = ids[j];
+      if (id.empty()) return EmptyId(what);
+      const bool repeated =
+          small ? std::any_of(ids.begin(), ids.begin() + j,
+                              [id](std::string_view other) { return SameId(other, id); })
+                : !seen.insert(id).second;
+      if (repeated) return DuplicateId(what, id);
+    }
+    return absl::OkStatus();
+  };
+  std::unordered_set<std::string_view> available_set, must_set;
+  if (!small) available_set.reserve(available.size());
+  if (absl::Status s = distinct(available, "available", available_set); !s.ok()) return s;
+  if (absl::Status s = distinct(must_include, "must_include", must_set); !s.ok()) return s;
+  for (const std::string_view id : must_include) {
+    const bool there =
+        small ? std::any_of(available.begin(), available.end(),
+                            [id](std::string_view other) { return SameId(other, id); })
+              : available_set.count(id) > 0;
+    if (!there) return MustNotAvailable(id);
+  }
+  return absl::OkStatus();
+}
+
+// Marks bit `i`; false when it was set already.
 bool Mark(std::vector<std::uint64_t>& bits, std::uint32_t i) {
   std::uint64_t& word = bits[i / 64];
   const std::uint64_t bit = std::uint64_t{1} << (i % 64);
@@ -215,106 +214,13 @@ bool Mark(std::vector<std::uint64_t>& bits, std::uint32_t i) {
   return true;
 }
 
-// Up to this many available IDs, ValidateRequest compares pairwise instead of hashing.
-constexpr size_t kSmallRequest = 32;
-
-// Equality of two IDs, compared from the end: device IDs share long prefixes ("0000:", a shared
-// prefix) and differ near the end, and a short inline loop beats a call per pair.
-bool SameId(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = a.size(); i-- > 0;) {
-    if (a[i] != b[i]) return false;
-  }
-  return true;
+bool Marked(const std::vector<std::uint64_t>& bits, std::uint32_t i) {
+  return (bits[i / 64] >> (i % 64) & 1) != 0;
 }
 
-absl::Status CheckSmallIds(const Request& request) {
-  auto check = [](const std::vector<std::string>& ids, const char* what) {
-    for (size_t j = 0; j < ids.size(); ++j) {
-      if (ids[j].empty()) return absl::InvalidArgumentError(std::string("empty ID in ") + what);
-      for (size_t i = 0; i < j; ++i) {
-        if (SameId(ids[i], ids[j])) {
-          return absl::InvalidArgumentError(std::string("duplicate ID in ") + what + ": " +
-                                            ids[j]);
-        }
-      }
-    }
-    return absl::OkStatus();
-  };
-  if (absl::Status s = check(request.available, "available"); !s.ok()) return s;
-  if (absl::Status s = check(request.must_include, "must_include"); !s.ok()) return s;
-  for (const std::string& id : request.must_include) {
-    if (std::none_of(request.available.begin(), request.available.end(),
-                     [&](const std::string& a) { return SameId(a, id); })) {
-      return absl::InvalidArgumentError("must_include ID not available: " + id);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// PreferShared on indices, O(n + k) without hashing, for IDs all of SharedIndex's form with
-// `prefix` and below `limit`: nullopt when one is not, or the request is invalid (then the
-// string path answers, and names the problem). The sizes are checked already. `Ids`: a vector of
-// strings (a Request's) or of views of the caller's strings (PreferSharedBelow).
-template <typename Ids>
-std::optional<std::vector<std::string>> PreferSharedByIndex(const Ids& available,
-                                                            const Ids& must_include, size_t size,
-                                                            std::string_view prefix,
-                                                            std::uint32_t limit) {
-  thread_local IndexScratch scratch;
-  std::uint32_t top = 0;
-  auto parse = [&](const Ids& ids, std::vector<std::uint32_t>& out) {
-    out.clear();
-    for (const auto& id : ids) {
-      const std::optional<std::uint32_t> i = SharedIndex(id, prefix);
-      if (!i || *i >= limit) return false;
-      out.push_back(*i);
-      top = std::max(top, *i);
-    }
-    return true;
-  };
-  if (!parse(available, scratch.available) || !parse(must_include, scratch.must)) {
-    return std::nullopt;
-  }
-  const size_t words = top / 64 + 1;
-  scratch.available_bits.assign(words, 0);
-  scratch.must_bits.assign(words, 0);
-  for (std::uint32_t i : scratch.available) {
-    if (!Mark(scratch.available_bits, i)) return std::nullopt;  // a duplicate
-  }
-  for (std::uint32_t i : scratch.must) {
-    if ((scratch.available_bits[i / 64] >> (i % 64) & 1) == 0) return std::nullopt;
-    if (!Mark(scratch.must_bits, i)) return std::nullopt;
-  }
-  // Ascending indices: every must_include, and the lowest others until size.
-  size_t others = size - scratch.must.size();
-  std::vector<std::string> out;
-  out.reserve(size);
-  for (size_t w = 0; w < words && out.size() < size; ++w) {
-    for (std::uint64_t bits = scratch.available_bits[w]; bits != 0 && out.size() < size;
-         bits &= bits - 1) {
-      const std::uint32_t i = static_cast<std::uint32_t>(w * 64 + __builtin_ctzll(bits));
-      const bool must = scratch.must_bits[w] >> (i % 64) & 1;
-      if (!must) {
-        if (others == 0) continue;
-        --others;
-      }
-      std::string id;
-      id.reserve(prefix.size() + 7);
-      id.append(prefix);
-      id.append(std::to_string(i));
-      out.push_back(std::move(id));
-    }
-  }
-  return out;
-}
-
-// The prefix of `first` before its trailing digits: the one prefix a request of SharedIndex's
-// form has.
-std::string_view PrefixOf(const std::string& first) {
-  size_t p = first.size();
-  while (p > 0 && IsDigit(first[p - 1])) --p;
-  return std::string_view(first.data(), p);
+// Whether `id` is one of `ids`.
+bool Among(const std::vector<std::string_view>& ids, std::string_view id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
 }  // namespace
@@ -340,67 +246,82 @@ std::optional<std::uint32_t> SharedIndex(std::string_view id, std::string_view p
 }
 
 absl::Status ValidateRequest(const Request& request) {
-  if (absl::Status s = CheckSizes(request); !s.ok()) return s;
-  // A node's few HCAs: pairwise comparison, no allocation; the same checks in the same order.
-  if (request.available.size() <= kSmallRequest) return CheckSmallIds(request);
-  // Hashing, not sorting: shared mode sends 1000 IDs with long common prefixes.
-  std::unordered_set<std::string_view> available;
-  available.reserve(request.available.size());
-  if (absl::Status s = CheckIds(request.available, "available", &available); !s.ok()) return s;
-  std::unordered_set<std::string_view> must;
-  if (absl::Status s = CheckIds(request.must_include, "must_include", &must); !s.ok()) return s;
-  for (const std::string& id : request.must_include) {
-    if (available.count(id) == 0) {
-      return absl::InvalidArgumentError("must_include ID not available: " + id);
-    }
+  if (absl::Status s = CheckSizes(request.available.size(), request.must_include.size(),
+                                  request.size);
+      !s.ok()) {
+    return s;
   }
-  return absl::OkStatus();
+  return CheckIds(request.available, request.must_include);
 }
 
-absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request) {
-  if (absl::Status s = CheckSizes(request); !s.ok()) return s;
-  if (std::optional<std::vector<std::string>> out = PreferSharedByIndex(
-          request.available, request.must_include, static_cast<size_t>(request.size),
-          PrefixOf(request.available.front()), kMaxSharedIndex)) {
-    return *out;
-  }
-  return internal::PreferSharedByName(request);
-}
-
-std::optional<std::vector<std::string>> PreferSharedBelow(
+absl::StatusOr<std::vector<std::string>> AnswerShared(
     const std::vector<std::string_view>& available,
     const std::vector<std::string_view>& must_include, int size, std::uint32_t count) {
-  if (size < 1 || static_cast<size_t>(size) > available.size() ||
-      must_include.size() > static_cast<size_t>(size)) {
-    return std::nullopt;
+  if (absl::Status s = CheckSizes(available.size(), must_include.size(), size); !s.ok()) return s;
+  // ValidateRequest's checks in its order, offered IDs on a bitmap of their indices (the
+  // kubelet's usual request: no hashing), the others by name.
+  const std::uint32_t limit = std::min(count, kMaxSharedIndex);
+  constexpr std::uint32_t kNotOffered = UINT32_MAX;
+  auto index_of = [limit](std::string_view id) {
+    const std::optional<std::uint32_t> i = SharedIndex(id);
+    return i && *i < limit ? *i : kNotOffered;
+  };
+  thread_local std::vector<std::uint64_t> available_bits, must_bits;
+  available_bits.assign(limit / 64 + 1, 0);
+  must_bits.assign(limit / 64 + 1, 0);
+  std::vector<std::string_view> unknown;  // available, not offered, in the request's order
+  std::unordered_set<std::string_view> unknown_set, unknown_must;
+  for (const std::string_view id : available) {
+    if (id.empty()) return EmptyId("available");
+    if (const std::uint32_t i = index_of(id); i != kNotOffered) {
+      if (!Mark(available_bits, i)) return DuplicateId("available", id);
+    } else {
+      if (!unknown_set.insert(id).second) return DuplicateId("available", id);
+      unknown.push_back(id);
+    }
   }
-  return PreferSharedByIndex(available, must_include, static_cast<size_t>(size), kSharedIdPrefix,
-                             count);
-}
-
-namespace internal {
-
-absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& request) {
-  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
-  std::vector<std::string> out = request.must_include;
-  std::unordered_set<std::string_view> taken(out.begin(), out.end());
-  // Pointers, not strings, through a linear-time selection: 1000 IDs per call.
-  std::vector<const std::string*> rest;
-  rest.reserve(request.available.size());
-  for (const std::string& id : request.available) {
-    if (taken.count(id) == 0) rest.push_back(&id);
+  for (const std::string_view id : must_include) {
+    if (id.empty()) return EmptyId("must_include");
+    const std::uint32_t i = index_of(id);
+    if (i != kNotOffered ? !Mark(must_bits, i) : !unknown_must.insert(id).second) {
+      return DuplicateId("must_include", id);
+    }
   }
-  auto less = [](const std::string* a, const std::string* b) { return NaturalLess(*a, *b); };
-  size_t want = static_cast<size_t>(request.size) - out.size();
-  if (want > 0 && want < rest.size()) {
-    std::nth_element(rest.begin(), rest.begin() + (want - 1), rest.end(), less);
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(size));
+  std::size_t known_must = 0;
+  for (const std::string_view id : must_include) {
+    const std::uint32_t i = index_of(id);
+    if (i != kNotOffered ? !Marked(available_bits, i) : unknown_set.count(id) == 0) {
+      return MustNotAvailable(id);
+    }
+    if (i != kNotOffered) {
+      ++known_must;
+    } else {
+      out.emplace_back(id);  // kept as given
+    }
   }
-  for (size_t i = 0; i < want; ++i) out.push_back(*rest[i]);
-  std::sort(out.begin(), out.end(), NaturalLess);
+  // must_include and the lowest other offered indices, ascending (natural order).
+  const std::size_t known =
+      std::min(static_cast<std::size_t>(size) - out.size(), available.size() - unknown.size());
+  std::size_t others = known - known_must;
+  for (std::size_t w = 0, taken = 0; w < available_bits.size() && taken < known; ++w) {
+    for (std::uint64_t bits = available_bits[w]; bits != 0 && taken < known; bits &= bits - 1) {
+      const auto i = static_cast<std::uint32_t>(w * 64 + __builtin_ctzll(bits));
+      if (!Marked(must_bits, i)) {
+        if (others == 0) continue;
+        --others;
+      }
+      out.push_back(SharedId(i));
+      ++taken;
+    }
+  }
+  // Too few offered: completed from the others, in the request's order.
+  for (std::size_t u = 0; out.size() < static_cast<std::size_t>(size) && u < unknown.size(); ++u) {
+    if (unknown_must.count(unknown[u]) == 0) out.emplace_back(unknown[u]);
+  }
   return out;
 }
-
-}  // namespace internal
 
 namespace {
 
@@ -620,36 +541,65 @@ absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::Prefer(
   return Names(*topology_, Search(problem, options_));
 }
 
-std::optional<std::vector<std::string>> ExclusiveAllocator::PreferAdvertised(
+absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::Answer(
     const std::vector<std::string_view>& available,
-    const std::vector<std::string_view>& must_include, int size, const GpuContext& gpus) const {
-  if (size < 1 || static_cast<size_t>(size) > available.size() ||
-      must_include.size() > static_cast<size_t>(size)) {
-    return std::nullopt;
-  }
-  thread_local Problem problem;
-  thread_local std::vector<int> indices;
-  thread_local std::vector<char> state;  // per HCA: 1 available, 2 must_include too
+    const std::vector<std::string_view>& must_include, int size, const GpuContext& gpus,
+    const std::vector<bool>& degraded) const {
+  if (absl::Status s = CheckSizes(available.size(), must_include.size(), size); !s.ok()) return s;
+  if (absl::Status s = CheckIds(available, must_include); !s.ok()) return s;
   const Model& m = *model_;
-  state.assign(m.hca_count, 0);
-  indices.clear();
-  for (std::string_view id : available) {
+  // Each ID resolved once: the snapshot's own spelling by its packed address, any other
+  // through the snapshot's normalising lookup; -1 for an ID that is no HCA of it.
+  auto resolve = [&](std::string_view id) {
     const int h = m.hca_by_pci.FindCanonical(id);
-    if (h < 0 || state[h] != 0) return std::nullopt;  // not advertised as spelled; a duplicate
-    state[h] = 1;
-    indices.push_back(h);
+    return h >= 0 ? h : topology_->HcaIndex(id);
+  };
+  std::vector<std::size_t> at(m.hca_count, 0);  // per HCA: its position in `available` + 1
+  std::vector<char> must(m.hca_count, 0);
+  std::vector<std::string_view> unknown;  // available, not offered, in the request's order
+  for (std::size_t i = 0; i < available.size(); ++i) {
+    const int h = resolve(available[i]);
+    if (h < 0) {
+      unknown.push_back(available[i]);
+      continue;
+    }
+    if (at[h] != 0) return absl::InvalidArgumentError("one device named twice in the request");
+    at[h] = i + 1;
   }
-  problem.must.clear();
-  for (std::string_view id : must_include) {
-    const int h = m.hca_by_pci.FindCanonical(id);
-    if (h < 0 || state[h] != 1) return std::nullopt;  // not available, or given twice
-    state[h] = 2;
-    problem.must.push_back(h);
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(size));
+  for (const std::string_view id : must_include) {
+    const int h = resolve(id);
+    if (h < 0) {
+      out.emplace_back(id);  // kept as given
+    } else {
+      must[h] = 1;
+    }
   }
-  std::sort(indices.begin(), indices.end());
-  std::sort(problem.must.begin(), problem.must.end());
-  FillProblem(*topology_, m, indices, size, gpus, &problem);
-  return Names(*topology_, Search(problem, options_));
+  std::vector<int> offered, known_must, first;  // ascending indices
+  for (int h = 0; h < m.hca_count; ++h) {
+    if (at[h] == 0) continue;
+    offered.push_back(h);
+    if (must[h]) known_must.push_back(h);
+    const bool is_degraded = static_cast<std::size_t>(h) < degraded.size() && degraded[h];
+    if (must[h] || !is_degraded) first.push_back(h);
+  }
+  const int known =
+      std::min(size - static_cast<int>(out.size()), static_cast<int>(offered.size()));
+  if (known > 0) {
+    // Chosen among the HCAs not degraded first; only when those are too few does the answer
+    // take degraded ones, the allocator completing a choice that holds all the others.
+    thread_local Problem problem;
+    const bool enough = static_cast<int>(first.size()) >= known;
+    problem.must = enough ? known_must : first;
+    FillProblem(*topology_, m, enough ? first : offered, known, gpus, &problem);
+    for (const int h : Search(problem, options_)) out.emplace_back(available[at[h] - 1]);
+  }
+  // Too few offered: completed from the others, in the request's order.
+  for (std::size_t u = 0; out.size() < static_cast<std::size_t>(size) && u < unknown.size(); ++u) {
+    if (!Among(must_include, unknown[u])) out.emplace_back(unknown[u]);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> ExclusiveAllocator::PreferPlaceholder(

@@ -111,15 +111,21 @@ class ExclusiveAllocator {
   // when the request is invalid or names an ID that is not an HCA of the snapshot.
   absl::StatusOr<std::vector<std::string>> Prefer(const Request& request) const;
 
-  // Prefer's answer for a request given as views of the caller's strings (a gRPC request's own,
-  // not copied), when it is well-formed and every ID is an HCA of the snapshot spelled as the
-  // snapshot spells it canonically (the IDs the device plugin advertises): each ID is resolved
-  // once to an index, and none is copied. nullopt for any other request, which the caller
-  // answers by the general path (that one drops unknown IDs or names the problem).
-  std::optional<std::vector<std::string>> PreferAdvertised(
+  // GetPreferredAllocation's answer: the device plugin's one path, on views of the request's
+  // own IDs (not copied; they outlive the call). Only a malformed request is refused
+  // (InvalidArgument: ValidateRequest's checks, and two spellings of one HCA). Each ID is
+  // resolved once to an HCA of the snapshot, in any spelling topology::NormalizePci accepts; an
+  // ID that is none is not offered now (an HCA unplugged a poll ago, a device reused from an init
+  // container) and is left out of the choice, a must_include one kept as given. The rest is
+  // Prefer's choice among the offered IDs, HCAs with `degraded[index]` (by snapshot index;
+  // missing entries: not degraded) taken only when the others are too few; only when the offered
+  // IDs are too few is the answer completed from the others, in the request's order. Each ID is
+  // spelled as the request spelled it: must_include not offered, then the choice by PCI address,
+  // then the completion.
+  absl::StatusOr<std::vector<std::string>> Answer(
       const std::vector<std::string_view>& available,
-      const std::vector<std::string_view>& must_include, int size,
-      const GpuContext& gpus) const;
+      const std::vector<std::string_view>& must_include, int size, const GpuContext& gpus,
+      const std::vector<bool>& degraded = {}) const;
 
   // The answer of the simple policy the scored search must never lose to: must_include, then the
   // lowest PCI addresses, NUMA node by NUMA node (the nodes must_include uses first, then the
@@ -151,27 +157,15 @@ std::string SharedId(std::uint32_t index);
 std::optional<std::uint32_t> SharedIndex(std::string_view id,
                                          std::string_view prefix = kSharedIdPrefix);
 
-// Shared mode: the IDs are interchangeable; answer must_include plus the lowest other available
-// IDs, in natural order ("shared-2" before "shared-10"). IDs of SharedIndex's form (one prefix,
-// whichever the first ID has) are answered on integers in O(n + k); any other request by
-// comparing names (internal::PreferSharedByName), with the same answer.
-absl::StatusOr<std::vector<std::string>> PreferShared(const Request& request);
-
-// PreferShared's answer, for a request given as views of the caller's strings (a gRPC request's
-// own, not copied), when it is well-formed and every ID is kSharedIdPrefix + an index below
-// `count` (IDs the device plugin offers): the answer on indices, with no hashing and no copy of
-// the request. nullopt for any other request, which the caller answers by the general path
-// (that one drops unknown IDs or names the problem).
-std::optional<std::vector<std::string>> PreferSharedBelow(
+// GetPreferredAllocation's answer in shared mode, where the IDs are interchangeable, on views of
+// the request's own IDs: the IDs kSharedIdPrefix + an index below `count` are offered. The same
+// rules as ExclusiveAllocator::Answer: only a malformed request is refused (ValidateRequest's
+// checks); an ID not offered (above a lowered --shared-devices, another spelling) is left out of
+// the choice, a must_include one kept as given; the choice is must_include plus the lowest other
+// offered indices, ascending; the answer is completed from the IDs not offered, in the request's
+// order, only when the offered ones are too few.
+absl::StatusOr<std::vector<std::string>> AnswerShared(
     const std::vector<std::string_view>& available,
     const std::vector<std::string_view>& must_include, int size, std::uint32_t count);
-
-namespace internal {
-// PreferShared on names alone: the reference that the indexed path must agree with.
-absl::StatusOr<std::vector<std::string>> PreferSharedByName(const Request& request);
-}  // namespace internal
-
-// Natural-order comparison of IDs: equal prefixes compare their trailing numbers numerically.
-bool NaturalLess(const std::string& a, const std::string& b);
 
 }  // namespace rdp::allocator

@@ -9,10 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <string_view>
 #include <system_error>
-
-#include "base/dir_entries.h"
 
 namespace rdp {
 namespace fs = std::filesystem;
@@ -24,8 +21,7 @@ constexpr const char* kTrees[] = {"/sys", "/dev", "/proc"};
 class NodeEnv : public Env {
  public:
   explicit NodeEnv(NodeRoots roots)
-      : roots_{Canonical(roots.sysfs), Canonical(roots.dev), Canonical(roots.proc)},
-        dev_entries_(roots_[1]) {}
+      : roots_{Canonical(roots.sysfs), Canonical(roots.dev), Canonical(roots.proc)} {}
 
   std::optional<std::string> ReadFile(const std::string& path, std::size_t max_bytes) override {
     const int fd = ::open(HostPath(path).c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -75,20 +71,8 @@ class NodeEnv : public Env {
   }
 
   bool Exists(const std::string& path) override {
-    // A device node: from its directory's entries, kept by inotify, when they can answer.
-    if (Within(path, "/dev")) {
-      if (std::optional<bool> known = dev_entries_.Exists(path)) return *known;
-    }
-    return Stat(HostPath(path));
-  }
-
-  std::vector<bool> ExistAll(const std::vector<std::string_view>& paths) override {
-    const std::vector<std::optional<bool>> known = dev_entries_.ExistAll(paths, "/dev/");
-    std::vector<bool> out(paths.size());
-    for (std::size_t i = 0; i < paths.size(); ++i) {
-      out[i] = known[i] ? *known[i] : Stat(HostPath(std::string(paths[i])));
-    }
-    return out;
+    struct stat st;
+    return ::stat(HostPath(path).c_str(), &st) == 0;  // a dangling link is nothing
   }
 
   bool IsDirectory(const std::string& path) override {
@@ -104,11 +88,6 @@ class NodeEnv : public Env {
   }
 
  private:
-  static bool Stat(const std::string& host) {
-    struct stat st;
-    return ::stat(host.c_str(), &st) == 0;  // a dangling link is nothing
-  }
-
   // A root as an absolute path without links, so that resolved paths can be matched against it.
   static std::string Canonical(const std::string& root) {
     std::error_code ec;
@@ -137,20 +116,12 @@ class NodeEnv : public Env {
   }
 
   std::string roots_[std::size(kTrees)];
-  DirEntries dev_entries_;
 };
 
 }  // namespace
 
 std::shared_ptr<Env> NewNodeEnv(NodeRoots roots) {
   return std::make_shared<NodeEnv>(std::move(roots));
-}
-
-std::vector<bool> Env::ExistAll(const std::vector<std::string_view>& paths) {
-  std::vector<bool> out;
-  out.reserve(paths.size());
-  for (std::string_view path : paths) out.push_back(Exists(std::string(path)));
-  return out;
 }
 
 std::optional<std::string> ReadAttribute(Env& env, const std::string& path) {

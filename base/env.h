@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace rdp {
@@ -39,14 +38,9 @@ class Env {
   // `path` with every symbolic link resolved, as a path of the node; nullopt when it does not
   // resolve (missing, dangling, a loop) or resolves outside the node's trees.
   virtual std::optional<std::string> Resolve(const std::string& path) = 0;
-  // Whether anything (a file, a directory, a device node, a socket) is at `path`, links
-  // followed.
+  // Whether anything (a file, a directory, a device node, a socket) is at `path` now, links
+  // followed: the node's Env asks stat(2) at each call.
   virtual bool Exists(const std::string& path) = 0;
-  // Exists for each of `paths`, in their order: what a call that checks a dozen device nodes
-  // asks. The node's Env answers device nodes from their directories' entries (kept by inotify,
-  // base/dir_entries.h) after one read of the event queue. This default, which wrappers keep so
-  // that a test's Exists is what is asked, asks Exists for each.
-  virtual std::vector<bool> ExistAll(const std::vector<std::string_view>& paths);
   // Whether `path` resolves to a directory.
   virtual bool IsDirectory(const std::string& path) = 0;
   // Where `path` is read from on this machine, for messages.

@@ -3,7 +3,9 @@
 // exclusive benchmark also reports the answer's quality as counters, so time and score read
 // side by side. Command and results: docs/allocator.md.
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "allocator/allocator.h"
@@ -114,15 +116,15 @@ void BM_Construct(benchmark::State& state) {
   }
 }
 
-// Args: available IDs, size.
+// Args: available IDs (the plugin's own, every one offered), size.
 void BM_Shared(benchmark::State& state) {
-  allocator::Request r;
-  for (int i = static_cast<int>(state.range(0)); i-- > 0;) {
-    r.available.push_back("rdma-shared-" + std::to_string(i));
-  }
-  r.size = state.range(1);
+  const auto count = static_cast<std::uint32_t>(state.range(0));
+  std::vector<std::string> ids;
+  for (std::uint32_t i = count; i-- > 0;) ids.push_back(allocator::SharedId(i));
+  const std::vector<std::string_view> available(ids.begin(), ids.end());
+  const int size = static_cast<int>(state.range(1));
   for (auto _ : state) {
-    std::vector<std::string> answer = allocator::PreferShared(r).value();
+    std::vector<std::string> answer = allocator::AnswerShared(available, {}, size, count).value();
     benchmark::DoNotOptimize(answer.data());
   }
 }

@@ -371,11 +371,7 @@ void BM_AllocateHandler(benchmark::State& state) {
 // and its answer: the figure is what admission costs on such a node. Reported: the median and
 // the 99th percentile in microseconds.
 // The calls are paced at the rate a kubelet admits (kAdmissionPace apart: the kubelet admits
-// containers one at a time), under the plugin's own floor on its List rate (20/s, burst 5;
-// docs/server.md, "Pod-resources"): back to back, every call after the fifth would wait for the
-// floor's next token (up to 50 ms) and the figure would measure the floor, not admission. The
-// floor's delay of a looping client is what TrustTest.BackToBackPreferredAllocationsKeepUnder-
-// TheListFloor checks, not a cost of admission.
+// containers one at a time).
 constexpr auto kAdmissionPace = std::chrono::milliseconds(60);  // about 16 admissions a second
 constexpr int kAdmissionCalls = 100;
 struct AdmissionRig {
@@ -466,8 +462,6 @@ void BM_AdmissionDense250(benchmark::State& state) {
   for (const auto& id : rig->ids) c->add_available_deviceids(id);
   c->set_allocation_size(2);
   std::vector<double> us;
-  const metrics::Counter& delayed = rig->plugin->node().metrics().pod_resources_lists_delayed;
-  const std::uint64_t delayed_before = delayed.value();
   auto next = Clock::now();
   for (auto _ : state) {
     std::this_thread::sleep_until(next);  // pacing between calls, outside the measured time
@@ -498,9 +492,6 @@ void BM_AdmissionDense250(benchmark::State& state) {
   };
   state.counters["p50_us"] = at(0.50);
   state.counters["p99_us"] = at(0.99);
-  // Lists the plugin's rate floor held during the calls: 0 at this pace (the figure is admission,
-  // not the floor's wait).
-  state.counters["lists_delayed"] = static_cast<double>(delayed.value() - delayed_before);
 }
 
 double RssMb() {

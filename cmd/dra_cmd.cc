@@ -15,6 +15,7 @@
 #include "dra/devices.h"
 #include "dra/kernel_pci.h"
 #include "dra/slices.h"
+#include "node/node.h"
 
 namespace rdp::cmd {
 namespace {
@@ -70,7 +71,7 @@ void PrintSlices(const SlicesFlags& f) {
   const nlohmann::json list = {
       {"apiVersion", "v1"},
       {"kind", "List"},
-      {"items", dra::BuildResourceSlices(dra::BuildDevices(*topo, s->devices), meta)},
+      {"items", dra::BuildResourceSlices(dra::BuildDevices(*node::View::Of(topo), s->devices), meta)},
   };
   // replace: a name read from sysfs that is not UTF-8 must not make dump() throw.
   std::cout << list.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

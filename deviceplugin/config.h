@@ -56,15 +56,6 @@ struct Config {
   // How long the admission path (an exclusive GetPreferredAllocation) waits for a List newer than
   // the call before it answers with the last list; the List goes on, for the next call.
   absl::Duration admission_wait = absl::Seconds(1);
-  // The rate floor on our Lists (serving::RateFloor): at most this many a second sustained, and
-  // this many at once after a quiet time; a List with no token starts when one is (the callers
-  // meanwhile share it). Well under the kubelet's node-wide pod-resources budget (100/s, burst 10),
-  // which the DCGM exporter, NFD and topology-aware schedulers share with us. Not flags: the
-  // kubelet's budget is a constant compiled into it (no kubelet setting changes it), and the
-  // kubelet admits containers one at a time (one List each): a steady 20 a second is more than a
-  // node admits. Tests set them; <= 0 turns the floor off.
-  double pod_resources_lists_per_second = 20;
-  int pod_resources_list_burst = 5;
   // How long Start waits for the first List before serving (the pods thread goes on trying).
   absl::Duration pod_resources_first_wait = absl::Milliseconds(100);
   // Retries of the pod-resources List while it fails: from the minimum, doubling, up to

@@ -12,8 +12,6 @@
 #include "deviceplugin/gpu_context.h"
 #include "deviceplugin/nvidia_gpus.h"
 #include "deviceplugin/withholding.h"
-#include "hca/scan_change.h"
-#include "serving/atomic_file.h"
 #include "topology/discovery.h"
 #include "base/log.h"
 
@@ -30,64 +28,33 @@ std::string Describe(const topology::Hca& hca) {
   return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
 }
 
-NodeSources WithEnv(NodeSources sources, const Config& config) {
-  if (!sources.env) sources.env = NewNodeEnv(config.Roots());
-  return sources;
+// The node core's options from the plugin's config; its lines go to the plugin's logger.
+node::Options CoreOptions(const Config& config) {
+  node::Options o;
+  o.early_warning = config.early_warning;
+  o.forget_after_polls = config.forget_after_polls;
+  o.allocation_dir = config.allocation_dir;
+  o.logger = "server";
+  return o;
 }
 
-// Health per port: each port whose state differs from the snapshot's, one line each (the HCA's
-// own verdict is logged with the rest of its state).
-void LogPortChanges(const topology::Topology& before, const std::vector<topology::Hca>& now) {
-  for (const topology::Hca& h : now) {
-    const int idx = before.HcaIndex(h.place.pci);
-    if (idx < 0) continue;
-    const std::vector<topology::Port>& old_ports = before.hcas()[idx].ports;
-    for (const topology::Port& port : h.ports) {
-      auto was = std::find_if(old_ports.begin(), old_ports.end(),
-                              [&port](const topology::Port& p) { return p.number == port.number; });
-      if (was != old_ports.end() && was->state != port.state) {
-        Log()->info("HCA {} port {} is now {} (was {})", Describe(h), port.number,
-                    port.state.empty() ? "in an unknown state" : port.state,
-                    was->state.empty() ? "unknown" : was->state);
-      }
-    }
-  }
-}
-
-// alloc.Prefer(request), choosing among the HCAs the early-warning rule does not find degraded
-// first (must_include kept as given): only when those are too few does the answer take degraded
-// ones, the allocator completing a choice that holds all the others.
-absl::StatusOr<std::vector<std::string>> PreferNotDegraded(
-    const allocator::ExclusiveAllocator& alloc, const allocator::Request& request,
-    const hca::FlaggedHcas& flagged) {
-  const std::set<std::string> must(request.must_include.begin(), request.must_include.end());
-  allocator::Request first = request;
-  first.available.clear();
-  for (const std::string& id : request.available) {
-    const std::optional<std::string> pci = topology::NormalizePci(id);
-    const auto f = pci ? flagged.find(*pci) : flagged.end();
-    if (must.count(id) || f == flagged.end() || !f->second.degraded) first.available.push_back(id);
-  }
-  if (first.available.size() == request.available.size()) return alloc.Prefer(request);
-  if (static_cast<int>(first.available.size()) >= request.size) return alloc.Prefer(first);
-  allocator::Request rest = request;
-  rest.must_include = first.available;
-  return alloc.Prefer(rest);
+node::Sources CoreSources(const NodeSources& sources, const Config& config) {
+  node::Sources s;
+  s.env = sources.env ? sources.env : NewNodeEnv(config.Roots());
+  s.discover = sources.discover;
+  s.scan = sources.scan;
+  s.now = sources.now;
+  return s;
 }
 
 }  // namespace
 
 NodeSources DefaultSources(const Config& config) {
   NodeSources sources;
-  const topology::DiscoveryOptions options = config.discovery;
-  std::shared_ptr<Env> env = NewNodeEnv(config.Roots());
-  sources.env = env;
-  auto discoverer = std::make_shared<topology::Discoverer>(options, env);
-  sources.discover = [discoverer] { return discoverer->Discover(); };
-  // With only an XML there is no sysfs to poll: health stays what the XML says.
-  if (!options.sysfs_root.empty() || options.topology_xml.empty()) {
-    sources.scan = [env] { return topology::ReadSysfsHcas(*env); };
-  }
+  node::Sources core = node::DefaultSources(config.discovery, NewNodeEnv(config.Roots()));
+  sources.env = std::move(core.env);
+  sources.discover = std::move(core.discover);
+  sources.scan = std::move(core.scan);
   if (!config.pod_resources_socket.empty()) {
     sources.pod_resources = NewGrpcPodResources(config.pod_resources_socket);
   } else {
@@ -98,19 +65,9 @@ NodeSources DefaultSources(const Config& config) {
 
 NodeState::NodeState(Config config, NodeSources sources)
     : config_(std::move(config)),
-      sources_(WithEnv(std::move(sources), config_)),
-      port_counters_(metrics::PortCounterCache::Options{absl::Seconds(1), absl::Milliseconds(500),
-                                                        sources_.now}),
-      early_warning_(config_.early_warning, "server"),
-      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
-      list_floor_(serving::RateFloor::Make({config_.pod_resources_lists_per_second,
-                                            config_.pod_resources_list_burst, sources_.now,
-                                            sources_.after})),
-      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); },
-                   [this](std::function<void()> go) {
-                     const bool delayed = list_floor_->Pass(std::move(go));
-                     if (delayed) metrics_.pod_resources_lists_delayed.Add();
-                   }) {}
+      sources_(std::move(sources)),
+      core_(CoreOptions(config_), CoreSources(sources_, config_)),
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
 
 NodeState::~NodeState() {
   StopPodLists();
@@ -120,7 +77,6 @@ NodeState::~NodeState() {
 void NodeState::StopPodLists() {
   if (!sources_.pod_resources) return;
   sources_.pod_resources->Cancel();
-  list_floor_->Stop();
 }
 
 absl::Status NodeState::Init() {
@@ -133,17 +89,12 @@ absl::Status NodeState::Init() {
     Log()->info("hca-shared mode: {} {} devices, every pod sees every HCA",
                 config_.shared_devices, config_.resource_name);
   }
-  absl::StatusOr<topology::TopologyPtr> snapshot = Discover();
-  if (!snapshot.ok()) return snapshot.status();
+  if (absl::Status s = core_.Init(); !s.ok()) return s;
   std::map<std::string, std::string> gpu_ids =
-      ReadNvidiaGpuIds(*sources_.env, config_.nvidia_gpu_list);
+      ReadNvidiaGpuIds(core_.env(), config_.nvidia_gpu_list);
   {
     absl::MutexLock lock(&mu_);
-    SwapSnapshot(*snapshot);
     gpu_ids_ = std::move(gpu_ids);
-    for (const topology::Hca& h : snapshot_->hcas()) {
-      advertised_[h.place.pci] = {h.place.pci, h.name, h.place.numa, true, hca::HcaUsable(h), 0};
-    }
     Recompute();
     version_ = std::max<std::uint64_t>(version_, 1);
   }
@@ -151,133 +102,25 @@ absl::Status NodeState::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<topology::TopologyPtr> NodeState::Discover() {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<topology::TopologyPtr> found = sources_.discover();
-  metrics_.discovery.Observe(absl::Now() - start);
-  return found;
-}
-
-void NodeState::SwapSnapshot(topology::TopologyPtr snapshot) {
-  snapshot_ = std::move(snapshot);
-  allocator_ = std::make_shared<const allocator::ExclusiveAllocator>(snapshot_);
+std::optional<std::set<std::string>> NodeState::HeldNow() const {
+  // Without the pod list nobody can tell who holds what: nothing is forgotten.
+  absl::MutexLock lock(&mu_);
+  if (!sources_.pod_resources || !pods_known_) return std::nullopt;
+  std::set<std::string> held;
+  for (const std::string& id : HeldIds(pods_, config_.resource_name)) {
+    if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
+  }
+  return held;
 }
 
 bool NodeState::Poll() {
-  topology::TopologyPtr current = topology();
-  std::vector<topology::Hca> scanned = current->hcas();
-  bool scanned_ok = false;
-  if (sources_.scan) {
-    absl::StatusOr<std::vector<topology::Hca>> scan = sources_.scan();
-    if (scan.ok()) {
-      scanned = std::move(*scan);
-      scanned_ok = true;
-      scan_failing_ = false;
-    } else {
-      if (!scan_failing_) {
-        Log()->warn("health scan failed, every HCA is listed Unhealthy (none forgotten) until a "
-                    "scan succeeds: {}",
-                    scan.status().ToString());
-      }
-      scan_failing_ = true;
-    }
-  }
-  if (sources_.scan && !scanned_ok) {
-    // A failed scan says nothing about the HCAs (a broken /host/sys mount): the last good state
-    // is kept, every HCA Unhealthy, none counted absent or forgotten (issue 25: before, every
-    // HCA counted as absent and the unheld ones were forgotten after forget_after_polls polls).
-    bool changed = false;
-    {
-      absl::MutexLock lock(&mu_);
-      for (auto& [pci, a] : advertised_) a.healthy = false;
-      changed = Recompute();
-    }
-    if (changed) Notify();
-    return changed;
-  }
-  if (scanned_ok) {
-    LogPortChanges(*current, scanned);
-    early_warning_.Poll(scanned, *sources_.env, sources_.now());
-  }
-  const hca::FlaggedHcas flagged = early_warning_.Flagged();
-  topology::TopologyPtr fresh;
-  const hca::ScanChange change =
-      scanned_ok ? hca::CompareScan(current->hcas(), scanned) : hca::ScanChange::kNone;
-  if (change == hca::ScanChange::kState) {
-    // The same PCI functions in another state (a flapping link, a device node): patched into
-    // the snapshot, no discovery (issue 25: each flap ran a full hwloc discovery).
-    metrics_.hca_state_changes.Add();
-    fresh = hca::WithScannedState(*current, scanned);
-  } else if (change == hca::ScanChange::kFunctions) {
-    metrics_.rediscoveries.Add();
-    absl::StatusOr<topology::TopologyPtr> found = Discover();
-    if (found.ok()) {
-      fresh = *found;
-    } else {
-      Log()->warn("re-discovery failed, using the sysfs scan placed as last discovered: {}",
-                  found.status().ToString());
-      fresh = topology::WithScannedHcas(*current, scanned);
-    }
-  }
+  core_.Poll(HeldNow());
   std::map<std::string, std::string> gpu_ids =
-      ReadNvidiaGpuIds(*sources_.env, config_.nvidia_gpu_list);
-
+      ReadNvidiaGpuIds(core_.env(), config_.nvidia_gpu_list);
   bool changed = false;
   {
     absl::MutexLock lock(&mu_);
-    if (fresh) SwapSnapshot(fresh);
     gpu_ids_ = std::move(gpu_ids);
-    std::set<std::string> present;
-    for (const topology::Hca& h : scanned) {
-      present.insert(h.place.pci);
-      hca::AdvertisedHca& a = advertised_[h.place.pci];
-      const hca::Verdict verdict = hca::AssessWithHistory(h, flagged);
-      if (a.pci.empty()) {
-        Log()->info("HCA added: {}", Describe(h));
-      } else if (!a.present) {
-        Log()->info("HCA returned: {}", Describe(h));
-      } else if (a.healthy != verdict.usable) {
-        Log()->info("HCA {} is now {}", Describe(h),
-                    verdict.usable ? "healthy" : "unhealthy: " + verdict.reason);
-      }
-      const int idx = snapshot_->HcaIndex(h.place.pci);
-      std::optional<int> numa = idx >= 0 ? snapshot_->hcas()[idx].place.numa : h.place.numa;
-      // An HCA unplugged while it was being scanned is listed without its numa_node; keep the
-      // last known one, or every device would lose its TopologyInfo (all or none).
-      if (!numa) numa = a.numa;
-      a = {h.place.pci, h.name, numa, true, verdict.usable, 0};
-    }
-    // HCAs no scan has seen for a while and no container holds are forgotten: a card removed
-    // for good must not stay listed Unhealthy forever. An ID someone holds stays listed, so
-    // that the kubelet's bookkeeping of that container keeps its device. Without the pod list
-    // nobody can tell, and nothing is forgotten.
-    std::set<std::string> held;
-    if (sources_.pod_resources && pods_known_) {
-      for (const std::string& id : HeldIds(pods_, config_.resource_name)) {
-        if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
-      }
-    }
-    for (auto it = advertised_.begin(); it != advertised_.end();) {
-      hca::AdvertisedHca& a = it->second;
-      if (present.count(a.pci) == 0) {
-        if (a.present) {
-          Log()->warn("HCA vanished: {} (PCI={}); listed Unhealthy until it returns", a.name,
-                      a.pci);
-        }
-        a.present = false;
-        a.healthy = false;
-        ++a.absent_polls;
-        if (a.absent_polls >= config_.forget_after_polls && sources_.pod_resources &&
-            pods_known_ && held.count(a.pci) == 0) {
-          Log()->info("HCA forgotten: {} (PCI={}) was absent for {} polls and no container "
-                      "holds it; no longer listed",
-                      a.name, a.pci, a.absent_polls);
-          it = advertised_.erase(it);
-          continue;
-        }
-      }
-      ++it;
-    }
     changed = Recompute();
   }
   if (changed) Notify();
@@ -358,24 +201,29 @@ void NodeState::OnPods(absl::StatusOr<PodList> pods) {
                     std::string(pods.status().message()));
       }
     }
-    if (snapshot_) changed = Recompute();
+    if (view_) changed = Recompute();
   }
   if (changed) Notify();
 }
 
 bool NodeState::Recompute() {
+  const node::ViewPtr view = core_.Now();
+  if (!allocator_ || view->topology != allocator_->topology()) {
+    allocator_ = std::make_shared<const allocator::ExclusiveAllocator>(view->topology);
+  }
+  view_ = view;
   // Fail closed: while the pod list is not known, nothing says that no container holds the other
   // mode's IDs, so every HCA is withheld.
   const bool pending = sources_.pod_resources && !pods_known_;
   Withholding w;
   if (pending) {
-    for (const auto& [pci, a] : advertised_) w.pcis.insert(pci);
+    for (const auto& [pci, a] : view_->hcas) w.pcis.insert(pci);
     w.reasons.push_back(absl::StrCat(
         "the kubelet's pod list is not known yet (pod-resources socket ",
         config_.pod_resources_socket,
         "); no HCA is offered until it is, since a container may hold the other mode's IDs"));
   } else if (pods_known_) {
-    w = ComputeWithheld(pods_, config_.resource_name, config_.mode, *snapshot_);
+    w = ComputeWithheld(pods_, config_.resource_name, config_.mode, *view_->topology);
   }
   // The withheld set decides; the reasons only explain it (their wording may change with the
   // order pod-resources lists IDs in, which is no change).
@@ -398,7 +246,7 @@ bool NodeState::Recompute() {
   withheld_.clear();
   for (const std::string& pci : w.pcis) withheld_[pci] = why;
   std::vector<hca::AdvertisedHca> hcas;
-  for (const auto& [pci, a] : advertised_) hcas.push_back(a);
+  for (const auto& [pci, a] : view_->hcas) hcas.push_back(a);
   std::vector<DeviceState> devices =
       config_.mode == hca::Mode::kExclusive
           ? ExclusiveDevices(hcas, w.pcis)
@@ -429,17 +277,7 @@ void NodeState::RemoveListener(int id) {
 }
 
 void NodeState::SetRescanRequest(std::function<void()> request) {
-  absl::MutexLock lock(&mu_);
-  rescan_request_ = std::move(request);
-}
-
-void NodeState::RequestRescan() const {
-  std::function<void()> request;
-  {
-    absl::MutexLock lock(&mu_);
-    request = rescan_request_;
-  }
-  if (request) request();
+  core_.SetRescanRequest(std::move(request));
 }
 
 NodeState::DeviceList NodeState::Devices() const {
@@ -449,7 +287,7 @@ NodeState::DeviceList NodeState::Devices() const {
 
 topology::TopologyPtr NodeState::topology() const {
   absl::MutexLock lock(&mu_);
-  return snapshot_;
+  return view_->topology;
 }
 
 absl::StatusOr<NodeState::Grant> NodeState::Allocate(
@@ -477,13 +315,14 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     }
     canonical.push_back(std::move(c));
   }
-  topology::TopologyPtr snapshot;
+  node::ViewPtr view;
   std::map<std::string, std::string> withheld;
   {
     absl::MutexLock lock(&mu_);
-    snapshot = snapshot_;
+    view = view_;
     if (!withheld_.empty()) withheld = withheld_;  // usually none: no copy, no allocation
   }
+  const topology::TopologyPtr& snapshot = view->topology;
   // The HCAs asked for (exclusive) or every HCA (shared), with what makes each one refused.
   std::vector<const topology::Hca*> asked;
   std::vector<std::string> refused;  // shared mode: why each left-out HCA is
@@ -491,8 +330,7 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     for (const std::string& pci : canonical) {
       const int idx = snapshot->HcaIndex(pci);
       if (idx < 0) {
-        absl::MutexLock lock(&mu_);
-        if (advertised_.count(pci)) {
+        if (view->hcas.count(pci)) {
           return absl::FailedPreconditionError(
               absl::StrCat("HCA ", pci, " is not present on this node any more"));
         }
@@ -515,10 +353,9 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     }
   }
   // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
-  hca::NodesNow checked = hca::CheckedNow(asked, *sources_.env);
+  hca::NodesNow checked = core_.CheckNow(asked);
   std::vector<hca::HcaNow> chosen;
   chosen.reserve(asked.size());
-  bool stale = false;  // a node the last scan saw is gone: the health thread should look
   for (hca::HcaNow& now : checked.hcas) {
     const topology::Hca* hca = now.hca;
     const hca::Verdict verdict = hca::Assess(now);
@@ -526,15 +363,12 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
       chosen.push_back(std::move(now));
       continue;
     }
-    stale = stale || hca::HcaUsable(*hca);
     if (exclusive) {
-      if (stale) RequestRescan();
       return absl::FailedPreconditionError(
           absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
     }
     refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
   }
-  if (stale) RequestRescan();
   if (!exclusive && chosen.empty()) {
     return absl::FailedPreconditionError(
         refused.empty() ? std::string("no HCA on this node")
@@ -552,11 +386,8 @@ absl::StatusOr<NodeState::Grant> NodeState::Allocate(
     for (const hca::HcaNow& h : chosen) pcis.push_back(h.hca->place.pci);
     paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
   }
-  Grant out;
-  out.allocation = hca::BuildAllocation(snapshot, std::move(chosen), checked.rdma_cm, paired,
-                                        allocations_.get());
-  for (const std::string& warning : out.allocation->warnings) Log()->warn("Allocate: {}", warning);
-  out.file_mount = AllocationFileMount(*out.allocation);
+  Grant out = core_.GrantFor(std::move(chosen), checked.rdma_cm, paired);
+  for (const std::string& warning : out.allocation.warnings) Log()->warn("Allocate: {}", warning);
   return out;
 }
 
@@ -565,10 +396,10 @@ std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string
   std::vector<std::string> gpus;
   {
     absl::MutexLock lock(&mu_);
-    if (pods_known_ && !snapshot_->gpus().empty()) {
+    if (pods_known_ && !view_->topology->gpus().empty()) {
       GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
-                                       *snapshot_);
-      alignment = AllocationAlignment(*snapshot_, pcis, sel.context.container_gpus);
+                                       *view_->topology);
+      alignment = AllocationAlignment(*view_->topology, pcis, sel.context.container_gpus);
       gpus = std::move(sel.context.container_gpus);
     }
   }
@@ -576,153 +407,56 @@ std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string
   return gpus;
 }
 
-std::string NodeState::AllocationFileMount(const hca::ContainerAllocation& allocation) const {
-  if (allocation.file_name.empty()) return "";  // no --allocation-dir: no file built
-  std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
-  if (absl::Status written = serving::WriteFileUnlessThere(path, allocation.file, 0644);
-      !written.ok()) {
-    Log()->error("Allocate: {}: the container gets no {}", std::string(written.message()),
-                 hca::kAllocationFile);
-    return "";
-  }
-  return path;
-}
-
-metrics::NodeMetricsInput NodeState::MetricsInput() const {
-  metrics::NodeMetricsInput in;
-  in.mode = config_.mode;
-  absl::MutexLock lock(&mu_);
-  in.topology = snapshot_;
-  in.hcas.reserve(advertised_.size());
-  for (const auto& [pci, a] : advertised_) in.hcas.push_back(a);
-  for (const auto& [pci, why] : withheld_) in.withheld.insert(pci);
-  in.early_warning = early_warning_.Flagged();
-  in.pods_known = pods_known_;
-  if (pods_known_) {
-    for (const ContainerDevices& c : pods_) {
-      auto it = c.devices.find(config_.resource_name);
-      if (it != c.devices.end() && !it->second.empty()) in.holders.emplace_back(c.key, it->second);
-    }
-  }
-  return in;
-}
-
 void NodeState::WriteMetrics(metrics::Exposition& out) const {
   metrics_.Write(out);
-  metrics::WriteNodeMetrics(MetricsInput(), *sources_.env, port_counters_, out);
+  metrics::NodeMetricsInput door;
+  door.mode = config_.mode;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [pci, why] : withheld_) door.withheld.insert(pci);
+    door.pods_known = pods_known_;
+    if (pods_known_) {
+      for (const ContainerDevices& c : pods_) {
+        auto it = c.devices.find(config_.resource_name);
+        if (it != c.devices.end() && !it->second.empty()) {
+          door.holders.emplace_back(c.key, it->second);
+        }
+      }
+    }
+  }
+  core_.WriteMetrics(out, std::move(door));
 }
 
-absl::StatusOr<std::vector<std::string>> NodeState::PreferViews(
+absl::StatusOr<std::vector<std::string>> NodeState::Prefer(
     const std::vector<std::string_view>& available,
     const std::vector<std::string_view>& must_include, int size) const {
   if (config_.mode == hca::Mode::kShared) {
-    // Every shared ID offered is below config_.shared_devices, whatever the snapshot.
-    if (std::optional<std::vector<std::string>> answer = allocator::PreferSharedBelow(
-            available, must_include, size, static_cast<std::uint32_t>(config_.shared_devices))) {
-      return *std::move(answer);
+    return allocator::AnswerShared(available, must_include, size,
+                                   static_cast<std::uint32_t>(config_.shared_devices));
+  }
+  std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
+  allocator::GpuContext gpus;
+  {
+    absl::MutexLock lock(&mu_);
+    alloc = allocator_;
+    if (pods_known_) {
+      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
+                                       *view_->topology);
+      Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
+                   sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
+                   sel.context.free_gpus.size());
+      gpus = std::move(sel.context);
     }
   }
-  PreferInputs inputs = PreferInputsNow();
-  if (config_.mode == hca::Mode::kExclusive) {
-    const hca::FlaggedHcas flagged = early_warning_.Flagged();
-    const bool degraded = std::any_of(flagged.begin(), flagged.end(),
-                                      [](const auto& f) { return f.second.degraded; });
-    if (!degraded && inputs.alloc != nullptr) {
-      if (std::optional<std::vector<std::string>> answer =
-              inputs.alloc->PreferAdvertised(available, must_include, size, inputs.gpus)) {
-        return *std::move(answer);
-      }
+  std::vector<bool> degraded;  // by the allocator's snapshot index
+  for (const auto& [pci, flags] : core_.Now()->flagged) {
+    if (!flags.degraded) continue;
+    if (const int idx = alloc->topology()->HcaIndex(pci); idx >= 0) {
+      degraded.resize(alloc->topology()->hcas().size());
+      degraded[idx] = true;
     }
   }
-  return PreferWith(std::move(inputs), {available.begin(), available.end()},
-                    {must_include.begin(), must_include.end()}, size);
-}
-
-NodeState::PreferInputs NodeState::PreferInputsNow() const {
-  PreferInputs in;
-  if (config_.mode == hca::Mode::kShared) return in;
-  absl::MutexLock lock(&mu_);
-  in.alloc = allocator_;
-  in.snapshot = snapshot_;
-  if (pods_known_) {
-    GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
-                                     *snapshot_);
-    Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
-                 sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
-                 sel.context.free_gpus.size());
-    in.gpus = std::move(sel.context);
-  }
-  return in;
-}
-
-absl::StatusOr<std::vector<std::string>> NodeState::Prefer(std::vector<std::string> available,
-                                                           std::vector<std::string> must_include,
-                                                           int size) const {
-  return PreferWith(PreferInputsNow(), std::move(available), std::move(must_include), size);
-}
-
-absl::StatusOr<std::vector<std::string>> NodeState::PreferWith(
-    PreferInputs inputs, std::vector<std::string> available,
-    std::vector<std::string> must_include, int size) const {
-  // Only a malformed request is refused (a bad size, a duplicate or empty ID, must_include not
-  // within available). An ID this plugin does not offer now is well-formed kubelet input all the
-  // same (an HCA unplugged a poll before the kubelet applied the update, a device reused from an
-  // init container, --shared-devices lowered): refusing it fails the pod
-  // (UnexpectedAdmissionError), and the call is only advice.
-  allocator::Request request{std::move(available), std::move(must_include), size,
-                             std::move(inputs.gpus)};
-  if (absl::Status s = allocator::ValidateRequest(request); !s.ok()) return s;
-  const bool shared = config_.mode == hca::Mode::kShared;
-  const std::shared_ptr<const allocator::ExclusiveAllocator>& alloc = inputs.alloc;
-  const topology::TopologyPtr& snapshot = inputs.snapshot;
-  auto offered = [&](const std::string& id) {
-    if (shared) return IsSharedId(id, config_.shared_devices);
-    return snapshot->HcaIndex(id) >= 0;
-  };
-  // Unknown IDs leave `available`; must_include is kept as given (the kubelet has decided those);
-  // the rest is chosen among the known IDs, and only when they are too few, from the unknown
-  // ones in the kubelet's order, so that the answer is always a complete one.
-  allocator::Request known{{}, {}, 0, std::move(request.gpus)};
-  std::vector<std::string> answer, unknown;
-  for (const std::string& id : request.must_include) {
-    (offered(id) ? known.must_include : answer).push_back(id);
-  }
-  const std::set<std::string> must(request.must_include.begin(), request.must_include.end());
-  for (const std::string& id : request.available) {
-    if (offered(id)) {
-      known.available.push_back(id);
-    } else if (must.count(id) == 0) {
-      unknown.push_back(id);
-    }
-  }
-  known.size = std::min<int>(size - static_cast<int>(answer.size()),
-                             static_cast<int>(known.available.size()));
-  if (!unknown.empty() || !answer.empty()) {
-    Log()->debug("GetPreferredAllocation: {} ID(s) not offered now ({}), left to the kubelet",
-                 unknown.size() + answer.size(),
-                 absl::StrJoin(answer.empty() ? unknown : answer, ","));
-  }
-  if (known.size > 0) {
-    absl::StatusOr<std::vector<std::string>> chosen =
-        shared ? allocator::PreferShared(known)
-               : PreferNotDegraded(*alloc, known, early_warning_.Flagged());
-    if (!chosen.ok()) return chosen.status();  // malformed: two spellings of one HCA
-    if (!shared) {
-      // The answer in the request's own spelling: the kubelet takes the IDs it offered, verbatim.
-      std::map<std::string, std::string> spelled;
-      for (const std::string& id : known.available) {
-        if (auto pci = topology::NormalizePci(id)) spelled.emplace(*pci, id);
-      }
-      for (std::string& id : *chosen) {
-        if (auto it = spelled.find(id); it != spelled.end()) id = it->second;
-      }
-    }
-    answer.insert(answer.end(), chosen->begin(), chosen->end());
-  }
-  for (std::size_t i = 0; static_cast<int>(answer.size()) < size && i < unknown.size(); ++i) {
-    answer.push_back(unknown[i]);
-  }
-  return answer;
+  return alloc->Answer(available, must_include, size, gpus, degraded);
 }
 
 }  // namespace rdp::deviceplugin

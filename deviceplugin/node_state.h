@@ -1,10 +1,11 @@
 #pragma once
 
-// NodeState: the node as the plugin knows it, independent of gRPC: the current topology
-// snapshot, the health of every HCA advertised (vanished ones until forgotten), the kubelet's pod
-// list, and the device list that ListAndWatch streams. Nothing here runs by itself: PluginServer's
-// threads drive the health poll (Poll) and the pod-resources refresh (RefreshPods), the RPCs the
-// rest.
+// NodeState: the device plugin's adapter over the node core (node/node.h), independent of gRPC:
+// the kubelet's pod list, the HCAs withheld across a mode switch, the GPU context of an
+// admission, and the device list that ListAndWatch streams, computed from the core's view. The
+// snapshot, health, HCAs known, device-node check and what a container gets are the core's.
+// Nothing here runs by itself: PluginServer's threads drive the health poll (Poll) and the
+// pod-resources refresh (RefreshPods), the RPCs the rest.
 // Thread-safe: state is under one mutex; discovery, file reads and kubelet calls run outside it.
 //
 // Fail closed: while a pod-resources source is configured and the kubelet's pod list is not
@@ -35,11 +36,9 @@
 #include "deviceplugin/plugin_metrics.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/resource_model.h"
-#include "hca/early_warning.h"
 #include "hca/hca.h"
+#include "node/node.h"
 #include "metrics/metrics.h"
-#include "metrics/node_metrics.h"
-#include "serving/rate_floor.h"
 #include "serving/single_flight.h"
 #include "topology/topology.h"
 
@@ -47,19 +46,14 @@ namespace rdp::deviceplugin {
 
 // Where the plugin's knowledge of the node comes from. Tests replace any of these.
 struct NodeSources {
-  // Every read of the node outside discovery (device nodes at Allocate, /proc/driver/nvidia);
-  // null: the filesystem under the config's roots.
+  // The node core's (node::Sources): every read of the node outside discovery (null: the
+  // filesystem under the config's roots), full discovery, the health poll's scan (null: none).
   std::shared_ptr<Env> env;
-  // Full discovery (sysfs + hwloc); called at Init and when a scan shows the HCAs changed.
   std::function<absl::StatusOr<topology::TopologyPtr>()> discover;
-  // A cheap scan of the HCAs (sysfs only) for the periodic health poll. Unset: use discover.
   std::function<absl::StatusOr<std::vector<topology::Hca>>()> scan;
   // The kubelet's pod-resources API; null turns withholding and the GPU context off.
   std::unique_ptr<PodResourcesSource> pod_resources;
   std::function<absl::Time()> now = [] { return absl::Now(); };
-  // The timer of the pod-resources rate floor (runs a delayed List); null: a grpc::Alarm. Tests
-  // give one that advances their clock.
-  serving::After after;
   // poll(2) as PluginServer's background threads call it; tests inject failures.
   std::function<int(struct pollfd*, nfds_t, int)> poll = ::poll;
 };
@@ -80,25 +74,22 @@ class NodeState {
   // discovery fails.
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
-  // One health poll: scan the HCAs, re-discover when the set changed (hotplug), re-read the GPU
-  // IDs, forget HCAs absent for config.forget_after_polls polls that no container holds,
-  // recompute the device list. Returns true when the list changed (listeners have run).
+  // One health poll: the core's (node::Node::Poll, with the HCAs the pod list shows held), the
+  // GPU IDs read again, the device list recomputed. Returns true when the list changed
+  // (listeners have run).
   bool Poll() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
   // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
   // finished, successfully or not (on the thread that finished it, or on this one). At most one
-  // List is in flight; callers share it. Lists keep under a rate floor
-  // (Config::pod_resources_lists_per_second): a List with no token starts when one is, on the
-  // floor's timer, and the callers that ask meanwhile share it. Without a pod-resources source,
-  // `then` runs at once.
+  // List is in flight; the callers that ask meanwhile share the next one. Without a
+  // pod-resources source, `then` runs at once.
   void RefreshPods(std::function<void()> then) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // RefreshPods and wait for it, at most `at_most` (and never much past the List's deadline):
   // the List goes on after a wait that gave up. True when that List finished and succeeded
   // (always, without a pod-resources source).
   bool RefreshPodsAndWait(absl::Duration at_most = absl::InfiniteDuration())
       ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Shutdown: the List in flight fails at once, and so does every later one (a List the rate
-  // floor holds starts at once, and fails).
+  // Shutdown: the List in flight fails at once, and so does every later one.
   void StopPodLists();
   // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
   // it (within its deadline) rather than refusing every HCA as not known yet. False without a
@@ -139,15 +130,9 @@ class NodeState {
   // owner of the health poll runs one soon.
   void SetRescanRequest(std::function<void()> request) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // What Allocate gives one container.
-  struct Grant {
-    // Its devices, envs and allocation file: memoised (hca::AllocationMemo), so shared with every
-    // container given the same HCAs in the same state. Never changed.
-    std::shared_ptr<const hca::ContainerAllocation> allocation;
-    // The host file mounted read-only at hca::kAllocationFile; "" for none (no --allocation-dir,
-    // or the file could not be written).
-    std::string file_mount;
-  };
+  // What Allocate gives one container: its devices, envs and, with --allocation-dir, the host
+  // file mounted read-only at hca::kAllocationFile.
+  using Grant = node::Grant;
   // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
   // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
   // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
@@ -155,77 +140,45 @@ class NodeState {
   absl::StatusOr<Grant> Allocate(const std::vector<std::string>& ids) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // GetPreferredAllocation for one container, through the allocator, with the GPU context of
-  // the pod list as last refreshed (the caller refreshes first: RefreshPods). Exclusive mode
-  // prefers HCAs the early-warning rule does not find degraded: the allocator chooses among those
-  // first, and completes the answer from the degraded ones only when they are too few. The IDs are those
-  // of `available`, spelled as given. InvalidArgument only for a malformed request (size out of
-  // range, duplicate or empty IDs, must_include not within available): IDs not offered now are
-  // left out of the choice, must_include is kept as given, and the answer is filled from the
-  // unknown IDs only when the known ones are too few.
-  absl::StatusOr<std::vector<std::string>> Prefer(std::vector<std::string> available,
-                                                  std::vector<std::string> must_include,
+  // GetPreferredAllocation for one container, on views of the request's own IDs: the
+  // allocator's one path per mode (allocator::ExclusiveAllocator::Answer, with the GPU context of
+  // the pod list as last refreshed and the HCAs the early-warning rule finds degraded taken only
+  // to complete the answer; allocator::AnswerShared below config.shared_devices). The caller
+  // refreshes the pod list first (RefreshPods). InvalidArgument only for a malformed request:
+  // IDs not offered now are left to the kubelet, must_include is kept as given.
+  absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string_view>& available,
+                                                  const std::vector<std::string_view>& must_include,
                                                   int size) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer on views of the caller's strings (a gRPC request's own), the same answer: a
-  // well-formed request of offered IDs only, spelled as advertised (the kubelet's usual one), is
-  // answered on their indices without copying it (shared: allocator::PreferSharedBelow;
-  // exclusive, while the early-warning rule finds no HCA degraded:
-  // ExclusiveAllocator::PreferAdvertised); any other is copied and answered by Prefer's path.
-  absl::StatusOr<std::vector<std::string>> PreferViews(
-      const std::vector<std::string_view>& available,
-      const std::vector<std::string_view>& must_include, int size) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The plugin's instruments (thread-safe): the RPC handlers and PluginServer's threads update
-  // them, and so does this class (discovery, pod-resources errors, each allocation's alignment).
+  // them, and so does this class (pod-resources errors, each allocation's alignment).
   PluginMetrics& metrics() const { return metrics_; }
-  // One scrape: the instruments, then the node's state as of now (a copy taken under the lock,
-  // then the port counters read from sysfs outside it). Thread-safe.
+  // One scrape: the instruments, then the node's (node::Node::WriteMetrics) with the plugin's
+  // part: withholding and the containers holding HCAs. Thread-safe.
   void WriteMetrics(metrics::Exposition& out) const ABSL_LOCKS_EXCLUDED(mu_);
-  metrics::NodeMetricsInput MetricsInput() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // What an exclusive answer is computed from, read together under mu_: the snapshot's
-  // allocator and the GPU context of the pod list as last refreshed (empty in shared mode).
-  struct PreferInputs {
-    std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
-    topology::TopologyPtr snapshot;
-    allocator::GpuContext gpus;
-  };
-  PreferInputs PreferInputsNow() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Prefer's general path, on inputs read once.
-  absl::StatusOr<std::vector<std::string>> PreferWith(PreferInputs inputs,
-                                                      std::vector<std::string> available,
-                                                      std::vector<std::string> must_include,
-                                                      int size) const;
   void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Swaps in a new snapshot and its allocator.
-  void SwapSnapshot(topology::TopologyPtr snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Recomputes devices_ from advertised_, the snapshot and the pods; bumps version_ and logs
-  // withholding decisions when different. True when the list or the withheld set changed.
+  // Takes the core's view now (a new snapshot gets its allocator) and recomputes devices_ from its
+  // HCAs and the pods; bumps version_ and logs withholding decisions when different. True when
+  // the list or the withheld set changed.
   bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the listeners.
   void Notify() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  void RequestRescan() const ABSL_LOCKS_EXCLUDED(mu_);
-  // sources_.discover(), timed into metrics_.discovery.
-  absl::StatusOr<topology::TopologyPtr> Discover() ABSL_LOCKS_EXCLUDED(mu_);
-  // Counts one exclusive allocation of `pcis` by its alignment with the GPUs of the container
-  // being admitted, as the last pod list shows it.
-  // Counts the allocation's alignment; returns the GPUs of the container being admitted (empty
-  // when unknown).
+  // Counts the allocation of `pcis` by its alignment with the GPUs of the container being
+  // admitted, as the last pod list shows it; returns those GPUs (empty when unknown).
   std::vector<std::string> CountAlignment(const std::vector<std::string>& pcis) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // With --allocation-dir: writes allocation.file there (unless a file of that content is there
-  // already) and gives the path to mount at hca::kAllocationFile; a failure is logged and the
-  // container gets no file ("").
-  std::string AllocationFileMount(const hca::ContainerAllocation& allocation) const;
+  // The HCAs the pod list shows held through our resource; nullopt while it is not known.
+  std::optional<std::set<std::string>> HeldNow() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
   NodeSources sources_;
-  std::atomic<bool> scan_failing_{false};  // the failure was logged; log again after a success
+  node::Node core_;
   // How the latest pod-resources List ended: none has yet, it succeeded, it failed.
   enum class ListEnd : char { kNone, kOk, kFailed };
   std::atomic<ListEnd> last_list_{ListEnd::kNone};
@@ -234,11 +187,6 @@ class NodeState {
   // registration_epoch_ when the latest successful List began.
   std::atomic<std::uint64_t> last_list_epoch_{0};
   mutable PluginMetrics metrics_;
-  mutable metrics::PortCounterCache port_counters_;  // scrapes' reads of sysfs counters
-  // Early-warning health: the health poll updates it; Prefer and scrapes read it.
-  hca::EarlyWarningMonitor early_warning_;
-  // Allocate's allocations, memoised; their files built only with --allocation-dir.
-  const std::unique_ptr<hca::AllocationMemo> allocations_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);
@@ -246,9 +194,8 @@ class NodeState {
   int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
 
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
-  topology::TopologyPtr snapshot_ ABSL_GUARDED_BY(mu_);
+  node::ViewPtr view_ ABSL_GUARDED_BY(mu_);  // the core's, as of the last Recompute
   std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, hca::AdvertisedHca> advertised_ ABSL_GUARDED_BY(mu_);  // by PCI address
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
@@ -260,10 +207,6 @@ class NodeState {
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 
-  std::function<void()> rescan_request_ ABSL_GUARDED_BY(mu_);
-
-  // The floor under our List rate: SingleFlight's gate.
-  const std::shared_ptr<serving::RateFloor> list_floor_;
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
   serving::SingleFlight pod_refresh_;
 };

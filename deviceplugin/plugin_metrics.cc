@@ -12,9 +12,6 @@ using metrics::WriteCounter;
 // takes up to its deadline (100 ms by default).
 constexpr double kRpcBounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                  0.01,    0.025,  0.05,    0.1,    0.25,  1};
-// Discovery: sysfs alone takes milliseconds, hwloc's PCI tree tens to hundreds.
-constexpr double kDiscoveryBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                       0.25,  0.5,   1,    2.5,   5,    10};
 
 constexpr const char* kCodeNames[] = {
     "OK",        "CANCELLED",          "UNKNOWN",       "INVALID_ARGUMENT",  "DEADLINE_EXCEEDED",
@@ -37,8 +34,7 @@ const char* RpcName(Rpc rpc) {
 }
 
 PluginMetrics::PluginMetrics()
-    : discovery(kDiscoveryBounds, std::size(kDiscoveryBounds)),
-      rpc_latency_{metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
+    : rpc_latency_{metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
                    metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
                    metrics::Histogram(kRpcBounds, std::size(kRpcBounds)),
                    metrics::Histogram(kRpcBounds, std::size(kRpcBounds))} {}
@@ -85,22 +81,6 @@ void PluginMetrics::Write(metrics::Exposition& out) const {
                kubelet_restarts);
   WriteCounter(out, "pod_resources_errors_total",
                "Calls to the kubelet's pod-resources List that failed.", pod_resources_errors);
-  WriteCounter(out, "pod_resources_lists_delayed_total",
-               "Pod-resources Lists that waited for a token of the plugin's own rate floor on "
-               "Lists before starting.",
-               pod_resources_lists_delayed);
-  WriteCounter(out, "rediscoveries_total",
-               "Full discoveries of the node after the first one: the health scan found the set "
-               "of HCAs (PCI functions) changed (hotplug).",
-               rediscoveries);
-  WriteCounter(out, "hca_state_changes_total",
-               "Health scans that found the same HCAs in another state (a port going DOWN or "
-               "ACTIVE, a device node, a name), patched into the snapshot without a discovery.",
-               hca_state_changes);
-  out.Family(Name("discovery_duration_seconds"),
-             "Duration of each full discovery of the node (sysfs and the PCI tree).",
-             metrics::Exposition::Type::kHistogram);
-  out.HistogramSamples({}, discovery.Read());
 }
 
 std::optional<topology::PathClass> AllocationAlignment(const topology::Topology& topology,

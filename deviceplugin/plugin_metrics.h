@@ -39,11 +39,6 @@ class PluginMetrics {
   metrics::Counter registrations;         // successful Register calls to the kubelet
   metrics::Counter kubelet_restarts;      // kubelet restarts the lifecycle thread detected
   metrics::Counter pod_resources_errors;  // pod-resources List calls that failed
-  // pod-resources Lists the rate floor held until a token was there
-  metrics::Counter pod_resources_lists_delayed;
-  metrics::Counter rediscoveries;         // full discoveries after the first (hotplug)
-  metrics::Counter hca_state_changes;     // scans of the same HCAs in another state, patched in
-  metrics::Histogram discovery;           // every full discovery's duration, the first included
 
   // Writes the families above (all series, zeros included, so that rate() sees them start).
   void Write(metrics::Exposition& out) const;

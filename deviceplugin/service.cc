@@ -39,7 +39,7 @@ std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::strin
   return {ids.begin(), ids.end()};
 }
 
-// Views of the request's IDs: NodeState::PreferViews copies them only where it must.
+// Views of the request's IDs, which outlive the call that reads them.
 std::vector<std::string_view> Views(const google::protobuf::RepeatedPtrField<std::string>& ids) {
   return {ids.begin(), ids.end()};
 }
@@ -52,8 +52,8 @@ absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocation
   response->Clear();
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
-        node.PreferViews(Views(c.available_deviceids()), Views(c.must_include_deviceids()),
-                         c.allocation_size());
+        node.Prefer(Views(c.available_deviceids()), Views(c.must_include_deviceids()),
+                    c.allocation_size());
     if (!ids.ok()) return ids.status();
     auto* out = response->add_container_responses();
     for (std::string& id : *ids) out->add_deviceids(std::move(id));
@@ -219,14 +219,14 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
     for (const auto& c : request.container_requests()) {
       absl::StatusOr<NodeState::Grant> grant = node.Allocate(Ids(c.devices_ids()));
       if (!grant.ok()) return grant.status();
-      const hca::ContainerAllocation& a = *grant->allocation;  // shared: copied, not moved
+      hca::ContainerAllocation& a = grant->allocation;
       auto* out = response->add_container_responses();
       out->mutable_devices()->Reserve(static_cast<int>(a.devices.size()));
-      for (const auto& spec : a.devices) {
+      for (auto& spec : a.devices) {
         auto* d = out->add_devices();
-        d->set_container_path(spec.container_path);
-        d->set_host_path(spec.host_path);
-        d->set_permissions(spec.permissions);
+        d->set_container_path(std::move(spec.container_path));
+        d->set_host_path(std::move(spec.host_path));
+        d->set_permissions(std::move(spec.permissions));
       }
       out->mutable_envs()->insert(a.envs.begin(), a.envs.end());
       if (!grant->file_mount.empty()) {

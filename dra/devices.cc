@@ -49,6 +49,7 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
 std::string TaintValue(const std::string& reason) {
   if (absl::StartsWith(reason, "no port state")) return "NoPortState";
   if (absl::StartsWith(reason, "flapping")) return "Flapping";
+  if (absl::StartsWith(reason, "the health scan failed")) return "ScanFailed";
   if (absl::StartsWith(reason, "port ")) return "PortNotActive";
   if (absl::StrContains(reason, "no uverbs")) return "NoUverbsDevice";
   if (absl::StartsWith(reason, "device node")) return "DeviceNodeMissing";
@@ -124,8 +125,10 @@ absl::Status ValidateNodeName(std::string_view name) {
   return ValidateSubdomain(std::string(name), 253);
 }
 
-std::string DeviceName(const topology::Hca& hca) {
-  std::string name = kDevicePrefix + hca.place.pci;
+std::string DeviceName(const topology::Hca& hca) { return DeviceNameOfPci(hca.place.pci); }
+
+std::string DeviceNameOfPci(absl::string_view pci) {
+  std::string name = absl::StrCat(kDevicePrefix, pci);
   for (char& c : name) {
     if (c == ':' || c == '.') c = '-';
   }
@@ -148,22 +151,21 @@ std::string DegradedTaintKey(std::string_view driver_name) {
   return std::string(driver_name) + "/degraded";
 }
 
-std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
-                                         const DeviceOptions& opts) {
+std::vector<nlohmann::json> BuildDevices(const node::View& node, const DeviceOptions& opts) {
   std::vector<nlohmann::json> devices;
-  devices.reserve(topo.hcas().size());
-  for (const topology::Hca& hca : topo.hcas()) {
-    const hca::Verdict verdict = hca::AssessWithHistory(hca, opts.early_warning);
+  devices.reserve(node.topology->hcas().size());
+  for (const topology::Hca& hca : node.topology->hcas()) {
+    const hca::Verdict verdict = node.Verdict(hca);
     if (!verdict.usable && !opts.taints) continue;
     nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
-    const auto flagged = opts.early_warning.find(hca.place.pci);
+    const auto flagged = node.flagged.find(hca.place.pci);
     if (!verdict.usable) {
       device["taints"] = nlohmann::json::array({{
           {"key", UnhealthyTaintKey(opts.driver_name)},
           {"value", TaintValue(verdict.reason)},
           {"effect", "NoSchedule"},
       }});
-    } else if (opts.taints && flagged != opts.early_warning.end() && flagged->second.degraded) {
+    } else if (opts.taints && flagged != node.flagged.end() && flagged->second.degraded) {
       device["taints"] = nlohmann::json::array({{
           {"key", DegradedTaintKey(opts.driver_name)},
           {"value", flagged->second.degraded_counter == "link_downed" ? "LinkDowned"

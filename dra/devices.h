@@ -13,6 +13,8 @@
 #include "dra/model.h"
 #include "nlohmann/json.hpp"
 #include "hca/early_warning.h"
+#include "absl/strings/string_view.h"
+#include "node/node.h"
 #include "hca/hca.h"
 #include "topology/topology.h"
 
@@ -47,15 +49,14 @@ struct DeviceOptions {
   // publisher saw the server drop them), an unusable HCA is left out instead: no device, rather
   // than an untainted one the scheduler would allocate and Prepare would refuse.
   bool taints = true;
-  // The HCAs the early-warning rule flags now (hca::EarlyWarningMonitor::Flagged), by PCI
-  // address: degraded ones carry the degraded taint, held ones are unusable.
-  hca::FlaggedHcas early_warning;
 };
 
 // The device name of an HCA: "hca-" and its PCI address with ':' and '.' as '-'
 // ("0000:1a:00.0" -> "hca-0000-1a-00-0"). A DNS label, stable across renames of the kernel
 // device (mlx5_0 -> mlx5_bond_0) and reboots, as long as the card stays in its slot.
 std::string DeviceName(const topology::Hca& hca);
+// The same for a PCI address.
+std::string DeviceNameOfPci(absl::string_view pci);
 
 // The index in topo.hcas() of the HCA whose DeviceName is `device_name`, or -1 (a name of
 // another node, or of an HCA that has gone). O(number of HCAs).
@@ -72,7 +73,7 @@ std::string UnhealthyTaintKey(std::string_view driver_name);
 // The taint key that marks a degraded HCA (early-warning health): "<driver>/degraded".
 std::string DegradedTaintKey(std::string_view driver_name);
 
-// One resource.k8s.io/v1 Device per HCA of `topo`, in PCI order, named DeviceName(hca).
+// One resource.k8s.io/v1 Device per HCA of `node.topology`, in PCI order, named DeviceName(hca).
 //
 // Attributes (<driver> = opts.driver_name; an attribute whose value is unknown is left out, never
 // published empty, so that matchAttribute does not pair two devices on "unknown"):
@@ -105,10 +106,12 @@ std::string DegradedTaintKey(std::string_view driver_name);
 //                                    device.attributes["<driver>"].gpuDirectRDMA
 // A string longer than the API's 64 characters is left out rather than make the slice invalid.
 //
-// Health: an HCA that hca::AssessWithHistory finds unusable carries the taint
+// Health: an HCA that node.Verdict finds unusable (its own state, the early-warning rule, a
+// failed health scan) carries the taint
 //   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
 // with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing, Flapping (held
-// by the early-warning rule; Unusable for a reason this code does not know); with opts.taints
+// by the early-warning rule), ScanFailed (the node's health scan fails: its last state is not
+// known to hold); Unusable for a reason this code does not know; with opts.taints
 // false, no device at all. A usable HCA the early-warning rule finds degraded carries
 //   {key: "<driver>/degraded", value: SymbolErrors or LinkDowned, effect: NoSchedule}
 // (left without it when opts.taints is false: it is still usable). NoSchedule: the scheduler allocates it to no new claim that
@@ -121,7 +124,6 @@ std::string DegradedTaintKey(std::string_view driver_name);
 // declare no capacity, so each allocation consumes nothing and any number of claims, each
 // asking for every HCA, all fit; the allocator then gives each result a shareID. Taints still
 // apply to such a device.
-std::vector<nlohmann::json> BuildDevices(const topology::Topology& topo,
-                                         const DeviceOptions& opts);
+std::vector<nlohmann::json> BuildDevices(const node::View& node, const DeviceOptions& opts);
 
 }  // namespace rdp::dra

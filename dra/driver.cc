@@ -66,16 +66,12 @@ std::string Key(const std::string& ns, const std::string& name) { return absl::S
 }  // namespace
 
 Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-               std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
-               std::function<topology::TopologyPtr()> rediscover, ClaimStatusWriter* status)
+               node::Node& node, ClaimStatusWriter* status)
     : config_(std::move(config)),
       reader_(reader),
       cdi_(cdi),
-      topology_(std::move(topology)),
-      rediscover_(std::move(rediscover)),
-      env_(std::move(env)),
+      node_(node),
       status_(status),
-      allocations_(hca::AllocationMemo::For(config_.allocation_dir)),
       checkpoint_(checkpoint) {}
 
 absl::Status Driver::Start() {
@@ -555,14 +551,15 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
           ", not in this node's pool ", config_.node_name));
     }
   }
-  topology::TopologyPtr snapshot = topology_();
+  const node::ViewPtr view = node_.Now();
+  topology::TopologyPtr snapshot = view ? view->topology : nullptr;
   auto all_known = [&claim](const topology::Topology& t) {
     return std::all_of(claim.devices.begin(), claim.devices.end(),
                        [&t](const AllocatedDevice& d) { return FindHca(t, d.device) >= 0; });
   };
   // A device we do not know may be an HCA plugged in since the snapshot was taken.
-  if ((!snapshot || !all_known(*snapshot)) && rediscover_) {
-    if (topology::TopologyPtr fresh = rediscover_()) snapshot = std::move(fresh);
+  if (!snapshot || !all_known(*snapshot)) {
+    if (const node::ViewPtr fresh = node_.Rediscover()) snapshot = fresh->topology;
   }
   if (!snapshot) return absl::UnavailableError("no topology snapshot yet");
   // The claim's HCAs, each once, in the order of its results.
@@ -578,7 +575,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   // Their device nodes as they are now, and rdma_cm's (as NodeState::Allocate checks them).
   std::vector<const topology::Hca*> asked;
   for (const int idx : indices) asked.push_back(&snapshot->hcas()[idx]);
-  hca::NodesNow checked = hca::CheckedNow(asked, *env_);
+  hca::NodesNow checked = node_.CheckNow(asked);
   const bool rdma_cm = checked.rdma_cm;
   std::map<int, hca::HcaNow> now;  // by snapshot index
   for (std::size_t i = 0; i < indices.size(); ++i) {
@@ -607,18 +604,17 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   if (claim.legacy) {
     return BuildLegacyCdiSpec(
         config_.driver_name, ref.uid,
-        *hca::BuildAllocation(snapshot, hcas_of([](const auto&) { return true; }), rdma_cm, {},
-                              nullptr),
-        *env_);
+        hca::BuildAllocation(hcas_of([](const auto&) { return true; }), rdma_cm, {},
+                             /*allocation_dir=*/""),
+        node_.env());
   }
   std::vector<CdiRequest> requests;
   for (const std::string& request : Requests(claim.devices)) {
     CdiRequest r;
     r.request = request;
-    r.own = *hca::BuildAllocation(
-        snapshot,
+    r.own = hca::BuildAllocation(
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
-        rdma_cm, {}, nullptr);
+        rdma_cm, {}, /*allocation_dir=*/"");
     if (const auto it = claim.common.find(request); it != claim.common.end()) {
       // The devices of the container's other pairs are HCAs of this node too (their claims
       // checked them); only their names and addresses go into the variables.
@@ -632,8 +628,8 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
         all.push_back(hca::AsScanned(snapshot->hcas()[idx]));
       }
       if (!all.empty()) {
-        hca::ContainerAllocation common =
-            *hca::BuildAllocation(snapshot, std::move(all), rdma_cm, {}, allocations_.get());
+        node::Grant grant = node_.GrantFor(std::move(all), rdma_cm);
+        hca::ContainerAllocation& common = grant.allocation;
         for (const std::string& w : common.warnings) {
           Log()->warn("claim {} request {}: {}", Describe(ref), request, w);
         }
@@ -650,23 +646,12 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
           }
         }
         r.common = std::move(common.envs);
-        r.allocation_file = AllocationFile(common);
+        if (!grant.file_mount.empty()) r.allocation_file = grant.file_mount;
       }
     }
     requests.push_back(std::move(r));
   }
-  return BuildCdiSpec(config_.driver_name, ref.uid, requests, *env_);
-}
-
-std::optional<std::string> Driver::AllocationFile(
-    const hca::ContainerAllocation& allocation) const {
-  if (allocation.file_name.empty()) return std::nullopt;  // no --allocation-dir: no file built
-  const std::string path = absl::StrCat(config_.allocation_dir, "/", allocation.file_name);
-  if (absl::Status s = serving::WriteFileUnlessThere(path, allocation.file, 0644); !s.ok()) {
-    Log()->error("{}: containers get no {}", std::string(s.message()), hca::kAllocationFile);
-    return std::nullopt;
-  }
-  return path;
+  return BuildCdiSpec(config_.driver_name, ref.uid, requests, node_.env());
 }
 
 std::vector<PreparedDevice> Driver::Answer(const PreparedClaim& claim) const {
@@ -738,14 +723,15 @@ void Driver::WriteStatus(const ClaimRef& ref) {
       if (auto it = prepared_.find(ref.uid); it != prepared_.end()) claim = it->second;
     }
     if (!claim) return;  // unprepared meanwhile
-    topology::TopologyPtr snapshot = topology_();
+    const node::ViewPtr view = node_.Now();
+    const topology::TopologyPtr snapshot = view ? view->topology : nullptr;
     std::vector<nlohmann::json> entries;
     std::set<std::pair<std::string, std::string>> seen;  // (device, shareID): the list's keys
     for (const AllocatedDevice& d : claim->devices) {
       if (!seen.emplace(d.device, d.share_id).second) continue;
       const int idx = snapshot ? FindHca(*snapshot, d.device) : -1;
       nlohmann::json entry =
-          idx >= 0 ? AllocatedDeviceStatus(config_.driver_name, d.pool, snapshot->hcas()[idx], *env_)
+          idx >= 0 ? AllocatedDeviceStatus(config_.driver_name, d.pool, snapshot->hcas()[idx], node_.env())
                    : nlohmann::json{{"driver", config_.driver_name}, {"pool", d.pool},
                                     {"device", d.device}};
       if (!d.share_id.empty()) entry["shareID"] = d.share_id;

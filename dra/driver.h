@@ -43,6 +43,7 @@
 #include "dra/consumers.h"
 #include "dra/model.h"
 #include "hca/hca.h"
+#include "node/node.h"
 #include "topology/topology.h"
 
 namespace rdp::dra {
@@ -53,9 +54,6 @@ struct DriverConfig {
   // The API reads of one Prepare call, retries included, together: the kubelet gives a call
   // 45 s; a claim answered from the checkpoint needs none.
   absl::Duration api_timeout = absl::Seconds(10);
-  // dra --allocation-dir: a host directory (the same path in the driver's container) for the
-  // files a request's CDI device mounts at /etc/rdma/allocation.json; "" for none.
-  std::string allocation_dir;
   // The kubelet's DRA checkpoint (<kubelet root dir>/dra_manager_state, dra/kubelet_state.h),
   // read by Start; "" for none (nothing is reconciled with the kubelet).
   std::string kubelet_state;
@@ -78,15 +76,13 @@ struct PreparedDevice {
 
 class Driver {
  public:
-  // `reader`, `cdi` and `checkpoint` are not owned and must outlive the driver. `topology`
-  // returns the current snapshot; `env` reads the node (device nodes, sysfs). `rediscover`
-  // (optional; null when it fails or declines, e.g. rate-limited) is called when a claim names a
-  // device the snapshot does not have: an HCA hot-plugged since; it runs on the calling thread.
-  // `status` (optional, not owned, outlives the driver) keeps the claims' status.devices.
+  // `reader`, `cdi`, `checkpoint` and `node` are not owned and must outlive the driver. The
+  // driver reads the node through `node` (its view, its device-node check, the grant a container
+  // gets); a claim naming a device the view lacks (an HCA hot-plugged since) makes it discover
+  // the node again (node::Node::Rediscover, on the calling thread). `status` (optional, not owned,
+  // outlives the driver) keeps the claims' status.devices.
   Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-         std::function<topology::TopologyPtr()> topology, std::shared_ptr<Env> env,
-         std::function<topology::TopologyPtr()> rediscover = nullptr,
-         ClaimStatusWriter* status = nullptr);
+         node::Node& node, ClaimStatusWriter* status = nullptr);
 
   // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered (a claim
   // without a time of prepare gets the file's modification time), then unprepares the claims the
@@ -132,9 +128,6 @@ class Driver {
     Commons commons;                                      // CommonDevices
     std::map<RequestKey, std::set<std::string>> pod_env;  // PodSetVariables
   };
-  // With config_.allocation_dir: the host file holding `allocation`'s file (written unless
-  // there), else nullopt; a write failure is logged and gives nullopt.
-  std::optional<std::string> AllocationFile(const hca::ContainerAllocation& allocation) const;
   // Claims not in the checkpoint, read and prepared together (their locks held).
   void PrepareFresh(const std::vector<ClaimRef>& refs, absl::Time deadline,
                     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out);
@@ -167,13 +160,8 @@ class Driver {
   const DriverConfig config_;
   ClaimReader& reader_;
   CdiStore& cdi_;
-  const std::function<topology::TopologyPtr()> topology_;
-  const std::function<topology::TopologyPtr()> rediscover_;
-  const std::shared_ptr<Env> env_;
+  node::Node& node_;
   ClaimStatusWriter* const status_;
-  // The common variables' allocations, memoised; their files built only with
-  // config_.allocation_dir.
-  const std::unique_ptr<hca::AllocationMemo> allocations_;
 
   // Held by a Prepare that reads claims: one at a time decides what the common variables say.
   absl::Mutex prepare_mu_ ABSL_ACQUIRED_BEFORE(mu_);

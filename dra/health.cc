@@ -49,12 +49,11 @@ void Fill(const std::vector<DeviceHealth>& devices, std::int64_t timeout_seconds
 
 }  // namespace
 
-std::vector<DeviceHealth> DeviceHealthOf(const topology::Topology& topo, const std::string& pool,
-                                         const hca::FlaggedHcas& flagged) {
+std::vector<DeviceHealth> DeviceHealthOf(const node::View& node, const std::string& pool) {
   std::vector<DeviceHealth> out;
-  out.reserve(topo.hcas().size());
-  for (const topology::Hca& hca : topo.hcas()) {
-    const hca::Verdict v = hca::AssessWithHistory(hca, flagged);
+  out.reserve(node.topology->hcas().size());
+  for (const topology::Hca& hca : node.topology->hcas()) {
+    const hca::Verdict v = node.Verdict(hca);
     out.push_back({pool, DeviceName(hca),
                    v.usable ? DeviceHealth::State::kHealthy : DeviceHealth::State::kUnhealthy,
                    v.usable ? "" : hca.name + ": " + v.reason});

@@ -23,6 +23,7 @@
 #include "proto/dra_health.grpc.pb.h"
 #include "proto/dra_health_v1alpha1.grpc.pb.h"
 #include "hca/early_warning.h"
+#include "node/node.h"
 #include "topology/topology.h"
 
 namespace rdp::dra {
@@ -46,10 +47,9 @@ struct DeviceHealth {
   }
 };
 
-// Every HCA of `topo`, in its order, in the pool `pool` (the node's name); one the early-warning
-// rule holds (`flagged`: its ports flapped) is unhealthy too (hca::AssessWithHistory).
-std::vector<DeviceHealth> DeviceHealthOf(const topology::Topology& topo, const std::string& pool,
-                                         const hca::FlaggedHcas& flagged = {});
+// Every HCA of `node.topology`, in its order, in the pool `pool` (the node's name), healthy as
+// node.Verdict says.
+std::vector<DeviceHealth> DeviceHealthOf(const node::View& node, const std::string& pool);
 
 struct HealthFeedConfig {
   // The longest a stream goes without sending the list (the health poll's interval is a good

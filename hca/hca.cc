@@ -89,22 +89,15 @@ HcaNow AsScanned(const topology::Hca& hca) {
 }
 
 NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env) {
-  std::vector<std::string_view> paths;
-  for (const topology::Hca* h : hcas) {
-    for (const auto& [path, present] : h->char_devices) paths.push_back(path);
-  }
-  paths.push_back(kRdmaCmPath);
-  const std::vector<bool> present = env.ExistAll(paths);
   NodesNow out;
   out.hcas.reserve(hcas.size());
-  std::size_t at = 0;
   for (const topology::Hca* h : hcas) {
     HcaNow now{h, {}};
     now.present.reserve(h->char_devices.size());
-    for (std::size_t i = 0; i < h->char_devices.size(); ++i) now.present.push_back(present[at++]);
+    for (const auto& [path, scanned] : h->char_devices) now.present.push_back(env.Exists(path));
     out.hcas.push_back(std::move(now));
   }
-  out.rdma_cm = present[at];
+  out.rdma_cm = env.Exists(kRdmaCmPath);
   return out;
 }
 
@@ -140,18 +133,9 @@ void SetGidIndex(const std::vector<HcaNow>& hcas, ContainerAllocation& out) {
   }
 }
 
-// AllocationFile on the HCAs as BuildAllocation orders them.
+// ContainerAllocation::file for `hcas` (in PCI address order) and `envs`.
 std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, std::string>& envs,
                    const std::map<std::string, std::string>& paired_gpu);
-
-// BuildAllocation takes the HCAs in PCI address order.
-void SortByPci(std::vector<HcaNow>& hcas) {
-  auto by_pci = [](const HcaNow& a, const HcaNow& b) { return a.hca->place.pci < b.hca->place.pci; };
-  // Usually in order already (the kubelet sends them sorted): no sort, no buffer for one.
-  if (!std::is_sorted(hcas.begin(), hcas.end(), by_pci)) {
-    std::stable_sort(hcas.begin(), hcas.end(), by_pci);
-  }
-}
 
 // BuildAllocation without `file`: the devices, envs and warnings, `hcas` in PCI address order.
 ContainerAllocation BuildWithoutFile(const std::vector<HcaNow>& hcas, bool with_rdma_cm) {
@@ -200,94 +184,18 @@ ContainerAllocation BuildWithoutFile(const std::vector<HcaNow>& hcas, bool with_
 
 }  // namespace
 
-ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
-                                    const std::map<std::string, std::string>& paired_gpu) {
-  std::vector<HcaNow> now;
-  now.reserve(hcas.size());
-  for (const topology::Hca& hca : hcas) now.push_back(AsScanned(hca));
-  SortByPci(now);
-  ContainerAllocation out = BuildWithoutFile(now, with_rdma_cm);
-  out.file = FileOf(now, out.envs, paired_gpu);
-  out.file_name = AllocationFileName(out.file);
+ContainerAllocation BuildAllocation(std::vector<HcaNow> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu,
+                                    const std::string& allocation_dir) {
+  std::stable_sort(hcas.begin(), hcas.end(), [](const HcaNow& a, const HcaNow& b) {
+    return a.hca->place.pci < b.hca->place.pci;
+  });
+  ContainerAllocation out = BuildWithoutFile(hcas, with_rdma_cm);
+  if (!allocation_dir.empty()) {
+    out.file = FileOf(hcas, out.envs, paired_gpu);
+    out.file_name = AllocationFileName(out.file);
+  }
   return out;
-}
-
-std::shared_ptr<const ContainerAllocation> BuildAllocation(
-    const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool with_rdma_cm,
-    const std::map<std::string, std::string>& paired_gpu, AllocationMemo* memo) {
-  SortByPci(hcas);  // the memo's key is the HCAs in the order the allocation takes them
-  const bool with_file = memo != nullptr && memo->with_file();
-  auto build = [&] {
-    ContainerAllocation out = BuildWithoutFile(hcas, with_rdma_cm);
-    if (with_file) {
-      out.file = FileOf(hcas, out.envs, paired_gpu);
-      out.file_name = AllocationFileName(out.file);
-    }
-    return out;
-  };
-  if (memo == nullptr) return std::make_shared<const ContainerAllocation>(build());
-  return memo->Get(snapshot, hcas, with_rdma_cm, paired_gpu, build);
-}
-
-std::unique_ptr<AllocationMemo> AllocationMemo::For(const std::string& dir, std::size_t capacity) {
-  return std::make_unique<AllocationMemo>(capacity, !dir.empty());
-}
-
-bool AllocationMemo::Matches(const Entry& e, const topology::TopologyPtr& snapshot,
-                                 const std::vector<HcaNow>& hcas, bool with_rdma_cm,
-                                 const std::map<std::string, std::string>& paired_gpu) {
-  if (e.snapshot_address != snapshot.get() || e.with_rdma_cm != with_rdma_cm ||
-      e.hcas.size() != hcas.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < hcas.size(); ++i) {
-    if (e.hcas[i].first != hcas[i].hca || e.hcas[i].second != hcas[i].present) return false;
-  }
-  if (e.paired_gpu != paired_gpu) return false;
-  // Last, as the dearest: the entry's snapshot is still this one (not a replaced one whose
-  // address a new snapshot took).
-  const topology::TopologyPtr held = e.snapshot.lock();
-  return held != nullptr && held.get() == snapshot.get();
-}
-
-std::shared_ptr<const ContainerAllocation> AllocationMemo::Get(
-    const topology::TopologyPtr& snapshot, const std::vector<HcaNow>& hcas, bool with_rdma_cm,
-    const std::map<std::string, std::string>& paired_gpu,
-    absl::FunctionRef<ContainerAllocation()> build) {
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (!Matches(*it, snapshot, hcas, with_rdma_cm, paired_gpu)) continue;
-      entries_.splice(entries_.begin(), entries_, it);
-      return it->allocation;
-    }
-  }
-  auto allocation = std::make_shared<const ContainerAllocation>(build());
-  Entry e;
-  e.snapshot = snapshot;
-  e.snapshot_address = snapshot.get();
-  e.hcas.reserve(hcas.size());
-  for (const HcaNow& h : hcas) e.hcas.emplace_back(h.hca, h.present);
-  e.with_rdma_cm = with_rdma_cm;
-  e.paired_gpu = paired_gpu;
-  e.allocation = allocation;
-  absl::MutexLock lock(&mu_);
-  ++builds_;
-  entries_.push_front(std::move(e));
-  // Entries of replaced snapshots first, then the least recently used.
-  entries_.remove_if([](const Entry& old) { return old.snapshot.expired(); });
-  while (entries_.size() > capacity_) entries_.pop_back();
-  return allocation;
-}
-
-std::size_t AllocationMemo::size() const {
-  absl::MutexLock lock(&mu_);
-  return entries_.size();
-}
-
-std::size_t AllocationMemo::builds() const {
-  absl::MutexLock lock(&mu_);
-  return builds_;
 }
 
 std::map<std::string, std::string> PairGpus(const topology::Topology& topology,
@@ -370,14 +278,5 @@ std::string FileOf(const std::vector<HcaNow>& hcas, const std::map<std::string, 
 }
 
 }  // namespace
-
-std::string AllocationFile(const std::vector<topology::Hca>& hcas,
-                           const std::map<std::string, std::string>& envs,
-                           const std::map<std::string, std::string>& paired_gpu) {
-  std::vector<HcaNow> now;
-  now.reserve(hcas.size());
-  for (const topology::Hca& hca : hcas) now.push_back(AsScanned(hca));
-  return FileOf(now, envs, paired_gpu);
-}
 
 }  // namespace rdp::hca

@@ -2,21 +2,17 @@
 
 // The node's HCAs as both front doors (the device plugin, dra/) see them: what makes an HCA
 // usable, what a container holding some of them gets, and the node's mode. Pure functions, but
-// for CheckedNow, which reads the node through an Env. No locks, no protobuf.
+// for CheckedNow, which reads the node through an Env. No state, no protobuf.
 
 #include <cstddef>
-#include <list>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "base/env.h"
 #include "topology/topology.h"
 
@@ -39,6 +35,12 @@ struct AdvertisedHca {
   bool present = false;  // in the latest scan
   bool healthy = false;  // Assess(...).usable in the latest scan
   int absent_polls = 0;  // consecutive scans without it
+  std::string reason;    // why it is not healthy; "" when it is
+  bool operator==(const AdvertisedHca& o) const {
+    return pci == o.pci && name == o.name && numa == o.numa && present == o.present &&
+           healthy == o.healthy && absent_polls == o.absent_polls && reason == o.reason;
+  }
+  bool operator!=(const AdvertisedHca& o) const { return !(*this == o); }
 };
 
 // Whether an HCA can be handed to a container, and if not, why. The one definition of a usable
@@ -64,15 +66,15 @@ struct HcaNow {
 };
 // The device nodes as the scan saw them.
 HcaNow AsScanned(const topology::Hca& hca);
-// Each device node of each of `hcas` (in their order), and whether rdma_cm exists, checked now
-// in one Env::ExistAll (the node's Env: one read of its inotify queue for them all): the scan
-// that saw them may be a poll old, and a DeviceSpec or CDI entry naming a missing node makes the
-// container runtime refuse the container. Both doors call it, then Assess, when they hand HCAs
-// out.
+// HCAs with their device nodes as checked now, and whether rdma_cm exists.
 struct NodesNow {
   std::vector<HcaNow> hcas;
   bool rdma_cm = false;
 };
+// Each device node of each of `hcas` (in their order) and rdma_cm, checked now (Env::Exists: a
+// stat at the call): the scan that saw them may be a poll old, and a DeviceSpec or CDI entry
+// naming a missing node makes the container runtime refuse the container. Both doors call it,
+// then Assess, when they hand HCAs out.
 NodesNow CheckedNow(const std::vector<const topology::Hca*>& hcas, Env& env);
 // Assess(hca) with the device nodes as `hca.present` has them.
 Verdict Assess(const HcaNow& hca);
@@ -91,8 +93,16 @@ struct ContainerAllocation {
   // What the caller logs as a warning: why NCCL_IB_GID_INDEX is not set ("HCA mlx5_2 port 1 has
   // no RoCE v2 GID with an IPv4 address").
   std::vector<std::string> warnings;
-  // The content of kAllocationFile (AllocationFile) and its AllocationFileName; both empty when
-  // the door writes no file (BuildAllocation without a memo that writes it).
+  // The content of kAllocationFile and its AllocationFileName; both empty when the door writes
+  // no file (BuildAllocation without an allocation dir). The content:
+  //   {"hcas": [{"name": "mlx5_2", "pci": "0000:c9:00.0", "numa": 1, "netdevs": ["ens6f0np0"],
+  //              "uverbs": "/dev/infiniband/uverbs2", "gpu": "0000:ca:00.0",   (when paired)
+  //              "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "Ethernet",
+  //                         "netdev": "ens6f0np0", "gid_index": 3, "gid_ipv4": "192.0.2.10"}]}],
+  //    "env": {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "=mlx5_2", ...}}
+  // the HCAs in PCI address order, "env" the variables of `envs`. "numa", "gpu", "uverbs",
+  // "netdev", "gid_index" and "gid_ipv4" are left out when unknown or not RoCE; "netdev" is the
+  // GID's netdev, else the HCA's only netdev.
   std::string file;
   std::string file_name;
 };
@@ -104,8 +114,9 @@ inline constexpr char kAllocationFile[] = "/etc/rdma/allocation.json";
 // Where the node-wide RDMA CM device is (a node path, as Env takes it).
 inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 
-// DeviceSpecs ("rw", host path = container path) for each of the HCA's device nodes that is
-// present in its char_devices (uverbsN, umadN, issmN, in that order), then
+// What a container holding `hcas` (HCAs of a snapshot the caller holds, their device nodes as
+// each HcaNow has them) gets. DeviceSpecs ("rw", host path = container path) for each of the
+// HCA's device nodes that is present (uverbsN, umadN, issmN, in that order), then
 // /dev/infiniband/rdma_cm when with_rdma_cm; envs NCCL_IB_HCA ("=a,b": NCCL's exact-match form;
 // an HCA with a port that is not ACTIVE is named with its ACTIVE ports, "=a:1,b", so that NCCL
 // uses only those), RDMA_HCA_NAMES ("a,b"), RDMA_HCA_PCI, and UCX_NET_DEVICES ("a:1,b:1": UCX
@@ -120,79 +131,13 @@ inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 // none or two ports have different ones (NCCL takes one index for all).
 // `paired_gpu`: PCI address of an HCA -> the PCI address of the container's GPU it pairs with,
 // when the container's GPUs are known; goes into the file only.
-// This form builds `file` always (tests, one-off callers); the doors use the next one.
-ContainerAllocation BuildAllocation(std::vector<topology::Hca> hcas, bool with_rdma_cm,
-                                    const std::map<std::string, std::string>& paired_gpu = {});
+// `allocation_dir`: the door's --allocation-dir. The file (`file`, `file_name`) is built only
+// when it is not "" (the door writes the file there): without one, no file is built. The one
+// rule both doors follow.
+ContainerAllocation BuildAllocation(std::vector<HcaNow> hcas, bool with_rdma_cm,
+                                    const std::map<std::string, std::string>& paired_gpu,
+                                    const std::string& allocation_dir);
 
-class AllocationMemo;
-// The same for HCAs of `snapshot` with their device nodes as `hcas` has them (no HCA copied),
-// taken from `memo` (built on a miss), or built afresh without one. `file` and `file_name` are
-// built only by a memo that writes files (AllocationMemo::For an allocation dir): a door without
-// one builds no file it would throw away. Shared: every container given the same HCAs in the same
-// state gets the one value, which no one changes.
-std::shared_ptr<const ContainerAllocation> BuildAllocation(
-    const topology::TopologyPtr& snapshot, std::vector<HcaNow> hcas, bool with_rdma_cm,
-    const std::map<std::string, std::string>& paired_gpu, AllocationMemo* memo);
-
-// A door's allocations (ContainerAllocation: devices, envs, warnings, and kAllocationFile's content
-// and name when the door writes the file), memoised per their full inputs: the snapshot the HCAs
-// belong to (by identity: a snapshot is immutable and replaced whole on every change), which of
-// its HCAs, their device nodes now, rdma_cm, and the paired GPUs. The kubelet allocates a set of
-// HCAs once per pod that gets it, so on a node in service the same few sets recur. An entry holds
-// its snapshot weakly: one of a replaced snapshot never matches again (even when a new snapshot
-// takes its address), and it keeps no snapshot alive. At most `capacity` entries, the least
-// recently used dropped. Thread-safe.
-class AllocationMemo {
- public:
-  // The memo of a door with allocation dir `dir`: it builds the file when `dir` is not "" (the
-  // file is written there), and not for "" (no file is written, so none is built). The one rule
-  // both doors follow.
-  static std::unique_ptr<AllocationMemo> For(const std::string& dir, std::size_t capacity = 16);
-
-  AllocationMemo(std::size_t capacity, bool with_file) : capacity_(capacity), with_file_(with_file) {}
-
-  bool with_file() const { return with_file_; }
-
-  // The allocation for these inputs (`hcas` in PCI address order, as BuildAllocation gives
-  // them); `build` runs only on a miss, outside the lock.
-  std::shared_ptr<const ContainerAllocation> Get(
-      const topology::TopologyPtr& snapshot, const std::vector<HcaNow>& hcas, bool with_rdma_cm,
-      const std::map<std::string, std::string>& paired_gpu,
-      absl::FunctionRef<ContainerAllocation()> build) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Entries held now; calls that built the allocation (misses), for tests and benchmarks.
-  std::size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
-  std::size_t builds() const ABSL_LOCKS_EXCLUDED(mu_);
-
- private:
-  struct Entry {
-    std::weak_ptr<const topology::Topology> snapshot;
-    const topology::Topology* snapshot_address = nullptr;
-    std::vector<std::pair<const topology::Hca*, absl::InlinedVector<bool, 6>>> hcas;
-    bool with_rdma_cm = false;
-    std::map<std::string, std::string> paired_gpu;
-    std::shared_ptr<const ContainerAllocation> allocation;
-  };
-  static bool Matches(const Entry& e, const topology::TopologyPtr& snapshot,
-                      const std::vector<HcaNow>& hcas, bool with_rdma_cm,
-                      const std::map<std::string, std::string>& paired_gpu);
-
-  const std::size_t capacity_;
-  const bool with_file_;
-  mutable absl::Mutex mu_;
-  std::list<Entry> entries_ ABSL_GUARDED_BY(mu_);  // most recently used first
-  std::size_t builds_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// The content of kAllocationFile for `hcas` (in PCI address order, as BuildAllocation takes
-// them), `envs` the variables BuildAllocation set:
-//   {"hcas": [{"name": "mlx5_2", "pci": "0000:c9:00.0", "numa": 1, "netdevs": ["ens6f0np0"],
-//              "uverbs": "/dev/infiniband/uverbs2", "gpu": "0000:ca:00.0",   (when paired)
-//              "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "Ethernet",
-//                         "netdev": "ens6f0np0", "gid_index": 3, "gid_ipv4": "192.0.2.10"}]}],
-//    "env": {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "=mlx5_2", ...}}
-// "numa", "gpu", "uverbs", "netdev", "gid_index" and "gid_ipv4" are left out when unknown or
-// not RoCE; "netdev" is the GID's netdev, else the HCA's only netdev.
 // The GPU each HCA pairs with, for the allocation file: for each of `hca_pcis` (in PCI order),
 // the GPU of `gpu_pcis` with the best path class (topology::Topology::Path) not yet paired, then
 // the best one at all when every GPU is paired; ties to the lower PCI address. HCAs or GPUs the
@@ -205,9 +150,5 @@ std::map<std::string, std::string> PairGpus(const topology::Topology& topology,
 // of its FNV-1a 64-bit hash>.json". Equal contents share one file, so a door writes a file only
 // when no container got that content before, and one set of HCAs makes one file, not one per pod.
 std::string AllocationFileName(const std::string& content);
-
-std::string AllocationFile(const std::vector<topology::Hca>& hcas,
-                           const std::map<std::string, std::string>& envs,
-                           const std::map<std::string, std::string>& paired_gpu);
 
 }  // namespace rdp::hca

@@ -8,8 +8,7 @@
 
 namespace rdp::serving {
 
-SingleFlight::SingleFlight(Start start, Gate gate)
-    : start_(std::move(start)), gate_(std::move(gate)) {}
+SingleFlight::SingleFlight(Start start) : start_(std::move(start)) {}
 
 SingleFlight::~SingleFlight() { WaitIdle(); }
 
@@ -17,57 +16,30 @@ void SingleFlight::Request(Then then) {
   {
     absl::MutexLock lock(&mu_);
     if (running_) {
-      // A run still at the gate has not started: it answers this call too.
-      (started_ ? next_ : current_).push_back(std::move(then));
+      next_.push_back(std::move(then));
       return;
     }
     running_ = true;
-    started_ = false;
     current_.push_back(std::move(then));
   }
-  AtGate();
-}
-
-namespace {
-
-// Calls step(next), where next() runs `then` once, whoever calls it: the step, or this function
-// when the step throws (logged as `what` failed), so that a throw counts as the step's end.
-void OnceThen(const char* what, const std::function<void(std::function<void()>)>& step,
-              std::function<void()> then) {
-  auto once = std::make_shared<std::atomic<bool>>(false);
-  std::function<void()> next = [once, then = std::move(then)] {
-    if (!once->exchange(true)) then();
-  };
-  try {
-    step(next);
-  } catch (const std::exception& e) {
-    rdp::Logger("serving")->error("{} failed: {}", what, e.what());
-    next();
-  } catch (...) {
-    rdp::Logger("serving")->error("{} failed with an unknown exception", what);
-    next();
-  }
-}
-
-}  // namespace
-
-void SingleFlight::AtGate() {
-  auto go = [this] {
-    {
-      absl::MutexLock lock(&mu_);
-      started_ = true;
-    }
-    Run();
-  };
-  if (gate_) {
-    OnceThen("refresh gate", gate_, std::move(go));
-  } else {
-    go();
-  }
+  Run();
 }
 
 void SingleFlight::Run() {
-  OnceThen("refresh", start_, [this] { Finished(); });
+  // finished() counts once per run, whoever calls it (the operation, or the catch below).
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  Then finished = [this, once] {
+    if (!once->exchange(true)) Finished();
+  };
+  try {
+    start_(finished);
+  } catch (const std::exception& e) {
+    rdp::Logger("serving")->error("refresh failed: {}", e.what());
+    finished();
+  } catch (...) {
+    rdp::Logger("serving")->error("refresh failed with an unknown exception");
+    finished();
+  }
 }
 
 void SingleFlight::Finished() {
@@ -84,14 +56,13 @@ void SingleFlight::Finished() {
     absl::MutexLock lock(&mu_);
     if (!next_.empty()) {
       current_.swap(next_);
-      started_ = false;
       again = true;
     } else {
       running_ = false;
       idle_.SignalAll();
     }
   }
-  if (again) AtGate();
+  if (again) Run();
 }
 
 void SingleFlight::WaitIdle() {

@@ -17,9 +17,9 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "kube",
+OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "node", "kube",
         "deviceplugin", "dra", "nri", "check", "cmd", "sim", "bench", "test"}
-FOUNDATION = {"base", "topology", "hca", "serving", "metrics"}
+FOUNDATION = {"base", "topology", "hca", "serving", "metrics", "node"}
 ALLOWED = {
     "base": {"base"},
     "topology": {"base", "topology"},
@@ -27,6 +27,7 @@ ALLOWED = {
     "hca": {"base", "topology", "hca"},
     "serving": {"base", "serving"},
     "metrics": {"base", "topology", "hca", "metrics"},
+    "node": {"base", "topology", "hca", "serving", "metrics", "node"},
     "kube": {"base", "kube"},
     "deviceplugin": FOUNDATION | {"allocator", "proto", "deviceplugin"},
     "dra": FOUNDATION | {"proto", "kube", "dra"},

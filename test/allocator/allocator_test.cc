@@ -1,6 +1,10 @@
 #include "allocator/allocator.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +30,21 @@ Request Req(Ids available, int size, Ids must = {}, Ids gpus = {}) {
   r.must_include = std::move(must);
   r.gpus.container_gpus = std::move(gpus);
   return r;
+}
+
+// AnswerShared on views of `r`'s IDs, `count` IDs offered.
+absl::StatusOr<Ids> Shared(const Request& r, std::uint32_t count = 1000) {
+  const std::vector<std::string_view> available(r.available.begin(), r.available.end());
+  const std::vector<std::string_view> must(r.must_include.begin(), r.must_include.end());
+  return AnswerShared(available, must, r.size, count);
+}
+
+// ExclusiveAllocator::Answer on views of `r`'s IDs.
+absl::StatusOr<Ids> Answer(const ExclusiveAllocator& a, const Request& r,
+                           const std::vector<bool>& degraded = {}) {
+  const std::vector<std::string_view> available(r.available.begin(), r.available.end());
+  const std::vector<std::string_view> must(r.must_include.begin(), r.must_include.end());
+  return a.Answer(available, must, r.size, r.gpus, degraded);
 }
 
 Ids Without(Ids all, const Ids& gone) {
@@ -62,7 +81,7 @@ TEST(ValidateRequestTest, RejectsEachMalformedRequest) {
   };
   for (const Request& r : bad) {
     EXPECT_EQ(ValidateRequest(r).code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(PreferShared(r).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(Shared(r).status().code(), absl::StatusCode::kInvalidArgument);
   }
 }
 
@@ -81,6 +100,10 @@ TEST(ValidateRequestTest, SmallAndLargeRequestsNameTheSameProblem) {
   for (const auto& [r, message] : bad) {
     EXPECT_EQ(ValidateRequest(r).message(), message);
     EXPECT_EQ(ValidateRequest(padded(r, 40)).message(), message);
+    // GetPreferredAllocation's paths name it the same way.
+    EXPECT_EQ(Shared(r).status().message(), message);
+    EXPECT_EQ(Shared(padded(r, 40)).status().message(), message);
+    EXPECT_EQ(Answer(ExclusiveAllocator(MakeDgx().topology), r).status().message(), message);
   }
 }
 
@@ -101,6 +124,49 @@ TEST(ExclusiveAllocatorTest, RejectsUnknownAndAliasedIds) {
   EXPECT_EQ(a.Prefer(Req({d.all_hcas[0], upper}, 1)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a.Prefer(Req(d.all_hcas, 0)).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// GetPreferredAllocation's path: an ID that is no HCA of the snapshot (unknown, a GPU) is left
+// out of the choice, kept when the kubelet must include it, and completes the answer only when
+// the HCAs are too few; every ID is spelled as the request spelled it; a request of offered IDs
+// gets Prefer's choice.
+TEST(ExclusiveAnswerTest, IdsNotOfferedCompleteTheAnswerOnly) {
+  Dgx d = MakeDgx();
+  ExclusiveAllocator a(d.topology);
+  const std::string upper = d.all_hcas[0].substr(5);  // "bb:dd.f": another spelling
+  const std::string gone = "0000:ff:1f.7";
+  EXPECT_EQ(Answer(a, Req({gone, upper, d.all_gpus[0]}, 1)).value(), Ids{upper});
+  EXPECT_EQ(Answer(a, Req({gone, upper, d.all_gpus[0]}, 3)).value(),
+            (Ids{upper, gone, d.all_gpus[0]}));
+  EXPECT_EQ(Answer(a, Req({upper, gone}, 1, {gone})).value(), Ids{gone});
+  EXPECT_EQ(Answer(a, Req({upper, gone, d.all_hcas[1]}, 2, {gone})).value(),
+            (Ids{gone, upper}));
+  for (const Request& r : {Req(d.all_hcas, 2), Req(d.all_hcas, 3, {d.lone_hca}),
+                           Req(d.all_hcas, 2, {}, {d.switch_gpus[2][0]})}) {
+    EXPECT_EQ(Answer(a, r).value(), a.Prefer(r).value());
+  }
+  const absl::StatusOr<Ids> twice = Answer(a, Req({d.all_hcas[0], upper}, 1));
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(twice.status().message(), "one device named twice in the request");
+}
+
+// HCAs flagged degraded are taken only to complete the answer; one the kubelet must include is
+// kept.
+TEST(ExclusiveAnswerTest, DegradedHcasOnlyComplete) {
+  Dgx d = MakeDgx();
+  ExclusiveAllocator a(d.topology);
+  const std::string& x = d.switch_hcas[0][0];
+  const std::string& y = d.switch_hcas[3][1];
+  std::vector<bool> degraded(d.topology->hcas().size(), true);
+  degraded[d.topology->HcaIndex(x)] = false;
+  degraded[d.topology->HcaIndex(y)] = false;
+  EXPECT_EQ(Answer(a, Req(d.all_hcas, 2), degraded).value(), (Ids{x, y}));
+  const Ids three = Answer(a, Req(d.all_hcas, 3), degraded).value();
+  EXPECT_EQ(three.size(), 3u);
+  EXPECT_EQ(std::count(three.begin(), three.end(), x), 1);
+  EXPECT_EQ(std::count(three.begin(), three.end(), y), 1);
+  EXPECT_EQ(Answer(a, Req(d.all_hcas, 1, {d.lone_hca}), degraded).value(), Ids{d.lone_hca});
+  EXPECT_EQ(Answer(a, Req(d.all_hcas, 2, {d.lone_hca}), degraded).value().size(), 2u);
 }
 
 TEST(ExclusiveAllocatorTest, EmptyTopologyRejectsEverything) {
@@ -346,15 +412,29 @@ TEST(ExclusiveAllocatorTest, EvaluateScoresAndRejectsInvalidAnswers) {
 
 // ---- shared mode ------------------------------------------------------------------------
 
-TEST(PreferSharedTest, LowestInNaturalOrderAfterMustInclude) {
+TEST(AnswerSharedTest, LowestIndicesAfterMustInclude) {
   Ids available;
   for (int i = 999; i >= 0; --i) available.push_back("shared-" + std::to_string(i));
-  absl::StatusOr<Ids> got = PreferShared(Req(available, 3, {"shared-10"}));
+  absl::StatusOr<Ids> got = Shared(Req(available, 3, {"shared-10"}));
   ASSERT_TRUE(got.ok());
   EXPECT_THAT(*got, ElementsAre("shared-0", "shared-1", "shared-10"));
-  got = PreferShared(Req(available, 3));
+  got = Shared(Req(available, 3));
   ASSERT_TRUE(got.ok());
   EXPECT_THAT(*got, ElementsAre("shared-0", "shared-1", "shared-2"));
+}
+
+// IDs not offered (at or above the count, another spelling): must_include kept as given and
+// first, then the choice among the offered, then the others in the request's order when the
+// offered are too few.
+TEST(AnswerSharedTest, IdsNotOfferedCompleteTheAnswerOnly) {
+  EXPECT_EQ(Shared(Req({"shared-7", "shared-1200", "shared-3"}, 2), 1000).value(),
+            (Ids{"shared-3", "shared-7"}));
+  EXPECT_EQ(Shared(Req({"shared-7", "shared-1200", "x", "shared-3"}, 4), 1000).value(),
+            (Ids{"shared-3", "shared-7", "shared-1200", "x"}));
+  EXPECT_EQ(Shared(Req({"shared-7", "shared-01", "shared-3"}, 2, {"shared-01"}), 1000).value(),
+            (Ids{"shared-01", "shared-3"}));
+  EXPECT_EQ(Shared(Req({"shared-5", "shared-4"}, 1), 5).value(), (Ids{"shared-4"}));
+  EXPECT_EQ(Shared(Req({"shared-5", "shared-6"}, 1), 5).value(), (Ids{"shared-5"}));
 }
 
 TEST(SharedIndexTest, CanonicalIndicesBelowTheLimit) {
@@ -367,18 +447,6 @@ TEST(SharedIndexTest, CanonicalIndicesBelowTheLimit) {
     EXPECT_FALSE(SharedIndex(bad).has_value()) << bad;
   }
   EXPECT_EQ(SharedId(7), "shared-7");
-}
-
-TEST(NaturalLessTest, OrdersTrailingNumbersNumerically) {
-  EXPECT_TRUE(NaturalLess("shared-2", "shared-10"));
-  EXPECT_FALSE(NaturalLess("shared-10", "shared-2"));
-  EXPECT_TRUE(NaturalLess("a", "b"));
-  EXPECT_TRUE(NaturalLess("a9", "b1"));
-  EXPECT_TRUE(NaturalLess("x", "x1"));
-  EXPECT_FALSE(NaturalLess("x1", "x1"));
-  // Equal numbers spelt differently still order strictly, one way only.
-  EXPECT_NE(NaturalLess("x01", "x1"), NaturalLess("x1", "x01"));
-  EXPECT_TRUE(NaturalLess("99999999999999999999998", "99999999999999999999999"));
 }
 
 }  // namespace

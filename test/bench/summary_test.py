@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/summary.py on hand-written benchmark outputs: summary.json has exactly the keys that
 scripts/bench.sh promises (numbers only), takes medians when there are repetitions and the worst
-of several sizes where a key pools them; a missing input exits 2 naming the file."""
+of several sizes where a key pools them; the table judges the figures that have a budget and shows
+the payload-floor ratios without one; a missing input exits 2 naming the file."""
 import json
 import pathlib
 import subprocess
@@ -75,11 +76,18 @@ def main():
         check(s["allocator_us"]["shared1000_size8"] == 5, "the median, not the mean")
         check(s["rpc_x_floor"]["prefer_exclusive_8"] == 1.11, "the worst of the 8-HCA sizes")
         check(s["rpc_x_floor"]["allocate_exclusive_8"] == 1.4, "the worst Allocate")
-        # The payload floor's ratios (issue 25's contract), from the same benchmarks' counter.
+        # The payload floor's ratios, from the same benchmarks' counter: figures without a budget
+        # (1.3 would be over any), shown and not counted.
         check(s["rpc_x_payload_floor"] == {"prefer_exclusive_8": 1.03, "prefer_exclusive_32": 1.05,
                                            "prefer_shared_1000": 1.3, "allocate_exclusive_8": 1.07},
               f"rpc_x_payload_floor {s['rpc_x_payload_floor']}")
-        check("rpc_x_payload_floor.prefer_shared_1000" in r.stdout, "payload floors in the table")
+        rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.strip()}
+        check(rows.get("rpc_x_payload_floor.prefer_shared_1000") == ["1.300", "-"],
+              f"payload floor row {rows.get('rpc_x_payload_floor.prefer_shared_1000')}")
+        check(rows.get("rpc_x_floor.prefer_shared_1000") == ["2.500", "1.25", "OVER"],
+              f"budgeted row {rows.get('rpc_x_floor.prefer_shared_1000')}")
+        budgeted = 5 + 4 + 2 + 2 + 1  # allocator, rpc_x_floor, discovery, admission, memory
+        check(f"of {budgeted} figures within budget" in r.stdout, "only budgeted figures counted")
         check(s["discovery_x_hwloc"] == {"dgx-h100-like": 1.3, "nvidiaDGX2": 1.2},
               f"discovery keys {s['discovery_x_hwloc']}")
         check(s["anon_rss_mib"] == 2.5, "the largest anonymous-memory sample")

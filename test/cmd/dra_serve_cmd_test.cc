@@ -56,6 +56,13 @@ class DRAServeCmdTest : public ::testing::Test {
             "--dev-root",    root,          "--log-level", "info",    "--kubeconfig",
             kubeconfig_};
   }
+  // `dra` with Flags() and a health poll every 100 ms.
+  std::vector<std::string> PollingFast() const {
+    std::vector<std::string> serve = {"dra"};
+    for (const std::string& a : Flags()) serve.push_back(a);
+    for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
+    return serve;
+  }
   std::string RegSocket() const {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
   }
@@ -301,10 +308,7 @@ class HealthStream {
 // HEALTHY again when the port comes back, so that a pod whose HCA's link is down says so in its
 // status.
 TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStream) {
-  std::vector<std::string> serve = {"dra"};
-  for (const std::string& a : Flags()) serve.push_back(a);
-  for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(RDP_BINARY, PollingFast());
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
   pluginregistration::PluginInfo info;
@@ -342,6 +346,32 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
   HealthV1::Response rest;
   while (v1.Read(rest)) {
   }
+}
+
+// A failed health scan (the node's /sys mount broken) makes every HCA UNHEALTHY in the kubelet's
+// health stream, with the scan's error, until a scan succeeds again: the node core's one rule for
+// both doors. Before, the DRA door dropped a failed scan silently and kept reporting the last
+// health, while the device plugin listed every HCA Unhealthy.
+TEST_F(DRAServeCmdTest, AFailedHealthScanMakesEveryHcaUnhealthy) {
+  rdp::testing::Child driver(RDP_BINARY, PollingFast());
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+  pluginregistration::PluginInfo info;
+  ASSERT_TRUE(GetInfo(info).ok());
+  HealthStream<HealthV1> v1(info.endpoint());
+  HealthV1::Response first;
+  ASSERT_TRUE(v1.Read(first)) << driver.output();
+  for (const auto& d : first.devices()) EXPECT_EQ(d.health(), ::v1::HEALTHY);
+
+  const std::string sys = node_.dir().Sub("node") + "/sys";
+  std::filesystem::rename(sys, sys + ".away");
+  const std::string why = v1.ReadUntil(kHca1, HealthV1::kUnhealthy);
+  EXPECT_THAT(why, ::testing::HasSubstr("mlx5_1: the health scan failed")) << driver.output();
+  EXPECT_THAT(driver.output(), ::testing::HasSubstr("health scan failed, every HCA is listed "
+                                                    "Unhealthy (none forgotten)"));
+  std::filesystem::rename(sys + ".away", sys);
+  EXPECT_EQ(v1.ReadUntil(kHca1, HealthV1::kHealthy), "");
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
 }
 
 // The same early-warning flags as serve's, checked alike.

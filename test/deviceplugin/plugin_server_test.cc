@@ -729,10 +729,9 @@ TEST_F(PluginServerTest, SameHcasSameValuesAndOneAllocationFile) {
   EXPECT_EQ(files, 2u);
 }
 
-// Without --allocation-dir Allocate builds no allocation file (it would throw it away: a quarter
-// of the call, issue 25's profile). With one, the file follows every change of the HCAs: a port
-// of a dual-port HCA going DOWN (the health poll patches the snapshot) gives a new file naming
-// it, not the memoised one; back ACTIVE, the first file again.
+// Without --allocation-dir Allocate builds no allocation file. With one, the file follows every
+// change of the HCAs: a port of a dual-port HCA going DOWN (the health poll patches the
+// snapshot) gives a new file naming it; back ACTIVE, the first file again.
 TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   sim::FixtureHca card = testing::FixtureCard("mlx5_0", "0000:1a:00.0", 0, "pci0000:15");
   card.ports = {sim::FixturePort{}, sim::FixturePort{}};
@@ -743,9 +742,9 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
     ASSERT_TRUE(state.Init().ok());
     absl::StatusOr<NodeState::Grant> got = state.Allocate({"0000:1a:00.0"});
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->allocation->file, "");
+    EXPECT_EQ(got->allocation.file, "");
     EXPECT_EQ(got->file_mount, "");
-    EXPECT_EQ(got->allocation->envs.at("NCCL_IB_HCA"), "=mlx5_0");
+    EXPECT_EQ(got->allocation.envs.at("NCCL_IB_HCA"), "=mlx5_0");
   }
   const std::string dir = node.dir().Sub("allocations");
   ASSERT_TRUE(std::filesystem::create_directories(dir));
@@ -758,7 +757,7 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
     if (!got.ok() || got->file_mount.empty()) return "no file: " + got.status().ToString();
     std::ifstream in(got->file_mount);
     std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(content, got->allocation->file);
+    EXPECT_EQ(content, got->allocation.file);
     return content;
   };
   const std::string both = file();
@@ -776,10 +775,33 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   EXPECT_EQ(file(), both);
 }
 
-// Shared mode: GetPreferredAllocation's path on the request's own strings (PreferViews) answers
-// what Prefer answers, errors included: the kubelet's usual request, must_include, IDs not
-// offered (above --shared-devices, another spelling), malformed requests.
-TEST(PreferViewsTest, SharedAnswersAsPrefer) {
+// A GetPreferredAllocation case: the request and its answer, or the message of its refusal.
+struct PreferCase {
+  std::vector<std::string> available, must;
+  int size;
+  std::vector<std::string> answer;
+  std::string refused;  // "" when answered
+};
+
+void ExpectAnswers(const NodeState& state, const std::vector<PreferCase>& cases) {
+  for (const PreferCase& c : cases) {
+    const std::vector<std::string_view> available(c.available.begin(), c.available.end());
+    const std::vector<std::string_view> must(c.must.begin(), c.must.end());
+    const absl::StatusOr<std::vector<std::string>> got = state.Prefer(available, must, c.size);
+    const std::string what = absl::StrCat("[", absl::StrJoin(c.available, ","), "] must [",
+                                          absl::StrJoin(c.must, ","), "] size ", c.size);
+    if (c.refused.empty()) {
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+      EXPECT_EQ(*got, c.answer) << what;
+    } else {
+      EXPECT_EQ(got.status(), absl::InvalidArgumentError(c.refused)) << what;
+    }
+  }
+}
+
+// Shared mode: the kubelet's usual request, must_include, IDs not offered (above
+// --shared-devices, another spelling), malformed requests.
+TEST(NodeStatePreferTest, SharedAnswers) {
   testing::TestNode node;
   Config config = node.MakeConfig(hca::Mode::kShared);
   config.shared_devices = 100;
@@ -787,39 +809,32 @@ TEST(PreferViewsTest, SharedAnswersAsPrefer) {
   ASSERT_TRUE(state.Init().ok());
   std::vector<std::string> all;
   for (int i = 99; i >= 0; --i) all.push_back(SharedId(i));
-  struct Case {
-    std::vector<std::string> available, must;
-    int size;
-  };
-  const std::vector<Case> cases = {
-      {all, {}, 8},
-      {all, {"shared-50", "shared-7"}, 3},
-      {{"shared-3", "shared-100", "shared-1"}, {}, 3},     // one above the count
-      {{"shared-3", "shared-01", "shared-1"}, {"shared-01"}, 2},  // another spelling
-      {{"shared-3", "shared-3"}, {}, 1},                   // a duplicate
-      {{"shared-3", ""}, {}, 1},                           // an empty ID
-      {{"shared-3", "shared-4"}, {"shared-5"}, 1},         // must_include not available
-      {{"shared-3", "shared-4"}, {}, 3},                   // size above available
-      {{"shared-3", "shared-4"}, {}, 0},                   // size 0
-      {{"shared-3", "shared-4"}, {"shared-3", "shared-4"}, 1},  // must_include above size
-  };
-  for (const Case& c : cases) {
-    const std::vector<std::string_view> available(c.available.begin(), c.available.end());
-    const std::vector<std::string_view> must(c.must.begin(), c.must.end());
-    const absl::StatusOr<std::vector<std::string>> views = state.PreferViews(available, must, c.size);
-    const absl::StatusOr<std::vector<std::string>> copies = state.Prefer(c.available, c.must, c.size);
-    ASSERT_EQ(views.status(), copies.status()) << c.available.size() << " IDs, size " << c.size;
-    if (views.ok()) {
-      EXPECT_EQ(*views, *copies) << c.available.size() << " IDs, size " << c.size;
-    }
-  }
+  ExpectAnswers(state, {
+      {all, {}, 8, {"shared-0", "shared-1", "shared-2", "shared-3", "shared-4", "shared-5",
+                    "shared-6", "shared-7"}, ""},
+      {all, {"shared-50", "shared-7"}, 3, {"shared-0", "shared-7", "shared-50"}, ""},
+      // One above the count: left out while the offered ones suffice.
+      {{"shared-3", "shared-100", "shared-1"}, {}, 2, {"shared-1", "shared-3"}, ""},
+      {{"shared-3", "shared-100", "shared-1"}, {}, 3, {"shared-1", "shared-3", "shared-100"}, ""},
+      // Another spelling, which the kubelet must include: kept as given.
+      {{"shared-3", "shared-01", "shared-1"}, {"shared-01"}, 2, {"shared-01", "shared-1"}, ""},
+      {{"shared-3", "shared-3"}, {}, 1, {}, "duplicate ID in available: shared-3"},
+      {{"shared-3", ""}, {}, 1, {}, "empty ID in available"},
+      {{"shared-3", "shared-4"}, {"shared-5"}, 1, {}, "must_include ID not available: shared-5"},
+      {{"shared-3", "shared-4"}, {}, 3, {}, "size 3 exceeds the 2 available IDs"},
+      {{"shared-3", "shared-4"}, {}, 0, {}, "size must be at least 1, got 0"},
+      {{"shared-3", "shared-4"}, {"shared-3", "shared-4"}, 1, {},
+       "must_include has 2 IDs, more than size 1"},
+  });
 }
 
-// Exclusive mode: PreferViews answers what Prefer answers, errors included, on random requests
-// over eight HCAs (two NUMA nodes, four PCIe roots): IDs as advertised (the path on indices,
-// ExclusiveAllocator::PreferAdvertised) and requests it hands over (an ID not offered, another
-// spelling of one, duplicates, an empty ID, must_include not available, sizes out of range).
-TEST(PreferViewsTest, ExclusiveAnswersAsPrefer) {
+// Exclusive mode over eight HCAs (two NUMA nodes, four PCIe roots): the kubelet's usual
+// request, must_include, an ID not offered, another spelling, malformed requests. Then random
+// requests (IDs as advertised, other spellings, IDs not offered, duplicates, an empty ID,
+// must_include not available, sizes out of range): a refusal is InvalidArgument; an answer has
+// the size asked for, distinct IDs of `available` as spelled there, must_include, and is the
+// same when asked again.
+TEST(NodeStatePreferTest, ExclusiveAnswers) {
   std::vector<sim::FixtureHca> cards;
   std::vector<std::string> advertised;
   for (int i = 0; i < 8; ++i) {
@@ -831,65 +846,62 @@ TEST(PreferViewsTest, ExclusiveAnswersAsPrefer) {
   TestNode node(cards);
   NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
   ASSERT_TRUE(state.Init().ok());
-  const std::vector<std::string> odd = {"0000:3A:00.0", "3a:00.0", "0000:ff:00.0", "", "x"};
   const std::string& a0 = advertised[0];
   const std::string& a1 = advertised[1];
   const std::string& a2 = advertised[2];
-  struct Case {
-    std::vector<std::string> available, must;
-    int size;
-  };
-  const std::vector<Case> cases = {
-      {advertised, {}, 2},
-      {advertised, {advertised[5]}, 3},
-      {{a0, a1, a2}, {a1, a1}, 2},            // must_include twice
-      {{a0, a1}, {a2}, 1},                    // must_include not available
-      {{a0, a1, a0}, {}, 1},                  // a duplicate
-      {{a0, a1, "0000:1A:00.0"}, {}, 2},      // two spellings of one HCA
-      {{a0, "0000:ff:00.0", a1}, {}, 3},      // one not offered
-      {{a0, ""}, {}, 1},                      // an empty ID
-      {{a0, a1}, {}, 3},                      // size above available
-      {{a0, a1}, {}, 0},                      // size 0
-      {{a0, a1, a2}, {a0, a1}, 1},            // must_include above size
-  };
+  ExpectAnswers(state, {
+      {advertised, {}, 2, {a0, advertised[4]}, ""},  // one per NUMA node
+      {advertised, {advertised[5]}, 3, {a0, a1, advertised[5]}, ""},
+      {{a0, "0000:ff:00.0", a1}, {}, 2, {a0, a1}, ""},
+      {{a0, "0000:ff:00.0", a1}, {}, 3, {a0, a1, "0000:ff:00.0"}, ""},  // completed
+      {{a0, "0000:ff:00.0", a1}, {"0000:ff:00.0"}, 2, {"0000:ff:00.0", a0}, ""},
+      {{"0000:3A:00.0", "1a:00.0"}, {}, 2, {"1a:00.0", "0000:3A:00.0"}, ""},  // as spelled
+      {{a0, a1, a2}, {a1, a1}, 2, {}, "duplicate ID in must_include: " + a1},
+      {{a0, a1}, {a2}, 1, {}, "must_include ID not available: " + a2},
+      {{a0, a1, a0}, {}, 1, {}, "duplicate ID in available: " + a0},
+      {{a0, a1, "0000:1A:00.0"}, {}, 2, {}, "one device named twice in the request"},
+      {{a0, ""}, {}, 1, {}, "empty ID in available"},
+      {{a0, a1}, {}, 3, {}, "size 3 exceeds the 2 available IDs"},
+      {{a0, a1}, {}, 0, {}, "size must be at least 1, got 0"},
+      {{a0, a1, a2}, {a0, a1}, 1, {}, "must_include has 2 IDs, more than size 1"},
+  });
+
+  const std::vector<std::string> odd = {"0000:3A:00.0", "3a:00.0", "0000:ff:00.0", "", "x"};
   std::mt19937 rng(20261205);
-  int indexed = 0;  // cases PreferAdvertised answers (every ID as advertised, well-formed)
-  for (int round = 0; round < 400 + static_cast<int>(cases.size()); ++round) {
+  int answered = 0;
+  for (int round = 0; round < 400; ++round) {
     std::vector<std::string> available = advertised;
     std::vector<std::string> must;
-    int size = 0;
-    if (round < static_cast<int>(cases.size())) {
-      available = cases[round].available;
-      must = cases[round].must;
-      size = cases[round].size;
-    } else {
-      std::shuffle(available.begin(), available.end(), rng);
-      available.resize(1 + rng() % available.size());
-      if (rng() % 4 == 0) available.push_back(odd[rng() % odd.size()]);
-      if (rng() % 8 == 0) available.push_back(available[rng() % available.size()]);
-      for (const std::string& id : available) {
-        if (rng() % 5 == 0) must.push_back(id);
-      }
-      if (rng() % 10 == 0) must.push_back(advertised[rng() % advertised.size()]);
-      size = static_cast<int>(rng() % (available.size() + 2));
+    std::shuffle(available.begin(), available.end(), rng);
+    available.resize(1 + rng() % available.size());
+    if (rng() % 4 == 0) available.push_back(odd[rng() % odd.size()]);
+    if (rng() % 8 == 0) available.push_back(available[rng() % available.size()]);
+    for (const std::string& id : available) {
+      if (rng() % 5 == 0) must.push_back(id);
     }
+    if (rng() % 10 == 0) must.push_back(advertised[rng() % advertised.size()]);
+    const int size = static_cast<int>(rng() % (available.size() + 2));
     const std::vector<std::string_view> av(available.begin(), available.end());
     const std::vector<std::string_view> mv(must.begin(), must.end());
-    const absl::StatusOr<std::vector<std::string>> views = state.PreferViews(av, mv, size);
-    const absl::StatusOr<std::vector<std::string>> copies = state.Prefer(available, must, size);
+    const absl::StatusOr<std::vector<std::string>> got = state.Prefer(av, mv, size);
     const std::string what = absl::StrCat("round ", round, ": [", absl::StrJoin(available, ","),
                                           "] must [", absl::StrJoin(must, ","), "] size ", size);
-    ASSERT_EQ(views.status(), copies.status()) << what;
-    if (views.ok()) {
-      EXPECT_EQ(*views, *copies) << what;
+    if (!got.ok()) {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << what;
+      continue;
     }
-    const bool all_advertised = std::all_of(available.begin(), available.end(), [&](auto& id) {
-      return std::count(advertised.begin(), advertised.end(), id) == 1 &&
-             std::count(available.begin(), available.end(), id) == 1;
-    });
-    indexed += views.ok() && all_advertised;
+    ++answered;
+    ASSERT_EQ(got->size(), static_cast<std::size_t>(size)) << what;
+    EXPECT_EQ(std::set<std::string>(got->begin(), got->end()).size(), got->size()) << what;
+    for (const std::string& id : *got) {
+      EXPECT_EQ(std::count(available.begin(), available.end(), id), 1) << what << ": " << id;
+    }
+    for (const std::string& id : must) {
+      EXPECT_EQ(std::count(got->begin(), got->end(), id), 1) << what << ": " << id;
+    }
+    EXPECT_EQ(state.Prefer(av, mv, size).value(), *got) << what;
   }
-  EXPECT_GT(indexed, 100);  // both paths were compared, not only the general one
+  EXPECT_GT(answered, 100);
 }
 
 // NCCL_IB_GID_INDEX from the fixture's GID tables (RoCE v2 with IPv4; IPv6 only; RoCE v1 only).
@@ -917,17 +929,17 @@ TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
   ASSERT_TRUE(state.Init().ok());
   auto v4 = state.Allocate({"0000:1a:00.0"});
   ASSERT_TRUE(v4.ok()) << v4.status();
-  EXPECT_EQ(v4->allocation->envs.at("NCCL_IB_GID_INDEX"), "3");
-  EXPECT_TRUE(v4->allocation->warnings.empty());
+  EXPECT_EQ(v4->allocation.envs.at("NCCL_IB_GID_INDEX"), "3");
+  EXPECT_TRUE(v4->allocation.warnings.empty());
   for (const char* pci : {"0000:3a:00.0", "0000:9a:00.0"}) {  // IPv6 only; RoCE v1 only
     auto none = state.Allocate({pci});
     ASSERT_TRUE(none.ok()) << none.status();
-    EXPECT_EQ(none->allocation->envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
-    EXPECT_EQ(none->allocation->warnings.size(), 1u) << pci;
+    EXPECT_EQ(none->allocation.envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
+    EXPECT_EQ(none->allocation.warnings.size(), 1u) << pci;
   }
   auto mixed = state.Allocate({"0000:1a:00.0", "0000:3a:00.0"});
   ASSERT_TRUE(mixed.ok()) << mixed.status();
-  EXPECT_EQ(mixed->allocation->envs.count("NCCL_IB_GID_INDEX"), 0u);
+  EXPECT_EQ(mixed->allocation.envs.count("NCCL_IB_GID_INDEX"), 0u);
 }
 
 TEST_F(PluginServerTest, AllocateSharedGivesEveryHca) {

@@ -42,9 +42,15 @@ topology::Hca HealthyHca() {
   return h;
 }
 
-json One(const topology::Hca& hca, const DeviceOptions& opts = {}) {
+// The node core's view of `topo` with `flagged` as the early-warning rule's flags.
+node::ViewPtr ViewOf(const topology::Topology& topo, hca::FlaggedHcas flagged = {}) {
+  return node::View::Of(std::make_shared<const topology::Topology>(topo), std::move(flagged));
+}
+
+json One(const topology::Hca& hca, const DeviceOptions& opts = {},
+         hca::FlaggedHcas flagged = {}) {
   const topology::Topology topo({0}, {hca}, {});
-  const std::vector<json> devices = BuildDevices(topo, opts);
+  const std::vector<json> devices = BuildDevices(*ViewOf(topo, std::move(flagged)), opts);
   EXPECT_EQ(devices.size(), 1u);
   return devices.empty() ? json() : devices[0];
 }
@@ -204,7 +210,7 @@ TEST(DRADevicesTest, WithoutTaintsAnUnusableHcaIsLeftOut) {
   down.name = "mlx5_1";
   down.uverbs.clear();
   const topology::Topology topo({0}, {HealthyHca(), down}, {});
-  const std::vector<json> devices = BuildDevices(topo, opts);
+  const std::vector<json> devices = BuildDevices(*ViewOf(topo), opts);
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0]["name"], "hca-0000-1a-00-0");
   EXPECT_FALSE(devices[0].contains("taints"));
@@ -228,7 +234,7 @@ TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   down.name = "mlx5_1";
   for (topology::Port& port : down.ports) port.state = "DOWN";
   const topology::Topology topo({0}, {HealthyHca(), down}, {});
-  const std::vector<json> devices = BuildDevices(topo, opts);
+  const std::vector<json> devices = BuildDevices(*ViewOf(topo), opts);
   ASSERT_EQ(devices.size(), 2u);
   for (const json& d : devices) {
     EXPECT_EQ(d["allowMultipleAllocations"], true) << d.dump();
@@ -274,7 +280,7 @@ TEST(DRADeviceNameTest, RoundTripsOnEveryHcaAndIsADnsLabel) {
   EXPECT_EQ(names.size(), topo->hcas().size());
   EXPECT_EQ(FindHca(*topo, "hca-ffff-ff-1f-7"), -1);
   EXPECT_EQ(FindHca(*topo, ""), -1);
-  const std::vector<json> devices = BuildDevices(*topo, {});
+  const std::vector<json> devices = BuildDevices(*node::View::Of(topo), {});
   for (std::size_t i = 0; i < devices.size(); ++i) {
     EXPECT_EQ(FindHca(*topo, devices[i]["name"].get<std::string>()), static_cast<int>(i));
   }
@@ -366,20 +372,40 @@ TEST(DRADevicesTest, EarlyWarningTaints) {
        {std::make_tuple(symbol_errors, "rdma.example.com/degraded", "SymbolErrors"),
         std::make_tuple(link_downed, "rdma.example.com/degraded", "LinkDowned"),
         std::make_tuple(held, "rdma.example.com/unhealthy", "Flapping")}) {
-    opts.early_warning = {{"0000:1a:00.0", status}};
     const json want = json::array({{{"key", key}, {"value", value}, {"effect", "NoSchedule"}}});
-    EXPECT_EQ(One(HealthyHca(), opts)["taints"], want) << value;
+    EXPECT_EQ(One(HealthyHca(), opts, {{"0000:1a:00.0", status}})["taints"], want) << value;
   }
   // A flag on another HCA changes nothing here.
-  opts.early_warning = {{"0000:ff:00.0", held}};
-  EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
+  EXPECT_FALSE(One(HealthyHca(), opts, {{"0000:ff:00.0", held}}).contains("taints"));
 
   opts.taints = false;
-  opts.early_warning = {{"0000:1a:00.0", symbol_errors}};
-  EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
-  opts.early_warning = {{"0000:1a:00.0", held}};
+  EXPECT_FALSE(One(HealthyHca(), opts, {{"0000:1a:00.0", symbol_errors}}).contains("taints"));
   const topology::Topology topo({0}, {HealthyHca()}, {});
-  EXPECT_TRUE(BuildDevices(topo, opts).empty());
+  EXPECT_TRUE(BuildDevices(*ViewOf(topo, {{"0000:1a:00.0", held}}), opts).empty());
+}
+
+// While the node's health scan fails, every HCA is unusable (class ScanFailed): its last state is
+// not known to hold. Without taints none is offered.
+TEST(DRADevicesTest, AFailedHealthScanTaintsEveryHca) {
+  topology::Hca other = HealthyHca();
+  other.name = "mlx5_1";
+  other.place.pci = "0000:1b:00.0";
+  auto view = std::make_shared<node::View>(*ViewOf(topology::Topology({0}, {HealthyHca(), other}, {})));
+  view->scan_error = "/sys/class/infiniband: not mounted";
+  DeviceOptions opts;
+  opts.driver_name = "rdma.example.com";
+  const std::vector<json> devices = BuildDevices(*view, opts);
+  ASSERT_EQ(devices.size(), 2u);
+  const json want = json::array(
+      {{{"key", "rdma.example.com/unhealthy"}, {"value", "ScanFailed"}, {"effect", "NoSchedule"}}});
+  for (const json& d : devices) EXPECT_EQ(d["taints"], want) << d.dump();
+  const std::vector<DeviceHealth> health = DeviceHealthOf(*view, "node-a");
+  ASSERT_EQ(health.size(), 2u);
+  EXPECT_EQ(health[1].state, DeviceHealth::State::kUnhealthy);
+  EXPECT_EQ(health[1].message,
+            "mlx5_1: the health scan failed: /sys/class/infiniband: not mounted");
+  opts.taints = false;
+  EXPECT_TRUE(BuildDevices(*view, opts).empty());
 }
 
 // The health stream says the same: a held HCA is Unhealthy with the rule's reason, a degraded one
@@ -395,13 +421,13 @@ TEST(DRADevicesTest, EarlyWarningInTheHealthStream) {
   hca::EarlyWarningStatus degraded;
   degraded.degraded = true;
   const std::vector<DeviceHealth> got =
-      DeviceHealthOf(topo, "node-a", {{"0000:1a:00.0", held}, {"0000:1b:00.0", degraded}});
+      DeviceHealthOf(*ViewOf(topo, {{"0000:1a:00.0", held}, {"0000:1b:00.0", degraded}}), "node-a");
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].state, DeviceHealth::State::kUnhealthy);
   EXPECT_EQ(got[0].message,
             "mlx5_0: flapping: its ports flapped 4 times within 10m (more than 3)");
   EXPECT_EQ(got[1].state, DeviceHealth::State::kHealthy);
-  EXPECT_EQ(DeviceHealthOf(topo, "node-a")[0].state, DeviceHealth::State::kHealthy);
+  EXPECT_EQ(DeviceHealthOf(*ViewOf(topo), "node-a")[0].state, DeviceHealth::State::kHealthy);
 }
 
 }  // namespace

@@ -19,10 +19,11 @@ nlohmann::json Node(const std::string& path, int major, int minor) {
           {"minor", minor}};
 }
 
-std::vector<topology::Hca> Hcas(const topology::Topology& t, std::vector<int> idx) {
-  std::vector<topology::Hca> out;
-  for (int i : idx) out.push_back(t.hcas()[i]);
-  return out;
+// What a container holding HCAs `idx` of `t` gets, with rdma_cm and no allocation file.
+hca::ContainerAllocation Allocation(const topology::Topology& t, std::vector<int> idx) {
+  std::vector<hca::HcaNow> now;
+  for (int i : idx) now.push_back(hca::AsScanned(t.hcas()[i]));
+  return hca::BuildAllocation(std::move(now), true, {}, /*allocation_dir=*/"");
 }
 
 constexpr char kUid[] = "7e57a1b2-c3d4-4e5f-a6b7-c8d9e0f1a2b3";
@@ -67,7 +68,7 @@ TEST(DRACdiTest, DeviceNumbersFromSysfs) {
 
 TEST(DRACdiTest, SpecForOneRequestOfOneHca) {
   DraNode n;
-  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
+  const auto alloc = Allocation(n.topology(), {0});
   const nlohmann::json spec = BuildCdiSpec(kDriver, kUid, {{"hca", alloc, alloc.envs}}, n.env());
   const std::string own = "_7e57a1b2c3d44e5fa6b7c8d9e0f1a2b3_hca=";
   const nlohmann::json want = {
@@ -92,9 +93,9 @@ TEST(DRACdiTest, SpecForOneRequestOfOneHca) {
 // ones only where given.
 TEST(DRACdiTest, SpecForTwoRequestsKeepsThemApart) {
   DraNode n;
-  const auto one = hca::BuildAllocation(Hcas(n.topology(), {1}), true);
-  const auto three = hca::BuildAllocation(Hcas(n.topology(), {3}), true);
-  const auto both = hca::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
+  const auto one = Allocation(n.topology(), {1});
+  const auto three = Allocation(n.topology(), {3});
+  const auto both = Allocation(n.topology(), {1, 3});
   const nlohmann::json spec =
       BuildCdiSpec(kDriver, kUid, {{"a", one, both.envs}, {"b", three, std::nullopt}}, n.env());
   ASSERT_EQ(spec["devices"].size(), 2u);
@@ -120,9 +121,9 @@ TEST(DRACdiTest, SpecForTwoRequestsKeepsThemApart) {
 // common variables (it describes every HCA of the containers that get it), by no other.
 TEST(DRACdiTest, AllocationFileMountedWithTheCommonVariablesOnly) {
   DraNode n;
-  const auto one = hca::BuildAllocation(Hcas(n.topology(), {1}), true);
-  const auto three = hca::BuildAllocation(Hcas(n.topology(), {3}), true);
-  const auto both = hca::BuildAllocation(Hcas(n.topology(), {1, 3}), true);
+  const auto one = Allocation(n.topology(), {1});
+  const auto three = Allocation(n.topology(), {3});
+  const auto both = Allocation(n.topology(), {1, 3});
   const nlohmann::json spec = BuildCdiSpec(
       kDriver, kUid,
       {{"a", one, both.envs, "/run/rdp/allocations/0123456789abcdef.json"},
@@ -138,7 +139,7 @@ TEST(DRACdiTest, AllocationFileMountedWithTheCommonVariablesOnly) {
 
 TEST(DRACdiTest, LegacySpecIsOneDeviceNamedAfterTheClaim) {
   DraNode n;
-  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
+  const auto alloc = Allocation(n.topology(), {0});
   const nlohmann::json spec = BuildLegacyCdiSpec(kDriver, kUid, alloc, n.env());
   ASSERT_EQ(spec["devices"].size(), 1u);
   EXPECT_EQ(spec["devices"][0]["name"], kUid);
@@ -148,7 +149,7 @@ TEST(DRACdiTest, LegacySpecIsOneDeviceNamedAfterTheClaim) {
 TEST(DRACdiTest, UnknownDeviceNumberIsLeftToTheRuntime) {
   DraNode n;
   std::filesystem::remove(n.root() + "/node/sys/devices/virtual/misc/rdma_cm/dev");
-  const auto alloc = hca::BuildAllocation(Hcas(n.topology(), {0}), true);
+  const auto alloc = Allocation(n.topology(), {0});
   const nlohmann::json spec = BuildCdiSpec(kDriver, kUid, {{"hca", alloc, std::nullopt}}, n.env());
   const nlohmann::json& cm = spec["devices"][0]["containerEdits"]["deviceNodes"].back();
   EXPECT_EQ(cm["path"], "/dev/infiniband/rdma_cm");

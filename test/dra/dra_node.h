@@ -3,6 +3,7 @@
 // Shared pieces of the DRA driver tests: a fake node (SysfsFixture, four HCAs, RoCE ones
 // without umad), its topology from sysfs, a fake ClaimReader, and a Driver over them.
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "dra/claim_reader.h"
 #include "dra/driver.h"
 #include "dra/model.h"
+#include "node/node.h"
 #include "gtest/gtest.h"
 #include "test/support/test_node.h"
 #include "topology/discovery.h"
@@ -148,12 +150,22 @@ inline constexpr char kUid3[] = "0c1a1e00-0000-4000-8000-000000000003";
 // A node (four HCAs, rdma_cm), a CDI dir and a plugin dir in a temp dir, and a Driver.
 class DraNode {
  public:
+  // The node core reads the fixture: discovery from sysfs (counted), no rate limit on
+  // Rediscover.
   DraNode() : env_(node_.NodeEnv()) {
-    auto hcas = topology::ReadSysfsHcas(*env_);
-    EXPECT_TRUE(hcas.ok()) << hcas.status();
-    topology_ = std::make_shared<const topology::Topology>(
-        std::vector<int>{0, 1}, hcas.ok() ? *hcas : std::vector<topology::Hca>{},
-        std::vector<topology::Gpu>{});
+    node::Options options;
+    options.rediscover_interval = absl::ZeroDuration();
+    options.logger = "dra";
+    node::Sources sources;
+    sources.env = env_;
+    sources.scan = [env = env_] { return topology::ReadSysfsHcas(*env); };
+    sources.discover = [this]() -> absl::StatusOr<topology::TopologyPtr> {
+      ++discoveries_;
+      if (topology::TopologyPtr t = ReadTopology()) return t;
+      return absl::NotFoundError("no sysfs");
+    };
+    core_ = std::make_unique<node::Node>(options, std::move(sources));
+    EXPECT_TRUE(core_->Init().ok());
     NewDriver();
   }
 
@@ -167,19 +179,20 @@ class DraNode {
     config.node_name = kNode;
     config.api_timeout = absl::Seconds(1);
     config.kubelet_state = kubelet_state_;
-    topology::TopologyPtr snapshot = topology_;
-    driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_,
-                                       [snapshot] { return snapshot; }, env_, rediscover_,
-                                       status_);
+    ClaimReader& reader = reader_override_ ? *reader_override_ : reader_;
+    driver_ = std::make_unique<Driver>(config, reader, *cdi_, *checkpoint_, *core_, status_);
     ASSERT_TRUE(driver_->Start().ok());
   }
 
   // The kubelet's DRA checkpoint the next NewDriver's driver reads at start ("": none).
   void SetKubeletState(std::string path) { kubelet_state_ = std::move(path); }
+  // What the next NewDriver's driver reads claims and pods through (not owned; null:
+  // reader()).
+  void SetReader(ClaimReader* r) { reader_override_ = r; }
   // Where the next NewDriver's driver writes claims' status.devices (not owned).
   void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
-  // What the next NewDriver's driver calls for a device its snapshot lacks.
-  void SetRediscover(std::function<topology::TopologyPtr()> f) { rediscover_ = std::move(f); }
+  // Discoveries of the node so far, the first included.
+  int discoveries() const { return discoveries_; }
   // The node's topology read from sysfs now.
   topology::TopologyPtr ReadTopology() const {
     auto hcas = topology::ReadSysfsHcas(*env_);
@@ -193,7 +206,8 @@ class DraNode {
   CdiStore& cdi() { return *cdi_; }
   rdp::testing::TestNode& node() { return node_; }
   Env& env() { return *env_; }
-  const topology::Topology& topology() const { return *topology_; }
+  const topology::Topology& topology() const { return *core_->Now()->topology; }
+  node::Node& core() { return *core_; }
   std::string cdi_dir() const { return node_.dir().Sub("cdi"); }
   std::string plugin_dir() const { return node_.dir().Sub("plugins/" + std::string(kDriver)); }
   std::string checkpoint_path() const { return plugin_dir() + "/" + kCheckpointFile; }
@@ -213,13 +227,14 @@ class DraNode {
  private:
   rdp::testing::TestNode node_;
   std::shared_ptr<Env> env_;
-  topology::TopologyPtr topology_;
+  std::atomic<int> discoveries_{0};
+  std::unique_ptr<node::Node> core_;
   FakeClaimReader reader_;
   std::unique_ptr<CdiStore> cdi_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
-  std::function<topology::TopologyPtr()> rediscover_;
   ClaimStatusWriter* status_ = nullptr;
+  ClaimReader* reader_override_ = nullptr;
   std::string kubelet_state_;
 };
 

@@ -75,10 +75,6 @@ Rig& TheRig() {
       deviceplugin::Config config;
       config.mode = m == 0 ? hca::Mode::kShared : hca::Mode::kExclusive;
       config.pod_resources_socket = "";
-      // No List rate floor: the input's pod list answers at once, and Prefer checks that every
-      // call has finished when it returns; a List the floor held would finish later, on a timer
-      // (found by the ASan run's fuzz_run_rpc once the floor landed).
-      config.pod_resources_lists_per_second = 0;
       config.discovery.topology_xml = xml;
       config.discovery.sysfs_root = root;
       config.discovery.dev_root = root;

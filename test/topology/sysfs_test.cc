@@ -1,18 +1,10 @@
 // sysfs discovery on trees laid out the way the kernel lays them out.
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-#include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/dir_entries.h"
 #include "test/support/temp_dir.h"
 #include "topology/discovery.h"
 #include "sim/sysfs_fixture.h"
@@ -285,8 +277,7 @@ TEST(SysfsRootTest, NoRdmaClassMeansNoHcas) {
 
 // Exists, as Allocate checks device nodes with it: device nodes, links to them (followed),
 // dangling links, a missing directory, a directory itself, a path outside the node's trees and a
-// path without a directory. ExistAll (one listing per directory, as Allocate checks a call's
-// device nodes) answers as Exists does, for every one of them at once, a path given twice too.
+// path without a directory.
 TEST(EnvTest, ExistsFollowsLinksAndSeesNothingDangling) {
   testing::TempDir dir;
   const fs::path ib = fs::path(dir.path()) / "dev/infiniband";
@@ -308,159 +299,8 @@ TEST(EnvTest, ExistsFollowsLinksAndSeesNothingDangling) {
   for (const std::string& p : paths) found.push_back(env->Exists(p));
   EXPECT_EQ(found, (std::vector<bool>{true, false, true, false, false, true, true, true, false,
                                       true, false, true, true, true}));
-  EXPECT_EQ(env->ExistAll({paths.begin(), paths.end()}), found);
 }
 
 }  // namespace
 }  // namespace rdp::topology
 
-namespace rdp {
-namespace {
-namespace fs = std::filesystem;
-
-bool StatSays(const fs::path& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-// DirEntries (what the node's Env answers device nodes from) against stat(2), after each of
-// 800 random changes to a watched directory: files, directories, links (to an entry, dangling),
-// removals, renames within it, into it and out of it, the directory removed and made again, the
-// directory moved away and another made at its path. Answers come from events, not from reading
-// the directory again: fewer listings than a tenth of the changes.
-TEST(DirEntriesTest, AnswersAsStatAfterEveryChange) {
-  testing::TempDir tmp;
-  const fs::path root = tmp.path();
-  const fs::path ib = root / "dev/infiniband";
-  const fs::path outside = root / "elsewhere";
-  fs::create_directories(ib);
-  fs::create_directories(outside);
-  DirEntries entries(root.string());
-  const std::vector<std::string> names = {"uverbs0", "uverbs1", "umad0", "issm0", "rdma_cm",
-                                          "by-link"};
-  std::vector<std::string> paths;
-  for (const std::string& n : names) paths.push_back("/dev/infiniband/" + n);
-  std::mt19937 rng(25);
-  auto pick = [&] { return names[rng() % names.size()]; };
-  std::error_code ec;
-  for (int step = 0; step < 800; ++step) {
-    std::string what;
-    const std::string a = pick(), b = pick();
-    switch (rng() % 12) {
-      case 0: case 1: case 2:
-        std::ofstream(ib / a).put('x');
-        what = "create " + a;
-        break;
-      case 3:
-        fs::create_directory(ib / a, ec);
-        what = "mkdir " + a;
-        break;
-      case 4:
-        fs::create_symlink(b, ib / a, ec);
-        what = "link " + a + " -> " + b;
-        break;
-      case 5: case 6:
-        fs::remove_all(ib / a, ec);
-        what = "remove " + a;
-        break;
-      case 7:
-        fs::rename(ib / a, ib / b, ec);
-        what = "rename " + a + " " + b;
-        break;
-      case 8:
-        std::ofstream(outside / a).put('y');
-        fs::rename(outside / a, ib / a, ec);
-        what = "move in " + a;
-        break;
-      case 9:
-        fs::rename(ib / a, outside / a, ec);
-        fs::remove_all(outside / a, ec);
-        what = "move out " + a;
-        break;
-      case 10:
-        if (rng() % 8 != 0) continue;
-        fs::remove_all(ib, ec);
-        fs::create_directories(ib);
-        std::ofstream(ib / a).put('z');
-        what = "directory made again with " + a;
-        break;
-      case 11:
-        if (rng() % 8 != 0) continue;
-        fs::remove_all(root / "old", ec);
-        fs::rename(ib, root / "old", ec);
-        fs::create_directories(ib);
-        std::ofstream(root / "old" / a).put('o');  // a change in the moved one: not ours
-        what = "directory moved away";
-        break;
-    }
-    std::vector<bool> truth;
-    for (const std::string& n : names) truth.push_back(StatSays(ib / n));
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      const std::optional<bool> one = entries.Exists(paths[i]);
-      ASSERT_TRUE(one.has_value()) << "step " << step << " (" << what << "): " << names[i];
-      ASSERT_EQ(*one, truth[i]) << "step " << step << " (" << what << "): " << names[i];
-    }
-    const std::vector<std::optional<bool>> all = entries.ExistAll({paths.begin(), paths.end()});
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      ASSERT_EQ(all[i], std::optional<bool>(truth[i])) << "step " << step << " (" << what << ")";
-    }
-  }
-  EXPECT_LT(entries.listings(), 80);
-}
-
-// Changes beyond the inotify queue's length: the queue overflows, the listing is read again
-// once, and the answers are right.
-TEST(DirEntriesTest, AnOverflowedQueueRereadsTheListing) {
-  std::ifstream limit_file("/proc/sys/fs/inotify/max_queued_events");
-  int limit = 0;
-  limit_file >> limit;
-  if (limit <= 0 || limit > 200000) GTEST_SKIP() << "max_queued_events " << limit;
-  testing::TempDir tmp;
-  const fs::path ib = fs::path(tmp.path()) / "dev/infiniband";
-  fs::create_directories(ib);
-  std::ofstream(ib / "uverbs0").put('x');
-  DirEntries entries(tmp.path());
-  ASSERT_EQ(entries.Exists("/dev/infiniband/uverbs0"), std::optional<bool>(true));
-  ASSERT_EQ(entries.listings(), 1);
-  for (int i = 0; i <= limit; ++i) {
-    const int fd = ::open((ib / ("n" + std::to_string(i))).c_str(), O_CREAT | O_WRONLY, 0600);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-  }
-  fs::remove(ib / "uverbs0");  // its event is lost: only the listing says it is gone
-  std::ofstream(ib / "uverbs1").put('x');
-  EXPECT_EQ(entries.Exists("/dev/infiniband/uverbs0"), std::optional<bool>(false));
-  EXPECT_EQ(entries.Exists("/dev/infiniband/uverbs1"), std::optional<bool>(true));
-  EXPECT_EQ(entries.Exists("/dev/infiniband/n0"), std::optional<bool>(true));
-  EXPECT_EQ(entries.listings(), 2);
-}
-
-// What it leaves to the caller's stat: a directory that is not there, a path through a link (a
-// watch would follow the directory, not the path), a name that is not one entry, directories
-// beyond max_dirs. A listing older than max_age is read again.
-TEST(DirEntriesTest, LeavesToStatWhatItCannotKeep) {
-  testing::TempDir tmp;
-  const fs::path dev = fs::path(tmp.path()) / "dev";
-  for (const char* d : {"a", "b", "c"}) fs::create_directories(dev / d);
-  std::ofstream(dev / "a/x").put('x');
-  fs::create_directory_symlink("a", dev / "link");
-  DirEntries entries(tmp.path(), std::chrono::hours(1), 2);
-  EXPECT_EQ(entries.Exists("/dev/missing/x"), std::nullopt);
-  EXPECT_EQ(entries.Exists("/dev/link/x"), std::nullopt);
-  EXPECT_EQ(entries.Exists("/dev/a/"), std::nullopt);
-  EXPECT_EQ(entries.Exists("/dev/a/."), std::nullopt);
-  EXPECT_EQ(entries.Exists("/dev/a/x"), std::optional<bool>(true));
-  EXPECT_EQ(entries.Exists("/dev/b/x"), std::optional<bool>(false));
-  EXPECT_EQ(entries.Exists("/dev/c/x"), std::nullopt);  // a third directory
-  EXPECT_EQ(entries.ExistAll({"/dev/a/x", "/sys/a/x"}, "/dev/"),
-            (std::vector<std::optional<bool>>{true, std::nullopt}));
-  EXPECT_EQ(entries.listings(), 2);
-
-  DirEntries fresh(tmp.path(), std::chrono::seconds(0));
-  EXPECT_EQ(fresh.Exists("/dev/a/x"), std::optional<bool>(true));
-  EXPECT_EQ(fresh.Exists("/dev/a/x"), std::optional<bool>(true));
-  EXPECT_EQ(fresh.listings(), 2);
-}
-
-}  // namespace
-}  // namespace rdp
