@@ -142,7 +142,7 @@ func benchNodeName(i int) string { return fmt.Sprintf("sched-node-%04d", i) }
 func newSchedBench(t *testing.T, nodes int) *schedBench {
 	t.Helper()
 	cp := draControlPlane(t)
-	b := &schedBench{t: t, cp: cp, gpuRoot: map[string]string{}, hcaRoot: map[string]string{}}
+	b := &schedBench{t: t, cp: cp}
 	startClaimController(t, cp)
 	b.bound = watchBound(t, cp)
 	ctx := context.Background()
@@ -154,31 +154,18 @@ func newSchedBench(t *testing.T, nodes int) *schedBench {
 		t.Fatalf("DeviceClass %s: %v", benchGPUDriver, err)
 	}
 
-	const xml = "dgx-h100-like.xml"
-	node, err := kubelet.LoadNode(filepath.Join(repoRoot(), "test", "data", xml))
+	first, last := benchNodeName(0), benchNodeName(nodes-1)
+	f := newFilterFixture(t, first)
+	b.gpuRoot, b.hcaRoot = f.gpuRoot, f.hcaRoot
+	ours := f.published
+	// What the binary prints for another node is the first node's output with the name changed:
+	// so every node gets exactly what the driver would publish there.
+	got, err := renameNode(ours, first, last)
 	if err != nil {
 		t.Fatal(err)
 	}
-	discovery := draFixtureNode(t, xml)
-	first, last := benchNodeName(0), benchNodeName(nodes-1)
-	ours := draNodeSlices(t, first, "exclusive", discovery)
-	// What the binary prints for another node is the first node's output with the name changed:
-	// so every node gets exactly what the driver would publish there.
-	if want, got := draNodeSlices(t, last, "exclusive", discovery), renameNode(t, ours, first, last); !equality.Semantic.DeepEqual(got, want) {
+	if want := draNodeSlices(t, last, "exclusive", f.discovery); !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("dra slices for %s is not the output for %s renamed:\n got %+v\nwant %+v", last, first, got, want)
-	}
-	for _, s := range ours {
-		for _, d := range s.Spec.Devices {
-			root := d.Attributes[resourcev1.QualifiedName(stdPrefix+"pcieRoot")].StringValue
-			if root == nil {
-				t.Fatalf("dra slices: device %s has no pcieRoot", d.Name)
-			}
-			b.hcaRoot[d.Name] = *root
-		}
-	}
-	gpus := gpuStandIn(first, node.GPUs, 0)
-	for _, d := range gpus.Spec.Devices {
-		b.gpuRoot[d.Name] = *d.Attributes[resourcev1.QualifiedName(stdPrefix+"pcieRoot")].StringValue
 	}
 	t.Logf("per node: %d HCAs of ours on roots %v, %d GPUs on roots %v", len(b.hcaRoot), b.hcaRoot, len(b.gpuRoot), b.gpuRoot)
 
@@ -189,7 +176,11 @@ func newSchedBench(t *testing.T, nodes int) *schedBench {
 			Labels: map[string]string{"kubernetes.io/hostname": name}}}); err != nil {
 			return err
 		}
-		slices := append(renameNode(t, ours, first, name), *gpuStandIn(name, node.GPUs, i))
+		slices, err := renameNode(ours, first, name)
+		if err != nil {
+			return err
+		}
+		slices = append(slices, *gpuStandIn(name, f.gpus, i))
 		for i := range slices {
 			if _, err := c.ResourceV1().ResourceSlices().Create(ctx, &slices[i], metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("slice %s: %w", slices[i].Name, err)
@@ -207,20 +198,19 @@ const stdPrefix = "resource.kubernetes.io/"
 
 // renameNode is slices with every occurrence of the node name from replaced by to (slice names,
 // nodeName, pool).
-func renameNode(t *testing.T, slices []resourcev1.ResourceSlice, from, to string) []resourcev1.ResourceSlice {
-	t.Helper()
+func renameNode(slices []resourcev1.ResourceSlice, from, to string) ([]resourcev1.ResourceSlice, error) {
 	raw, err := json.Marshal(slices)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var out []resourcev1.ResourceSlice
 	if err := json.Unmarshal(bytes.ReplaceAll(raw, []byte(strconv.Quote(from)), []byte(strconv.Quote(to))), &out); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("slices renamed to %s: %w", to, err)
 	}
 	for i := range out {
 		out[i].Name = strings.Replace(slices[i].Name, from, to, 1)
 	}
-	return out
+	return out, nil
 }
 
 // gpuStandIn is a GPU driver's slice for the node: one device per GPU of the topology (gpu-<i>
@@ -410,8 +400,8 @@ func (b *schedBench) round(round, class string, n int) time.Duration {
 	}
 }
 
-// misses counts the round's claims whose HCA is not on their GPU's PCIe root, or that are not
-// allocated one GPU and one HCA on their pod's node.
+// misses counts the round's claims whose allocation is a miss (allocationMiss) on their pod's
+// node.
 func (b *schedBench) misses(round string) int {
 	b.t.Helper()
 	list, err := b.cp.Client.ResourceV1().ResourceClaims("default").List(context.Background(),
@@ -419,32 +409,43 @@ func (b *schedBench) misses(round string) int {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	misses := 0
-	for _, claim := range list.Items {
-		node := b.bound.nodeOf(claim.Name)
-		var gpuRoot, hcaRoot string
-		var got []string
-		if claim.Status.Allocation != nil {
-			for _, r := range claim.Status.Allocation.Devices.Results {
-				got = append(got, r.Request+"="+r.Driver+"/"+r.Pool+"/"+r.Device)
-				switch {
-				case r.Pool != node:
-				case r.Request == "gpu" && r.Driver == benchGPUDriver:
-					gpuRoot = b.gpuRoot[r.Device]
-				case r.Request == "hca" && r.Driver == draDriver:
-					hcaRoot = b.hcaRoot[r.Device]
-				}
-			}
-		}
-		if gpuRoot == "" || gpuRoot != hcaRoot {
-			misses++
-			b.t.Logf("%s on %s: GPU on %q, HCA on %q (allocated %v)", claim.Name, node, gpuRoot, hcaRoot, got)
-		}
-	}
 	if len(list.Items) == 0 {
 		b.t.Fatalf("%s: no claims to check", round)
 	}
+	misses := 0
+	for _, claim := range list.Items {
+		node := b.bound.nodeOf(claim.Name)
+		if why := allocationMiss(claim.Status.Allocation, node, b.gpuRoot, b.hcaRoot); why != "" {
+			misses++
+			b.t.Logf("%s on %s: %s", claim.Name, node, why)
+		}
+	}
 	return misses
+}
+
+// allocationMiss says why a gpu-and-hca claim's allocation is wrong for a pod on node: not
+// allocated, no GPU of the stand-in or no HCA of ours from node's pools, or the HCA's PCIe root
+// (hcaRoot, by device name) is not the GPU's (gpuRoot). "" when it is right.
+func allocationMiss(a *resourcev1.AllocationResult, node string, gpuRoot, hcaRoot map[string]string) string {
+	if a == nil {
+		return "not allocated"
+	}
+	var gpu, hca string
+	var got []string
+	for _, r := range a.Devices.Results {
+		got = append(got, r.Request+"="+r.Driver+"/"+r.Pool+"/"+r.Device)
+		switch {
+		case r.Pool != node:
+		case r.Request == "gpu" && r.Driver == benchGPUDriver:
+			gpu = gpuRoot[r.Device]
+		case r.Request == "hca" && r.Driver == draDriver:
+			hca = hcaRoot[r.Device]
+		}
+	}
+	if gpu == "" || gpu != hca {
+		return fmt.Sprintf("GPU on %q, HCA on %q (allocated %v)", gpu, hca, got)
+	}
+	return ""
 }
 
 // clean deletes the round's pods and claims and waits until the API server has none left: the
@@ -495,86 +496,165 @@ func peakRSSMiB(t *testing.T) float64 {
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 
-// BenchmarkSchedulerFilter is where TestSchedulerBench's time goes (docs/benchmarks.md, "Where
-// the scheduler's time goes"): the structured allocator the scheduler's DynamicResources plugin
-// builds once per pod, with its features and CEL cache, and whose Allocate its Filter calls for
-// every node it tries, on one node's slices as TestSchedulerBench makes them. Claims: the two
-// classes and a GPU + HCA claim without the constraint. Nodes: the GPU list starting on our first
-// HCA's root (gpu-0) and on the last root with GPUs (gpu-6: six of our HCAs come before one on
-// its root); our devices as published and cut to pcieRoot alone (what our attributes cost). Run
-// by hand:
-//
-//	test/kubelet/run.sh --control-plane -run '^$' -bench BenchmarkSchedulerFilter -count 6
-func BenchmarkSchedulerFilter(b *testing.B) {
-	const xml, name = "dgx-h100-like.xml", "bench-node"
+// filterFixture is one node of TestSchedulerBench, and for the scheduler's structured allocator
+// alone, without an API server: the allocator features, CEL cache and DeviceClasses the scheduler's
+// DynamicResources plugin uses, our slices as the binary prints them for the node (published) and
+// the same cut to pcieRoot alone (rootOnly: what our other attributes cost), and the roots of
+// every device by name.
+type filterFixture struct {
+	node                string
+	gpus                []kubelet.GPU
+	discovery           []string // the flags that make the binary read the node's fixture
+	published, rootOnly []resourcev1.ResourceSlice
+	fts                 feature.Features
+	celCache            *cel.Cache
+	classes             deviceClasses
+	gpuRoot, hcaRoot    map[string]string
+}
+
+func newFilterFixture(tb testing.TB, nodeName string) *filterFixture {
+	tb.Helper()
+	const xml = "dgx-h100-like.xml"
 	node, err := kubelet.LoadNode(filepath.Join(repoRoot(), "test", "data", xml))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	published := draNodeSlices(b, name, "exclusive", draFixtureNode(b, xml))
-	rootOnly := make([]resourcev1.ResourceSlice, len(published))
-	for i := range published {
-		published[i].DeepCopyInto(&rootOnly[i])
-		for j := range rootOnly[i].Spec.Devices {
-			d := &rootOnly[i].Spec.Devices[j]
-			d.Attributes = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-				stdPrefix + "pcieRoot": d.Attributes[stdPrefix+"pcieRoot"]}
+	f := &filterFixture{node: nodeName, gpus: node.GPUs, discovery: draFixtureNode(tb, xml),
+		gpuRoot: map[string]string{}, hcaRoot: map[string]string{}}
+	f.published = draNodeSlices(tb, f.node, "exclusive", f.discovery)
+	f.rootOnly = make([]resourcev1.ResourceSlice, len(f.published))
+	for i := range f.published {
+		f.published[i].DeepCopyInto(&f.rootOnly[i])
+		for j := range f.rootOnly[i].Spec.Devices {
+			d := &f.rootOnly[i].Spec.Devices[j]
+			root := d.Attributes[stdPrefix+"pcieRoot"]
+			if root.StringValue == nil {
+				tb.Fatalf("dra slices: device %s has no pcieRoot", d.Name)
+			}
+			f.hcaRoot[d.Name] = *root.StringValue
+			d.Attributes = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{stdPrefix + "pcieRoot": root}
 		}
 	}
-	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
-		EnableListTypeAttributes: fts.EnableDRAListTypeAttributes})
+	for _, d := range gpuStandIn(f.node, f.gpus, 0).Spec.Devices {
+		f.gpuRoot[d.Name] = *d.Attributes[stdPrefix+"pcieRoot"].StringValue
+	}
+	f.fts = feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	f.celCache = cel.NewCache(10, cel.Features{EnableConsumableCapacity: f.fts.EnableDRAConsumableCapacity,
+		EnableListTypeAttributes: f.fts.EnableDRAListTypeAttributes})
 	// The DeviceClasses TestSchedulerBench creates: the GPU stand-in's, and the chart's for HCAs.
-	classes := deviceClasses{}
+	f.classes = deviceClasses{}
 	for class, driver := range map[string]string{benchGPUDriver: benchGPUDriver, "hca." + draDriver: draDriver} {
-		classes[class] = &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class},
+		f.classes[class] = &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class},
 			Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
 				CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
 	}
-	claims := map[string]*resourcev1.ResourceClaim{
-		classGPUOnly:    benchClaim("c", classGPUOnly, ""),
-		classGPUAndHCA:  benchClaim("c", classGPUAndHCA, ""),
-		"unconstrained": benchClaim("c", classGPUAndHCA, ""),
+	return f
+}
+
+// slices is the node's: the GPU stand-in's list starting at GPU firstGPU, and ours.
+func (f *filterFixture) slices(ours []resourcev1.ResourceSlice, firstGPU int) []*resourcev1.ResourceSlice {
+	out := []*resourcev1.ResourceSlice{gpuStandIn(f.node, f.gpus, firstGPU)}
+	for i := range ours {
+		out = append(out, &ours[i])
 	}
-	claims["unconstrained"].Spec.Devices.Constraints = nil
-	for _, c := range claims {
-		for i := range c.Spec.Devices.Requests { // what the API server defaults
-			c.Spec.Devices.Requests[i].Exactly.AllocationMode = resourcev1.DeviceAllocationModeExactCount
-			c.Spec.Devices.Requests[i].Exactly.Count = 1
+	return out
+}
+
+// allocator is the structured allocator over slices with nothing allocated, as the scheduler's
+// Filter builds it for one pod.
+func (f *filterFixture) allocator(tb testing.TB, slices []*resourcev1.ResourceSlice) structured.Allocator {
+	tb.Helper()
+	state := structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	a, err := structured.NewAllocator(context.Background(), dynamicresources.AllocatorFeatures(f.fts), state, f.classes, slices, f.celCache)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// filterClaim is benchClaim of the class as the API server stores it (one device per request),
+// without the pcieRoot constraint when unconstrained.
+func filterClaim(class string, unconstrained bool) *resourcev1.ResourceClaim {
+	c := benchClaim("c", class, "")
+	if unconstrained {
+		c.Spec.Devices.Constraints = nil
+	}
+	for i := range c.Spec.Devices.Requests {
+		c.Spec.Devices.Requests[i].Exactly.AllocationMode = resourcev1.DeviceAllocationModeExactCount
+		c.Spec.Devices.Requests[i].Exactly.Count = 1
+	}
+	return c
+}
+
+// TestSchedulerBenchMisses: the benchmark's miss check accepts what the scheduler's allocator
+// gives a gpu-and-hca claim on a node whose GPU list starts on the last root with GPUs, and
+// counts the same claim without matchAttribute as a miss there (its first free HCA is on another
+// root), so that misses: 0 in scheduler.json says the constraint held. Also a miss: an
+// allocation from another node's pools, and none.
+func TestSchedulerBenchMisses(t *testing.T) {
+	f := newFilterFixture(t, "bench-node")
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.node}}
+	slices := f.slices(f.published, 6)
+	for _, tc := range []struct {
+		unconstrained bool
+		miss          bool
+	}{{false, false}, {true, true}} {
+		results, err := f.allocator(t, slices).Allocate(context.Background(), node,
+			[]*resourcev1.ResourceClaim{filterClaim(classGPUAndHCA, tc.unconstrained)})
+		if err != nil || len(results) != 1 {
+			t.Fatalf("unconstrained=%v: allocate: %v, %d results", tc.unconstrained, err, len(results))
+		}
+		why := allocationMiss(&results[0], f.node, f.gpuRoot, f.hcaRoot)
+		if (why != "") != tc.miss {
+			t.Errorf("unconstrained=%v: allocationMiss(%+v) = %q, want a miss: %v", tc.unconstrained, results[0].Devices.Results, why, tc.miss)
+		}
+		if tc.miss {
+			continue
+		}
+		if why := allocationMiss(&results[0], "another-node", f.gpuRoot, f.hcaRoot); why == "" {
+			t.Errorf("an allocation from %s's pools is not a miss on another node", f.node)
 		}
 	}
-	for _, ours := range []struct {
-		name   string
-		slices []resourcev1.ResourceSlice
-	}{{"published", published}, {"pcieRoot-only", rootOnly}} {
-		for _, start := range []int{0, 6} {
-			slices := []*resourcev1.ResourceSlice{gpuStandIn(name, node.GPUs, start)}
-			for i := range ours.slices {
-				slices = append(slices, &ours.slices[i])
-			}
-			for _, claim := range []string{classGPUOnly, classGPUAndHCA, "unconstrained"} {
-				b.Run(fmt.Sprintf("ours=%s/first-gpu=%d/claim=%s", ours.name, start, claim), func(b *testing.B) {
-					benchAllocate(b, fts, classes, slices, celCache, claims[claim])
-				})
-			}
-		}
+	if why := allocationMiss(nil, f.node, f.gpuRoot, f.hcaRoot); why == "" {
+		t.Error("no allocation is not a miss")
 	}
 }
 
-// benchAllocate times Allocate of the claim on the node of the slices, nothing allocated there.
-func benchAllocate(b *testing.B, fts feature.Features, classes deviceClasses, slices []*resourcev1.ResourceSlice, celCache *cel.Cache, claim *resourcev1.ResourceClaim) {
-	ctx := context.Background()
-	state := structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
-	allocator, err := structured.NewAllocator(ctx, dynamicresources.AllocatorFeatures(fts), state, classes, slices, celCache)
-	if err != nil {
-		b.Fatal(err)
-	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: *slices[0].Spec.NodeName}}
-	for b.Loop() {
-		results, err := allocator.Allocate(ctx, node, []*resourcev1.ResourceClaim{claim})
-		if err != nil || len(results) != 1 {
-			b.Fatalf("allocate %s: %v, %d results", claim.Name, err, len(results))
+// BenchmarkSchedulerFilter is where TestSchedulerBench's time goes (docs/benchmarks.md, "Where
+// the scheduler's time goes"): the structured allocator the scheduler's DynamicResources plugin
+// builds once per pod, whose Allocate its Filter calls for every node it tries, on one node's
+// slices as TestSchedulerBench makes them. Claims: the two classes and a GPU + HCA claim without
+// the constraint. Nodes: the GPU list starting on our first HCA's root (gpu-0) and on the last
+// root with GPUs (gpu-6: six of our HCAs come before one on its root); our devices as published
+// and cut to pcieRoot alone (what our attributes cost). Run by hand:
+//
+//	test/kubelet/run.sh --control-plane -run '^$' -bench BenchmarkSchedulerFilter -count 6
+func BenchmarkSchedulerFilter(b *testing.B) {
+	f := newFilterFixture(b, "bench-node")
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.node}}
+	for _, ours := range []struct {
+		name   string
+		slices []resourcev1.ResourceSlice
+	}{{"published", f.published}, {"pcieRoot-only", f.rootOnly}} {
+		for _, start := range []int{0, 6} {
+			for _, claim := range []string{classGPUOnly, classGPUAndHCA, "unconstrained"} {
+				class, unconstrained := claim, claim == "unconstrained"
+				if unconstrained {
+					class = classGPUAndHCA
+				}
+				c := filterClaim(class, unconstrained)
+				b.Run(fmt.Sprintf("ours=%s/first-gpu=%d/claim=%s", ours.name, start, claim), func(b *testing.B) {
+					allocator := f.allocator(b, f.slices(ours.slices, start))
+					ctx := context.Background()
+					for b.Loop() {
+						results, err := allocator.Allocate(ctx, node, []*resourcev1.ResourceClaim{c})
+						if err != nil || len(results) != 1 {
+							b.Fatalf("allocate %s: %v, %d results", claim, err, len(results))
+						}
+					}
+				})
+			}
 		}
 	}
 }
