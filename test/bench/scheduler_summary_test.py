@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/scheduler_summary.py on hand-written scheduler.json files: a complete one passes and
-prints the figures against their budgets; a missing or non-numeric key and a ratio that is not
+prints the figures against their budgets (an allocate_x_root_only over its budget is printed,
+not an exit code); a missing or non-numeric key and a ratio that is not
 the quotient of the two rates exit 2 naming it; misses exit 1."""
 import copy
 import json
@@ -13,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 CHECK = ROOT / "bench" / "scheduler_summary.py"
 GOOD = {"pods_per_s": {"gpu_only": 40.0, "gpu_and_hca": 18.0}, "ratio": 0.45, "misses": 0,
         "nodes": 1000, "pods": 500, "seconds": {"gpu_only": 12.5, "gpu_and_hca": 27.778},
-        "harness_peak_rss_mib": 2048.5}
+        "allocate_x_root_only": 1.02, "harness_peak_rss_mib": 2048.5}
 
 
 def run(d, doc):
@@ -40,8 +41,15 @@ def main():
         check(r.returncode == 0, f"a complete file: exit {r.returncode}: {r.stderr}")
         check("ratio" in r.stdout and "UNDER" in r.stdout, f"ratio 0.45 is under 0.5: {r.stdout}")
         check("pods_per_s.gpu_and_hca" in r.stdout and "misses" in r.stdout, f"the table: {r.stdout}")
+        check("OVER" not in r.stdout, f"allocate_x_root_only 1.02 is within 1.1: {r.stdout}")
 
-        for key in (("pods_per_s", "gpu_and_hca"), ("ratio",), ("misses",), ("seconds", "gpu_only")):
+        over = copy.deepcopy(GOOD)
+        over["allocate_x_root_only"] = 1.3
+        r = run(d, over)
+        check(r.returncode == 0 and "OVER" in r.stdout, f"allocate_x_root_only 1.3: {r.returncode} {r.stdout}")
+
+        for key in (("pods_per_s", "gpu_and_hca"), ("ratio",), ("misses",), ("seconds", "gpu_only"),
+                    ("allocate_x_root_only",)):
             r = run(d, without(GOOD, *key))
             name = ".".join(key)
             check(r.returncode == 2 and name in r.stderr, f"without {name}: {r.returncode} {r.stderr}")

@@ -43,8 +43,8 @@ const (
 	classGPUAndHCA = "gpu-and-hca"
 )
 
-// schedulerFigures is scheduler.json (docs/benchmarks.md): pods_per_s, ratio and misses are the
-// figures; the rest says what was measured.
+// schedulerFigures is scheduler.json (docs/benchmarks.md, bench/scheduler_summary.py): pods_per_s,
+// ratio, misses and allocate_x_root_only are the figures; the rest says what was measured.
 type schedulerFigures struct {
 	PodsPerS struct {
 		GPUOnly   float64 `json:"gpu_only"`
@@ -61,6 +61,8 @@ type schedulerFigures struct {
 		GPUOnly   float64 `json:"gpu_only"`
 		GPUAndHCA float64 `json:"gpu_and_hca"`
 	} `json:"seconds"`
+	// AllocateXRootOnly is what our attributes cost the scheduler (allocateXRootOnly).
+	AllocateXRootOnly float64 `json:"allocate_x_root_only"`
 	// PeakRSSMiB is the test process's (API server, etcd, scheduler, controllers) VmHWM.
 	PeakRSSMiB float64 `json:"harness_peak_rss_mib"`
 }
@@ -81,7 +83,8 @@ type schedulerFigures struct {
 // resource-claim controller runs) so that both classes see the same free devices; a small
 // untimed round of each class comes first, so that neither pays the caches' first fill.
 // Every gpu-and-hca claim is then checked: its HCA's pcieRoot is its GPU's (misses: there must
-// be none). The figures go to $RDP_SCHED_BENCH_OUT as JSON.
+// be none). Last, in process, what our attributes cost the scheduler's allocator
+// (allocateXRootOnly). The figures go to $RDP_SCHED_BENCH_OUT as JSON.
 func TestSchedulerBench(t *testing.T) {
 	out := os.Getenv("RDP_SCHED_BENCH_OUT")
 	if out == "" {
@@ -110,10 +113,11 @@ func TestSchedulerBench(t *testing.T) {
 	f.PodsPerS.GPUOnly = round3(float64(pods) / gpuOnly.Seconds())
 	f.PodsPerS.GPUAndHCA = round3(float64(pods) / gpuAndHCA.Seconds())
 	f.Ratio = round3(gpuOnly.Seconds() / gpuAndHCA.Seconds())
+	f.AllocateXRootOnly = allocateXRootOnly(t, b.node, 250)
 	f.PeakRSSMiB = peakRSSMiB(t)
-	t.Logf("gpu-only %d pods in %v (%.1f pods/s); gpu-and-hca %d pods in %v (%.1f pods/s); ratio %.3f; misses %d; peak RSS %.0f MiB",
+	t.Logf("gpu-only %d pods in %v (%.1f pods/s); gpu-and-hca %d pods in %v (%.1f pods/s); ratio %.3f; misses %d; allocate_x_root_only %.3f; peak RSS %.0f MiB",
 		pods, gpuOnly.Round(time.Millisecond), f.PodsPerS.GPUOnly, pods, gpuAndHCA.Round(time.Millisecond),
-		f.PodsPerS.GPUAndHCA, f.Ratio, f.Misses, f.PeakRSSMiB)
+		f.PodsPerS.GPUAndHCA, f.Ratio, f.Misses, f.AllocateXRootOnly, f.PeakRSSMiB)
 	doc, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +134,10 @@ func TestSchedulerBench(t *testing.T) {
 type schedBench struct {
 	t  *testing.T
 	cp *ControlPlane
-	// The PCIe root of each device by name: the same on every node, as on identical machines.
-	gpuRoot, hcaRoot map[string]string
-	bound            *boundPods
+	// The first node's devices; the PCIe root of each device by name is the same on every node,
+	// as on identical machines.
+	node  *filterFixture
+	bound *boundPods
 }
 
 func benchNodeName(i int) string { return fmt.Sprintf("sched-node-%04d", i) }
@@ -156,7 +161,7 @@ func newSchedBench(t *testing.T, nodes int) *schedBench {
 
 	first, last := benchNodeName(0), benchNodeName(nodes-1)
 	f := newFilterFixture(t, first)
-	b.gpuRoot, b.hcaRoot = f.gpuRoot, f.hcaRoot
+	b.node = f
 	ours := f.published
 	// What the binary prints for another node is the first node's output with the name changed:
 	// so every node gets exactly what the driver would publish there.
@@ -167,7 +172,7 @@ func newSchedBench(t *testing.T, nodes int) *schedBench {
 	if want := draNodeSlices(t, last, "exclusive", f.discovery); !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("dra slices for %s is not the output for %s renamed:\n got %+v\nwant %+v", last, first, got, want)
 	}
-	t.Logf("per node: %d HCAs of ours on roots %v, %d GPUs on roots %v", len(b.hcaRoot), b.hcaRoot, len(b.gpuRoot), b.gpuRoot)
+	t.Logf("per node: %d HCAs of ours on roots %v, %d GPUs on roots %v", len(f.hcaRoot), f.hcaRoot, len(f.gpuRoot), f.gpuRoot)
 
 	c := cp.Client
 	err = inParallel(nodes, func(i int) error {
@@ -415,7 +420,7 @@ func (b *schedBench) misses(round string) int {
 	misses := 0
 	for _, claim := range list.Items {
 		node := b.bound.nodeOf(claim.Name)
-		if why := allocationMiss(claim.Status.Allocation, node, b.gpuRoot, b.hcaRoot); why != "" {
+		if why := allocationMiss(claim.Status.Allocation, node, b.node.gpuRoot, b.node.hcaRoot); why != "" {
 			misses++
 			b.t.Logf("%s on %s: %s", claim.Name, node, why)
 		}
@@ -657,6 +662,34 @@ func BenchmarkSchedulerFilter(b *testing.B) {
 			}
 		}
 	}
+}
+
+// allocateXRootOnly is what our attributes cost the scheduler's allocator: its time for a
+// gpu-and-hca claim on the node with our slices as published over the same with our devices cut
+// to pcieRoot alone, n calls of each for every start of the GPU list the cluster has, the two
+// interleaved and each first in turn, so that a busy machine slows both alike.
+func allocateXRootOnly(t *testing.T, f *filterFixture, n int) float64 {
+	t.Helper()
+	ctx := context.Background()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.node}}
+	claim := []*resourcev1.ResourceClaim{filterClaim(classGPUAndHCA, false)}
+	var took [2]time.Duration // published, pcieRoot alone
+	for start := range f.gpus {
+		allocators := [2]structured.Allocator{f.allocator(t, f.slices(f.published, start)), f.allocator(t, f.slices(f.rootOnly, start))}
+		for i := 0; i < 2*n; i++ {
+			which := i % 2
+			if i/2%2 == 1 {
+				which = 1 - which
+			}
+			begin := time.Now()
+			results, err := allocators[which].Allocate(ctx, node, claim)
+			took[which] += time.Since(begin)
+			if err != nil || len(results) != 1 {
+				t.Fatalf("allocate on %s, GPUs from %d: %v, %d results", f.node, start, err, len(results))
+			}
+		}
+	}
+	return round3(took[0].Seconds() / took[1].Seconds())
 }
 
 // deviceClasses is the allocator's view of the DeviceClasses, by name.
