@@ -151,11 +151,8 @@ func newSchedBench(t *testing.T, nodes int) *schedBench {
 	startClaimController(t, cp)
 	b.bound = watchBound(t, cp)
 	ctx := context.Background()
-	if _, err := cp.Client.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: benchGPUDriver},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", benchGPUDriver)}}}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := cp.Client.ResourceV1().DeviceClasses().Create(ctx, kubelet.DriverClass(benchGPUDriver, benchGPUDriver),
+		metav1.CreateOptions{}); err != nil {
 		t.Fatalf("DeviceClass %s: %v", benchGPUDriver, err)
 	}
 
@@ -229,14 +226,7 @@ func renameNode(slices []resourcev1.ResourceSlice, from, to string) ([]resourcev
 // most nodes the allocator has to search our HCAs under matchAttribute, and an allocation that
 // ignored it would show as misses.
 func gpuStandIn(node string, gpus []kubelet.GPU, start int) *resourcev1.ResourceSlice {
-	s := &resourcev1.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + benchGPUDriver},
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver:   benchGPUDriver,
-			NodeName: ptr.To(node),
-			Pool:     resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
-		},
-	}
+	s := kubelet.NodeSlice(node+"-"+benchGPUDriver, node, benchGPUDriver)
 	for k := range gpus {
 		i := (start + k) % len(gpus)
 		g := gpus[i]
@@ -513,7 +503,7 @@ type filterFixture struct {
 	published, rootOnly []resourcev1.ResourceSlice
 	fts                 feature.Features
 	celCache            *cel.Cache
-	classes             deviceClasses
+	classes             kubelet.DeviceClasses
 	gpuRoot, hcaRoot    map[string]string
 }
 
@@ -547,12 +537,8 @@ func newFilterFixture(tb testing.TB, nodeName string) *filterFixture {
 	f.celCache = cel.NewCache(10, cel.Features{EnableConsumableCapacity: f.fts.EnableDRAConsumableCapacity,
 		EnableListTypeAttributes: f.fts.EnableDRAListTypeAttributes})
 	// The DeviceClasses TestSchedulerBench creates: the GPU stand-in's, and the chart's for HCAs.
-	f.classes = deviceClasses{}
-	for class, driver := range map[string]string{benchGPUDriver: benchGPUDriver, "hca." + draDriver: draDriver} {
-		f.classes[class] = &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class},
-			Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
-				CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}}}}
-	}
+	f.classes = kubelet.DeviceClasses{benchGPUDriver: kubelet.DriverClass(benchGPUDriver, benchGPUDriver),
+		"hca." + draDriver: kubelet.DriverClass("hca."+draDriver, draDriver)}
 	return f
 }
 
@@ -690,22 +676,4 @@ func allocateXRootOnly(t *testing.T, f *filterFixture, n int) float64 {
 		}
 	}
 	return round3(took[0].Seconds() / took[1].Seconds())
-}
-
-// deviceClasses is the allocator's view of the DeviceClasses, by name.
-type deviceClasses map[string]*resourcev1.DeviceClass
-
-func (c deviceClasses) List() ([]*resourcev1.DeviceClass, error) {
-	var out []*resourcev1.DeviceClass
-	for _, class := range c {
-		out = append(out, class)
-	}
-	return out, nil
-}
-
-func (c deviceClasses) Get(name string) (*resourcev1.DeviceClass, error) {
-	if class, ok := c[name]; ok {
-		return class, nil
-	}
-	return nil, fmt.Errorf("no DeviceClass %s", name)
 }
