@@ -252,7 +252,7 @@ bool PluginServer::DrainInotify() {
                  mask);
     // The directory we watch went away. The IN_IGNORED of a watch replaced earlier (a directory
     // seen replaced is watched again at once, and inotify_rm_watch queues one) is no news: that
-    // replacement was a restart already, and taking it for a new one re-registered under the
+    // replacement was a restart already, and taking it for a new one would re-register under the
     // kubelet's calls.
     if ((mask & IN_IGNORED) && ev.wd == watch) lost_watch = true;
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst

@@ -329,8 +329,9 @@ TEST(PluginServerNumaTest, NoTopologyWhenOneNumaIsUnknown) {
 }
 
 // A dual-port HCA with one port uncabled (DOWN) is offered, and used through its ACTIVE port:
-// NCCL_IB_HCA names that port. With no ACTIVE port left it is Unhealthy. Before (issue 25) every
-// port had to be ACTIVE, so such a card, a common way to cable ConnectX cards, was never offered.
+// NCCL_IB_HCA names that port. With no ACTIVE port left it is Unhealthy. A regression guard: every
+// port used to have to be ACTIVE, so such a card, a common way to cable ConnectX cards, was never
+// offered.
 TEST(PluginServerPortsTest, DualPortHcaWithOneUncabledPortIsOffered) {
   auto cards = testing::FourCards();
   cards[0].ports.resize(2);
@@ -969,7 +970,7 @@ TEST_F(PluginServerTest, PreferredAllocationShared) {
   EXPECT_NE(std::find(got.begin(), got.end(), "shared-10"), got.end());
 }
 
-// GetPreferredAllocation answers every well-formed request (issue 25): an ID the plugin does
+// GetPreferredAllocation answers every well-formed request: an ID the plugin does
 // not offer now (an HCA unplugged a poll before the kubelet applied the update, a device reused
 // from an init container, --shared-devices lowered) was INVALID_ARGUMENT, which fails the pod.
 // Unknown IDs leave `available`, must_include is kept as given, the rest is filled.

@@ -389,9 +389,9 @@ TEST_F(TrustTest, VanishedHcasAreForgottenUnlessHeld) {
 }
 
 // A failed health scan (a broken /host/sys mount) keeps the last good state: every HCA listed
-// Unhealthy, none forgotten, however long it fails; the next good scan restores them. Before
-// (issue 25) every HCA counted as absent, and after forget_after_polls polls the unheld ones
-// were forgotten: the node's capacity shrank.
+// Unhealthy, none forgotten, however long it fails; the next good scan restores them (every HCA
+// used to count as absent, and after forget_after_polls polls the unheld ones were forgotten:
+// the node's capacity shrank).
 TEST_F(TrustTest, AFailedScanKeepsTheLastGoodState) {
   auto pods = std::make_unique<ScriptedPods>();
   pods->Answer({});
@@ -511,8 +511,8 @@ TEST_F(TrustTest, BackToBackPreferredAllocationsAreAnsweredFromAFreshList) {
 
 // A working but slow pod-resources server (a List answered in 400 ms: hundreds of pods, a
 // throttled kubelet) is read, and withholding lifts once the other mode's container is gone.
-// Before (issue 25) every List gave up after 100 ms: the pod list was never known and every
-// HCA stayed withheld for ever.
+// (Every List used to give up after 100 ms: the pod list was never known and every HCA stayed
+// withheld for ever.)
 TEST_F(TrustTest, SlowPodResourcesAreReadAndWithholdingLifts) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
@@ -558,8 +558,7 @@ TEST_F(TrustTest, AVerySlowPodListDoesNotHoldGetPreferredAllocation) {
 // (every container another plugin admitted is in it; the kubelet skips GetPreferredAllocation
 // when the aligned set equals the request, so that call cannot be relied on to refresh it): here
 // the only list is the one from before the registration, and a shared container was admitted
-// since. Before (issue 25) Allocate read the list of the last health interval and handed the
-// HCA out.
+// since (Allocate used to read the list of the last health interval and hand the HCA out).
 TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
@@ -661,8 +660,7 @@ class ReadCountingEnv : public EnvWrapper {
 
 // --nvidia-gpu-list (`nvidia-smi -L`'s output, up to 1 MiB) is read at start and at each health
 // poll (so that a changed file is picked up), never by an RPC: GetPreferredAllocation with a GPU
-// context and Allocate use the map the last read made. A guard: this held before issue 25's
-// review asked (the file was never read per call).
+// context and Allocate use the map the last read made.
 TEST_F(TrustTest, TheGpuListIsReadAtStartAndAtEachPollNeverPerCall) {
   const std::string list = node_.dir().Sub("nvidia-smi-L.txt");
   std::ofstream(list) << "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\n";
