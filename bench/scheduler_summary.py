@@ -12,7 +12,7 @@ FILE is what TestSchedulerBench (test/kubelet/controlplane) writes, scheduler.js
   allocate_x_root_only
                what our attributes cost the scheduler: its allocator's time for a gpu_and_hca
                claim on one node with our slices as published over the same with our devices cut
-               to pcieRoot alone, in process, interleaved (budget: at most 1.1)
+               to pcieRoot alone, in process, interleaved, in thread CPU time (budget: at most 1.15)
 and what was measured: nodes, pods (per class), seconds {gpu_only, gpu_and_hca},
 harness_peak_rss_mib.
 Prints a table of the figures against their budgets. Exit 0 when every key is there with a number
@@ -25,7 +25,7 @@ import math
 import sys
 
 MIN_RATIO = 0.5
-MAX_ROOT_ONLY = 1.1
+MAX_ROOT_ONLY = 1.15
 KEYS = ["pods_per_s.gpu_only", "pods_per_s.gpu_and_hca", "ratio", "misses", "nodes", "pods",
         "seconds.gpu_only", "seconds.gpu_and_hca", "allocate_x_root_only", "harness_peak_rss_mib"]
 
