@@ -674,7 +674,7 @@ def check_overrides(r, helm):
                   "pullPolicy": "Always"},
         "hostPaths": {"kubeletDevicePlugins": "/var/lib/k0s/kubelet/device-plugins",
                       "kubeletPodResources": "/var/lib/k0s/kubelet/pod-resources",
-                      "sys": "/sys", "devInfiniband": "/dev/infiniband", "procDriver": ""},
+                      "sys": "/sys", "dev": "/dev", "procDriver": ""},
         "podAnnotations": {"a": "b"},
     })
     modes = by_mode(docs)
