@@ -179,12 +179,16 @@ class DraNode {
     config.node_name = kNode;
     config.api_timeout = absl::Seconds(1);
     config.kubelet_state = kubelet_state_;
-    driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_, *core_, status_);
+    ClaimReader& reader = reader_override_ ? *reader_override_ : reader_;
+    driver_ = std::make_unique<Driver>(config, reader, *cdi_, *checkpoint_, *core_, status_);
     ASSERT_TRUE(driver_->Start().ok());
   }
 
   // The kubelet's DRA checkpoint the next NewDriver's driver reads at start ("": none).
   void SetKubeletState(std::string path) { kubelet_state_ = std::move(path); }
+  // What the next NewDriver's driver reads claims and pods through (not owned; null:
+  // reader()).
+  void SetReader(ClaimReader* r) { reader_override_ = r; }
   // Where the next NewDriver's driver writes claims' status.devices (not owned).
   void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
   // Discoveries of the node so far, the first included.
@@ -230,6 +234,7 @@ class DraNode {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
   ClaimStatusWriter* status_ = nullptr;
+  ClaimReader* reader_override_ = nullptr;
   std::string kubelet_state_;
 };
 

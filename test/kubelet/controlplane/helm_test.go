@@ -703,6 +703,7 @@ func TestHelmControlPlane(t *testing.T) {
 			"dra":               {"--set", "driver=dra"},
 			"metrics-off":       {"--set", "metrics.enabled=false"},
 			"dra-no-extended":   {"--set", "driver=dra", "--set", "dra.deviceClass.extendedResource=false"},
+			"dra-no-pods":       {"--set", "driver=dra", "--set", "dra.readPods=false", "--set", "dra.restrictClaimStatusWrites=false"},
 		} {
 			out, err := h.run(append([]string{"install", "dry-" + strings.ToLower(name), h.chart,
 				"-n", "kube-system", "--dry-run=server", "--set", repo}, args...)...)
