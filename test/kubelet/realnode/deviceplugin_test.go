@@ -141,7 +141,7 @@ func TestRealNodeDevicePlugin(t *testing.T) {
 	t.Run("GPUAndHCA", func(t *testing.T) { gpuAndHCA(t, c.with(t)) })
 	t.Run("DriverReload", func(t *testing.T) {
 		c := c.with(t)
-		driverReload(t, c, "one", c.heldSeries)
+		driverReload(t, c, "one", func() string { return c.heldSeries("one", "after-relabel") })
 	})
 	t.Run("Restarts", func(t *testing.T) { deviceplugInRestarts(t, c.with(t), usable) })
 }

@@ -87,13 +87,19 @@ func driverReload(t *testing.T, c *cluster, holder string, accounting func() str
 }
 
 // heldSeries: the device plugin's hca_allocated series (which container holds which HCA, from
-// the kubelet's pod-resources), sorted.
-func (c *cluster) heldSeries() string {
+// the kubelet's pod-resources) of `pods`, sorted. Pods that run throughout: the plugin's view of
+// a pod that has just been deleted trails by up to a refresh.
+func (c *cluster) heldSeries(pods ...string) string {
 	c.t.Helper()
 	var out []string
 	for _, l := range strings.Split(c.pluginScrape(), "\n") {
-		if strings.HasPrefix(l, "rdma_device_plugin_hca_allocated{") {
-			out = append(out, l)
+		if !strings.HasPrefix(l, "rdma_device_plugin_hca_allocated{") {
+			continue
+		}
+		for _, p := range pods {
+			if strings.Contains(l, `,pod="`+p+`",`) {
+				out = append(out, l)
+			}
 		}
 	}
 	sort.Strings(out)
