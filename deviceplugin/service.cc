@@ -249,7 +249,7 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<v
     std::atomic<bool> answered{false};
     std::function<void()> answer;
     // Made only when the list is not answered at once: making and destroying a grpc::Alarm
-    // costs microseconds (issue 25's Allocate floor). Destroyed (cancelled) with the last holder.
+    // costs microseconds on every Allocate. Destroyed (cancelled) with the last holder.
     std::optional<grpc::Alarm> alarm;
     void Answer() {
       if (!answered.exchange(true)) answer();
@@ -401,13 +401,13 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                                                         const v1beta1::AllocateRequest* request,
                                                         v1beta1::AllocateResponse* response) {
   auto* reactor = new UnaryReactor;
-  // Withholding is checked against a pod list at least as new as the call (issue 25): the
+  // Withholding is checked against a pod list at least as new as the call: the
   // kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
   // relabel overlap the last periodic list may not show a container the other mode has just
   // admitted. Bounded by the List's deadline. While Lists fail the state as it is decides at once
   // (fail closed until the list is known; the last list after). Before the first List has ended
-  // the call waits for one too, at most admission_wait: refusing at once failed the first pods of
-  // a plugin that started while the kubelet was slow to list.
+  // the call waits for one too, at most admission_wait: refusing at once would fail the first
+  // pods of a plugin that starts while the kubelet is slow to list.
   auto answer = [reactor, node = node_, request, response] {
     reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
   };

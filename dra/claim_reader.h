@@ -1,6 +1,6 @@
 #pragma once
 
-// ClaimReader over the API server (issue 16): GET resource.k8s.io/v1 ResourceClaims and the
+// ClaimReader over the API server: GET resource.k8s.io/v1 ResourceClaims and the
 // pods they are reserved for.
 
 #include <atomic>

@@ -31,7 +31,7 @@ inline constexpr char kHca1[] = "hca-0000-3a-00-0";  // mlx5_1: uverbs1, umad1, 
 
 // Claims by UID; counts the reads; Unavailable for every claim while `down`. Each claim is
 // reserved for a pod of its own with one container using it whole (the common case), unless
-// SetPods says which pods and containers use what.
+// SetReserved and SetPod say which pods and containers use what.
 class FakeClaimReader : public ClaimReader {
  public:
   absl::StatusOr<ClaimAllocation> Read(const ClaimRef& ref, const std::string& driver,
@@ -82,7 +82,7 @@ class FakeClaimReader : public ClaimReader {
     absl::MutexLock lock(&mu_);
     names_[uid] = name;
   }
-  // The claim is reserved for `pods`; ReadPod answers them with `claims`.
+  // The claim is reserved for `pods`; ReadPod answers them as SetPod set them.
   void SetReserved(const std::string& uid, std::vector<PodRef> pods) {
     absl::MutexLock lock(&mu_);
     reserved_[uid] = std::move(pods);

@@ -20,7 +20,7 @@ import (
 // its token is bound to, and of its driver. The tokens are pod-bound, as the kubelet mints the
 // projected token of a driver pod (TokenRequest with the pod as bound object: the server adds
 // the pod's node to the token's extra). RBAC alone let any node's token rewrite every node's
-// slices, other drivers' included (issue 26).
+// slices, other drivers' included.
 func TestDRASliceWritesOwnNodeOnly(t *testing.T) {
 	helmBinary(t)
 	cp := Start(t)

@@ -714,7 +714,7 @@ func TestHelmControlPlane(t *testing.T) {
 	})
 }
 
-// The chart in DRA mode (issue 16), as the real API server admits it: the DeviceClass (CEL
+// The chart in DRA mode, as the real API server admits it: the DeviceClass (CEL
 // selector compiled and extendedResourceName validated by the server), the DaemonSets placed as
 // in device-plugin mode, and the ServiceAccount allowed exactly what the driver does, asked of
 // the server's RBAC authorizer (SubjectAccessReview), not read off the manifest.
