@@ -50,6 +50,7 @@ std::string TaintValue(const std::string& reason) {
   if (absl::StartsWith(reason, "no port state")) return "NoPortState";
   if (absl::StartsWith(reason, "flapping")) return "Flapping";
   if (absl::StartsWith(reason, "the health scan failed")) return "ScanFailed";
+  if (absl::StartsWith(reason, "its RDMA driver is not bound")) return "DriverNotBound";
   if (absl::StartsWith(reason, "port ")) return "PortNotActive";
   if (absl::StrContains(reason, "no uverbs")) return "NoUverbsDevice";
   if (absl::StartsWith(reason, "device node")) return "DeviceNodeMissing";

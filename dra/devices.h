@@ -111,7 +111,8 @@ std::string DegradedTaintKey(std::string_view driver_name);
 //   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
 // with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing, Flapping (held
 // by the early-warning rule), ScanFailed (the node's health scan fails: its last state is not
-// known to hold); Unusable for a reason this code does not know; with opts.taints
+// known to hold), DriverNotBound (its RDMA driver is away while its PCI function stays: a driver
+// reload); Unusable for a reason this code does not know; with opts.taints
 // false, no device at all. A usable HCA the early-warning rule finds degraded carries
 //   {key: "<driver>/degraded", value: SymbolErrors or LinkDowned, effect: NoSchedule}
 // (left without it when opts.taints is false: it is still usable). NoSchedule: the scheduler allocates it to no new claim that

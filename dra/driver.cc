@@ -145,7 +145,7 @@ absl::Status Driver::Reconcile() {
   }
   absl::StatusOr<std::vector<std::string>> on_disk = cdi_.ListClaims();
   if (!on_disk.ok()) return on_disk.status();
-  int orphans = 0, written = 0, dropped = 0;
+  int orphans = 0;
   for (const std::string& uid : *on_disk) {
     if (prepared_.count(uid)) continue;
     if (absl::Status s = cdi_.Remove(uid); !s.ok()) {
@@ -158,48 +158,86 @@ absl::Status Driver::Reconcile() {
                 "crash between the spec and the checkpoint)",
                 cdi_.PathOf(uid), uid);
   }
-  for (const auto& [uid, claim] : prepared_) {
-    // A missing spec is written when the kubelet prepares the claim again (AnswerKnown), not
-    // here: after a reboot (/var/run/cdi is a tmpfs) the checkpoint still holds the claims of
-    // pods deleted just before it, which the kubelet unprepares later; their specs stay gone.
-    absl::StatusOr<nlohmann::json> file = cdi_.Read(uid);
-    if (absl::IsNotFound(file.status())) continue;
-    absl::StatusOr<nlohmann::json> spec;
-    try {
-      spec = SpecFor(claim, /*require_usable=*/false);
-    } catch (const std::exception& e) {  // a library's throw is this claim's alone
-      spec = absl::InternalError(e.what());
-    }
-    if (!spec.ok()) {
-      absl::Status s = cdi_.Remove(uid);
-      Log()->error("claim {}: its CDI spec cannot be built now ({}): {}; its containers cannot "
-                   "start until the kubelet unprepares it",
-                   Describe(claim.ref), spec.status().ToString(),
-                   s.ok() ? "removed the old one, whose device nodes may name another HCA now"
-                          : absl::StrCat("removing the old one failed: ", s.ToString()));
-      dropped += s.ok();
-      continue;
-    }
-    if (file.ok() && *file == *spec) continue;
-    if (absl::Status s = cdi_.Write(uid, *spec); !s.ok()) {
-      Log()->error("claim {}: re-writing its CDI spec failed: {}", Describe(claim.ref),
-                   s.ToString());
-      continue;
-    }
-    ++written;
-    if (file.ok()) {
-      Log()->warn("claim {}: CDI spec re-written: it differed from what the node needs now (a "
-                  "reload of the HCA driver renumbers uverbs nodes and their major:minor)",
-                  Describe(claim.ref));
-    } else {
-      Log()->warn("claim {}: CDI spec written again ({})", Describe(claim.ref),
-                  std::string(file.status().message()));  // one that was not JSON
-    }
-  }
+  const SpecCounts counts = RewriteSpecs();
   Log()->info("CDI specs in {} agree with the checkpoint: {} (re)written, {} orphan(s) and {} "
               "temporary file(s) removed, {} left without a spec",
-              cdi_.dir(), written, orphans, temporaries->size(), dropped);
+              cdi_.dir(), counts.written, orphans, temporaries->size(), counts.dropped);
   return absl::OkStatus();
+}
+
+Driver::SpecCounts Driver::RewriteSpecs() {
+  SpecCounts counts;
+  for (const auto& [uid, claim] : prepared_) RewriteSpec(claim, counts);
+  return counts;
+}
+
+void Driver::RewriteSpec(const PreparedClaim& claim, SpecCounts& counts) {
+  const std::string& uid = claim.ref.uid;
+  // A missing spec is written when the kubelet prepares the claim again (AnswerKnown), not
+  // here: after a reboot (/var/run/cdi is a tmpfs) the checkpoint still holds the claims of
+  // pods deleted just before it, which the kubelet unprepares later; their specs stay gone.
+  absl::StatusOr<nlohmann::json> file = cdi_.Read(uid);
+  if (absl::IsNotFound(file.status())) return;
+  absl::StatusOr<nlohmann::json> spec;
+  try {
+    spec = SpecFor(claim, /*require_usable=*/false);
+  } catch (const std::exception& e) {  // a library's throw is this claim's alone
+    spec = absl::InternalError(e.what());
+  }
+  if (!spec.ok()) {
+    absl::Status s = cdi_.Remove(uid);
+    Log()->error("claim {}: its CDI spec cannot be built now ({}): {}; its containers cannot "
+                 "start until the kubelet unprepares it",
+                 Describe(claim.ref), spec.status().ToString(),
+                 s.ok() ? "removed the old one, whose device nodes may name another HCA now"
+                        : absl::StrCat("removing the old one failed: ", s.ToString()));
+    counts.dropped += s.ok();
+    return;
+  }
+  if (file.ok() && *file == *spec) return;
+  if (absl::Status s = cdi_.Write(uid, *spec); !s.ok()) {
+    Log()->error("claim {}: re-writing its CDI spec failed: {}", Describe(claim.ref),
+                 s.ToString());
+    return;
+  }
+  ++counts.written;
+  if (file.ok()) {
+    Log()->warn("claim {}: CDI spec re-written: it differed from what the node needs now (a "
+                "reload of the HCA driver renumbers uverbs nodes and their major:minor)",
+                Describe(claim.ref));
+  } else {
+    Log()->warn("claim {}: CDI spec written again ({})", Describe(claim.ref),
+                std::string(file.status().message()));  // one that was not JSON
+  }
+}
+
+void Driver::RefreshSpecs() {
+  SpecCounts counts;
+  const node::ViewPtr view = node_.Now();
+  // A claim on an HCA whose RDMA driver is away keeps its spec: built now it would name none of
+  // that HCA's nodes.
+  auto away = [&view](const PreparedClaim& claim) {
+    for (const AllocatedDevice& d : claim.devices) {
+      const int idx = FindHca(*view->topology, d.device);
+      if (idx >= 0 && view->driver_away.count(view->topology->hcas()[idx].place.pci)) return true;
+    }
+    return false;
+  };
+  for (const auto& [uid, claim] : Prepared()) {
+    if (away(claim)) continue;
+    // Each claim's calls wait, and it is taken as committed (a call in flight finished first).
+    LockClaim(uid);
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = prepared_.find(uid); it != prepared_.end()) RewriteSpec(it->second, counts);
+    }
+    UnlockClaim(uid);
+  }
+  if (counts.written + counts.dropped > 0) {
+    Log()->info("CDI specs of prepared claims built again for the node as it is now: {} "
+                "re-written, {} left without a spec",
+                counts.written, counts.dropped);
+  }
 }
 
 void Driver::LockClaim(const std::string& uid) {

@@ -116,6 +116,13 @@ class Driver {
   // Each claim's outcome by UID.
   std::map<std::string, absl::Status> Unprepare(const std::vector<ClaimRef>& claims);
 
+  // After the node's RDMA driver is back from a reload: each prepared claim's CDI spec is built
+  // again and re-written where it differs (the kernel numbered the uverbs nodes anew), so that a
+  // container started from now on gets its HCAs' new device nodes; a spec that cannot be built is
+  // removed, as at Start. A claim on an HCA whose driver is still away keeps its spec. Each
+  // claim's calls wait for its own.
+  void RefreshSpecs() ABSL_LOCKS_EXCLUDED(mu_);
+
   // The claims prepared now.
   PreparedClaims Prepared() const;
   // The claims Start unprepared because the kubelet had forgotten them.
@@ -145,6 +152,15 @@ class Driver {
   absl::StatusOr<nlohmann::json> SpecFor(const PreparedClaim& claim, bool require_usable = true);
   // Start's agreement of the CDI directory with prepared_.
   absl::Status Reconcile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each prepared claim's spec on disk built again, re-written where it differs, removed where it
+  // cannot be built; a missing one stays missing (the kubelet's next prepare writes it).
+  struct SpecCounts {
+    int written = 0;
+    int dropped = 0;
+  };
+  SpecCounts RewriteSpecs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RewriteSpec(const PreparedClaim& claim, SpecCounts& counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Start's unprepare of the claims the kubelet has forgotten (config_.kubelet_state).
   absl::Status UnprepareForgotten() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the spec, then the checkpoint entry; on failure neither is left.

@@ -204,7 +204,10 @@ void Plugin::PollLoop() {
     try {
       // A change publishes through the listener; the health stream is sent each poll all the
       // same (a stream that joined since has its heartbeat from it).
+      const bool away = !node_.Now()->driver_away.empty();
       node_.Poll(HeldHcas(claims_->driver().Prepared(), *node_.Now()));
+      // Back from a driver reload: the prepared claims' specs name the new device nodes.
+      if (away && node_.Now()->driver_away.empty()) claims_->driver().RefreshSpecs();
     } catch (const std::exception& e) {  // the next poll tries again; the process goes on
       Log()->error("the health poll failed: {}", e.what());
     }

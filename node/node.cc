@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "hca/scan_change.h"
 #include "serving/atomic_file.h"
@@ -30,13 +31,45 @@ void LogPortChanges(spdlog::logger& log, const topology::Topology& before,
     for (const topology::Port& port : h.ports) {
       auto was = std::find_if(old_ports.begin(), old_ports.end(),
                               [&port](const topology::Port& p) { return p.number == port.number; });
-      if (was != old_ports.end() && was->state != port.state) {
+      // A port whose state was not known (an HCA whose RDMA driver was away) is no change.
+      if (was != old_ports.end() && !was->state.empty() && was->state != port.state) {
         log.info("HCA {} port {} is now {} (was {})", Describe(h), port.number,
                  port.state.empty() ? "in an unknown state" : port.state,
                  was->state.empty() ? "unknown" : was->state);
       }
     }
   }
+}
+
+// The reason of an HCA whose RDMA driver is away.
+constexpr char kDriverAway[] =
+    "its RDMA driver is not bound (the PCI function stays: a driver reload?)";
+
+// "mlx5_0 (PCI=0000:1a:00.0), mlx5_1 (PCI=...)" for the HCAs of `view` at `pcis`.
+std::string Names(const View& view, const std::set<std::string>& pcis) {
+  std::vector<std::string> out;
+  for (const std::string& pci : pcis) {
+    auto it = view.hcas.find(pci);
+    out.push_back(absl::StrCat(it == view.hcas.end() ? "?" : it->second.name, " (PCI=", pci, ")"));
+  }
+  return absl::StrJoin(out, ", ");
+}
+
+// `fresh` (a discovery, which knows no HCA whose RDMA device is gone) with the HCAs of
+// `effective` at `away` added back as `effective` has them (their last placement).
+topology::TopologyPtr KeepAway(const topology::TopologyPtr& fresh,
+                               const std::vector<topology::Hca>& effective,
+                               const std::set<std::string>& away) {
+  if (away.empty()) return fresh;
+  std::vector<topology::Hca> hcas = fresh->hcas();
+  for (const topology::Hca& h : effective) {
+    if (away.count(h.place.pci) && fresh->HcaIndex(h.place.pci) < 0) hcas.push_back(h);
+  }
+  std::sort(hcas.begin(), hcas.end(), [](const topology::Hca& a, const topology::Hca& b) {
+    return a.place.pci < b.place.pci;
+  });
+  return std::make_shared<const topology::Topology>(
+      topology::Topology::WithNumaNodes(fresh->all_numa_nodes(), std::move(hcas), fresh->gpus()));
 }
 
 }  // namespace
@@ -57,6 +90,7 @@ hca::Verdict View::Verdict(const topology::Hca& hca) const {
   if (!scan_error.empty()) {
     return {false, absl::StrCat("the health scan failed: ", scan_error), {}};
   }
+  if (driver_away.count(hca.place.pci)) return {false, kDriverAway, {}};
   return hca::AssessWithHistory(hca, flagged);
 }
 
@@ -89,10 +123,13 @@ absl::StatusOr<topology::TopologyPtr> Node::Discover() {
 }
 
 absl::Status Node::Init() {
-  absl::MutexLock poll(&poll_mu_);
-  absl::StatusOr<topology::TopologyPtr> found = Discover();
-  if (!found.ok()) return found.status();
-  Publish(std::const_pointer_cast<View>(View::Of(*found)));
+  {
+    absl::MutexLock poll(&poll_mu_);
+    absl::StatusOr<topology::TopologyPtr> found = Discover();
+    if (!found.ok()) return found.status();
+    Publish(std::const_pointer_cast<View>(View::Of(*found)));
+  }
+  Notify();
   return absl::OkStatus();
 }
 
@@ -102,11 +139,12 @@ ViewPtr Node::Now() const {
 }
 
 void Node::Publish(std::shared_ptr<View> view) {
-  {
-    absl::MutexLock lock(&mu_);
-    view->version = view_ ? view_->version + 1 : 1;
-    view_ = std::move(view);
-  }
+  absl::MutexLock lock(&mu_);
+  view->version = view_ ? view_->version + 1 : 1;
+  view_ = std::move(view);
+}
+
+void Node::Notify() {
   absl::ReaderMutexLock lock(&listeners_mu_);
   for (const auto& [id, listener] : listeners_) listener();
 }
@@ -134,17 +172,28 @@ bool Node::ScanFailed(const absl::Status& status) {
 }
 
 bool Node::Poll(const std::optional<std::set<std::string>>& held) {
-  absl::MutexLock poll(&poll_mu_);
+  bool changed = false;
+  {
+    absl::MutexLock poll(&poll_mu_);
+    changed = PollLocked(held);
+  }
+  if (changed) Notify();
+  return changed;
+}
+
+bool Node::PollLocked(const std::optional<std::set<std::string>>& held) {
   if (!sources_.scan) return false;
   absl::StatusOr<std::vector<topology::Hca>> scan = sources_.scan();
   if (!scan.ok()) return ScanFailed(scan.status());
   if (scan_failing_) log_->info("health scan succeeds again");
   scan_failing_ = false;
-  const std::vector<topology::Hca>& scanned = *scan;
   const ViewPtr now = Now();
   const topology::TopologyPtr& current = now->topology;
-  LogPortChanges(*log_, *current, scanned);
-  const bool flags_changed = early_warning_.Poll(scanned, *sources_.env, sources_.now());
+  LogPortChanges(*log_, *current, *scan);
+  const bool flags_changed = early_warning_.Poll(*scan, *sources_.env, sources_.now());
+  // The scan, and an entry for each HCA whose RDMA driver is away: the same PCI functions.
+  std::set<std::string> away;
+  const std::vector<topology::Hca> scanned = WithDriverAway(*current, *std::move(scan), away);
 
   topology::TopologyPtr fresh = current;
   const hca::ScanChange change = hca::CompareScan(current->hcas(), scanned);
@@ -156,7 +205,7 @@ bool Node::Poll(const std::optional<std::set<std::string>>& held) {
     if (found.ok()) {
       if (discovery_pending_) log_->info("re-discovery succeeds again");
       discovery_pending_ = false;
-      fresh = *found;
+      fresh = KeepAway(*found, scanned, away);
     } else {
       if (!discovery_pending_) {
         log_->warn("re-discovery failed, using the sysfs scan placed as last discovered; "
@@ -176,16 +225,19 @@ bool Node::Poll(const std::optional<std::set<std::string>>& held) {
   auto next = std::make_shared<View>();
   next->topology = fresh;
   next->flagged = early_warning_.Flagged();
+  next->driver_away = away;
   std::set<std::string> present;
   for (const topology::Hca& h : scanned) {
     present.insert(h.place.pci);
     auto was = now->hcas.find(h.place.pci);
     hca::Verdict verdict = next->Verdict(h);
+    // The driver going or coming back is one line for the node (NoteDriver).
+    const bool driver_moved = away.count(h.place.pci) != now->driver_away.count(h.place.pci);
     if (was == now->hcas.end()) {
       log_->info("HCA added: {}", Describe(h));
     } else if (!was->second.present) {
       log_->info("HCA returned: {}", Describe(h));
-    } else if (was->second.healthy != verdict.usable) {
+    } else if (was->second.healthy != verdict.usable && !driver_moved) {
       log_->info("HCA {} is now {}", Describe(h),
                  verdict.usable ? "healthy" : "unhealthy: " + verdict.reason);
     }
@@ -218,14 +270,74 @@ bool Node::Poll(const std::optional<std::set<std::string>>& held) {
     next->hcas[pci] = std::move(gone);
   }
   const bool changed = fresh != current || flags_changed || !now->scan_error.empty() ||
-                       next->hcas != now->hcas;
+                       next->hcas != now->hcas || next->driver_away != now->driver_away;
   if (!changed) return false;
+  NoteDriver(*now, *next);
   Publish(std::move(next));
   return true;
 }
 
+std::vector<topology::Hca> Node::WithDriverAway(const topology::Topology& current,
+                                                std::vector<topology::Hca> scanned,
+                                                std::set<std::string>& away) const {
+  std::set<std::string> seen;
+  for (const topology::Hca& h : scanned) seen.insert(h.place.pci);
+  for (const topology::Hca& h : current.hcas()) {
+    if (seen.count(h.place.pci) ||
+        !sources_.env->Exists(absl::StrCat("/sys/bus/pci/devices/", h.place.pci))) {
+      continue;
+    }
+    topology::Hca left = h;  // its name and placement; nothing of the RDMA device
+    left.uverbs.clear();
+    left.umad.clear();
+    left.issm.clear();
+    left.char_devices.clear();
+    for (topology::Port& port : left.ports) {
+      port.state.clear();
+      port.phys_state.clear();
+    }
+    away.insert(h.place.pci);
+    scanned.push_back(std::move(left));
+  }
+  return scanned;
+}
+
+void Node::NoteDriver(const View& before, const View& now) {
+  if (before.driver_away.empty() && !now.driver_away.empty()) {
+    driver_away_since_ = sources_.now();
+    log_->warn("RDMA driver gone from {} HCA(s): {}; their PCI functions stay, so each is "
+               "listed Unhealthy under the same ID until the driver is back",
+               now.driver_away.size(), Names(before, now.driver_away));
+    return;
+  }
+  if (before.driver_away.empty() || !now.driver_away.empty()) return;
+  std::vector<std::string> back;
+  for (const std::string& pci : before.driver_away) {
+    auto was = before.hcas.find(pci);
+    auto is = now.hcas.find(pci);
+    if (is == now.hcas.end() || !is->second.present) continue;  // its PCI function went too
+    const std::string old_name = was == before.hcas.end() ? "?" : was->second.name;
+    back.push_back(old_name == is->second.name
+                       ? absl::StrCat(old_name, " (PCI=", pci, ")")
+                       : absl::StrCat(old_name, " -> ", is->second.name, " (PCI=", pci, ")"));
+  }
+  if (back.empty()) return;
+  driver_reloads_.Add();
+  log_->info("RDMA driver back on {} HCA(s) after {}: {}", back.size(),
+             absl::FormatDuration(sources_.now() - driver_away_since_), absl::StrJoin(back, ", "));
+}
+
 ViewPtr Node::Rediscover() {
-  absl::MutexLock poll(&poll_mu_);
+  ViewPtr view;
+  {
+    absl::MutexLock poll(&poll_mu_);
+    view = RediscoverLocked();
+  }
+  if (view) Notify();
+  return view;
+}
+
+ViewPtr Node::RediscoverLocked() {
   const absl::Time at = sources_.now();
   if (at - last_rediscovery_ < options_.rediscover_interval) return nullptr;
   last_rediscovery_ = at;
@@ -237,7 +349,7 @@ ViewPtr Node::Rediscover() {
   }
   const ViewPtr now = Now();
   auto next = std::make_shared<View>(*now);
-  next->topology = *found;
+  next->topology = KeepAway(*found, now->topology->hcas(), now->driver_away);
   for (const topology::Hca& h : next->topology->hcas()) {
     hca::Verdict verdict = next->Verdict(h);
     auto was = now->hcas.find(h.place.pci);
@@ -312,6 +424,10 @@ void Node::WriteMetrics(metrics::Exposition& out, metrics::NodeMetricsInput door
                "Health scans that found the same HCAs in another state (a port going DOWN or "
                "ACTIVE, a device node, a name), patched into the snapshot without a discovery.",
                state_changes_);
+  WriteCounter(out, "driver_reloads_total",
+               "RDMA driver reloads: the node's RDMA devices gone while their PCI functions stayed, "
+               "then back (counted when they are back).",
+               driver_reloads_);
   out.Family(Name("discovery_duration_seconds"),
              "Duration of each full discovery of the node (sysfs and the PCI tree).",
              metrics::Exposition::Type::kHistogram);

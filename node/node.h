@@ -14,7 +14,13 @@
 //  - A failed discovery (after a scan showed PCI functions come or go): the scanned HCAs are
 //    placed as the last discovery placed them (topology::WithScannedHcas) and discovery is tried
 //    again at every poll until one succeeds.
-//  - An HCA the scan no longer sees is listed unusable ("it is gone from the node") and
+//  - An HCA whose RDMA device is gone while its PCI function stays (/sys/bus/pci/devices/<pci>:
+//    the RDMA driver is being reloaded, e.g. openibd or a MOFED driver container) keeps its place
+//    in the snapshot under the same PCI address, unusable ("its RDMA driver is not bound"), never
+//    forgotten; when its device comes back, under the same or another mlx5_N / uverbsN, it is
+//    the same HCA with the new names. One log line when the driver goes, one when it is back
+//    with how long it was away; each return counts one reload.
+//  - An HCA whose PCI function is gone too is listed unusable ("it is gone from the node") and
 //    forgotten only once it has been absent for Options::forget_after_polls polls and the door
 //    knows that nobody holds it.
 // Thread-safe. Poll and Rediscover are serialised with each other; Now() never waits for a
@@ -87,12 +93,17 @@ struct View {
   hca::FlaggedHcas flagged;
   // The last health scan's error; "" when it succeeded (or there is no scan).
   std::string scan_error;
+  // PCI addresses of the HCAs of `topology` whose RDMA driver is not bound now (their PCI
+  // function stays): in the snapshot with their last names and placement, no device nodes and no
+  // port state.
+  std::set<std::string> driver_away;
   // Increases with every change.
   std::uint64_t version = 0;
 
   // Whether a present HCA of `topology` can be handed out, and why not: unusable while the scan
-  // fails, else hca::AssessWithHistory (its own state, then the early-warning rule). The one
-  // definition both doors hand out, list, taint and report by.
+  // fails or its RDMA driver is away (the reason starts "its RDMA driver is not bound"), else
+  // hca::AssessWithHistory (its own state, then the early-warning rule). The one definition both
+  // doors hand out, list, taint and report by.
   hca::Verdict Verdict(const topology::Hca& hca) const;
 
   // A view of `topology` alone (every HCA present, nothing flagged), for one-shot tools and tests.
@@ -144,7 +155,8 @@ class Node {
                  const std::map<std::string, std::string>& paired_gpu = {}) const;
 
   // `listener` runs after every change of the view, on the thread that made it, outside the
-  // node's locks. RemoveListener returns once no call of that listener is running.
+  // node's locks (two changes on two threads may run it concurrently; it reads Now()).
+  // RemoveListener returns once no call of that listener is running.
   int AddListener(std::function<void()> listener) ABSL_LOCKS_EXCLUDED(listeners_mu_);
   void RemoveListener(int id) ABSL_LOCKS_EXCLUDED(listeners_mu_);
   // Run by CheckNow when the node changed since the last scan: the poll's owner polls soon.
@@ -162,10 +174,24 @@ class Node {
  private:
   // sources_.discover(), timed.
   absl::StatusOr<topology::TopologyPtr> Discover();
-  // Publishes `view` (version bumped) and runs the listeners.
-  void Publish(std::shared_ptr<View> view) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
+  // Poll and Rediscover under poll_mu_; the listeners run after it is released.
+  bool PollLocked(const std::optional<std::set<std::string>>& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  ViewPtr RediscoverLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // Publishes `view` (version bumped).
+  void Publish(std::shared_ptr<View> view) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs the listeners (no lock of the node held but listeners_mu_, shared).
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_, poll_mu_);
   // The scan failed: every HCA unusable, nothing forgotten.
   bool ScanFailed(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // `scanned` with an entry for each HCA of `current` whose RDMA device the scan lacks while its
+  // PCI function stays: its last name and placement, no device nodes, no port state. Their PCI
+  // addresses in `away`.
+  std::vector<topology::Hca> WithDriverAway(const topology::Topology& current,
+                                            std::vector<topology::Hca> scanned,
+                                            std::set<std::string>& away) const;
+  // Logs the driver going or coming back and counts a reload, from the HCAs away before and now.
+  void NoteDriver(const View& before, const View& now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
 
   const Options options_;
   const Sources sources_;
@@ -175,6 +201,7 @@ class Node {
   // The node's instruments.
   metrics::Counter rediscoveries_;      // discoveries after the first (hotplug, Rediscover)
   metrics::Counter state_changes_;      // scans of the same HCAs in another state, patched in
+  metrics::Counter driver_reloads_;     // the RDMA driver back after it was away
   metrics::Histogram discovery_;        // every discovery's duration, the first included
 
   // Held by Poll and Rediscover: one of them changes the snapshot at a time.
@@ -182,6 +209,7 @@ class Node {
   bool scan_failing_ ABSL_GUARDED_BY(poll_mu_) = false;        // logged once per streak
   bool discovery_pending_ ABSL_GUARDED_BY(poll_mu_) = false;   // the last one failed
   absl::Time last_rediscovery_ ABSL_GUARDED_BY(poll_mu_) = absl::InfinitePast();
+  absl::Time driver_away_since_ ABSL_GUARDED_BY(poll_mu_);  // while a view's driver_away is set
 
   mutable absl::Mutex listeners_mu_;
   std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(listeners_mu_);

@@ -121,13 +121,30 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
   for (const std::string& b : hca.bridges) dev_dir /= b;
   dev_dir /= hca.pci;
 
-  Laid laid{hca, dev_dir.string(), next_uverbs_++, {}};
+  Laid laid{hca, dev_dir.string(), -1, {}};
   RDP_RETURN_IF_ERROR(Write(dev_dir / "numa_node", std::to_string(hca.numa)));
   RDP_RETURN_IF_ERROR(Write(dev_dir / "vendor", "0x15b3"));
   RDP_RETURN_IF_ERROR(Write(dev_dir / "device", "0x1021"));
   RDP_RETURN_IF_ERROR(Write(dev_dir / "class", "0x020700"));
-
   RDP_RETURN_IF_ERROR(Symlink(dev_dir, sys / "bus" / "pci" / "devices" / hca.pci));
+  // Each netdev with a hardware address made from the function's address and the netdev's
+  // index, so that it is stable and differs between netdevs: "0000:1a:00.0", 0 ->
+  // "02:00:00:1a:00:00" (a locally administered address).
+  for (std::size_t i = 0; i < hca.netdevs.size(); ++i) {
+    RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / hca.netdevs[i]));
+    RDP_RETURN_IF_ERROR(Write(dev_dir / "net" / hca.netdevs[i] / "address", NetdevAddress(hca.pci, i)));
+  }
+  RDP_RETURN_IF_ERROR(LayOutRdma(laid));
+  laid_.push_back(std::move(laid));
+  return absl::OkStatus();
+}
+
+absl::Status SysfsFixture::LayOutRdma(Laid& laid) {
+  const FixtureHca& hca = laid.hca;
+  const fs::path sys = fs::path(root_) / "sys";
+  const fs::path dev_dir = laid.device_dir;
+  laid.uverbs = next_uverbs_++;
+  laid.mads.clear();
   const fs::path ib = dev_dir / "infiniband" / hca.name;
   RDP_RETURN_IF_ERROR(Symlink(dev_dir, ib / "device"));
   for (const FixturePort& p : hca.ports) {
@@ -158,13 +175,6 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
     }
   }
   RDP_RETURN_IF_ERROR(Symlink(ib, sys / "class" / "infiniband" / hca.name));
-  // Each netdev with a hardware address made from the function's address and the netdev's
-  // index, so that it is stable and differs between netdevs: "0000:1a:00.0", 0 ->
-  // "02:00:00:1a:00:00" (a locally administered address).
-  for (std::size_t i = 0; i < hca.netdevs.size(); ++i) {
-    RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / hca.netdevs[i]));
-    RDP_RETURN_IF_ERROR(Write(dev_dir / "net" / hca.netdevs[i] / "address", NetdevAddress(hca.pci, i)));
-  }
 
   const fs::path devib = fs::path(root_) / "dev" / "infiniband";
   const std::string uverbs = fmt::format("uverbs{}", laid.uverbs);
@@ -193,8 +203,47 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
     }
     RDP_RETURN_IF_ERROR(Write(sys / "class" / "infiniband_mad" / "abi_version", "5"));
   }
-  laid_.push_back(std::move(laid));
+  laid.bound = true;
   return absl::OkStatus();
+}
+
+void SysfsFixture::RemoveRdma(Laid& laid) {
+  const fs::path sys = fs::path(root_) / "sys";
+  const fs::path devib = fs::path(root_) / "dev" / "infiniband";
+  std::error_code ec;
+  // Class links first, as the kernel's device_del does, then the device's directories.
+  fs::remove(sys / "class" / "infiniband" / laid.hca.name, ec);
+  fs::remove(sys / "class" / "infiniband_verbs" / fmt::format("uverbs{}", laid.uverbs), ec);
+  fs::remove(devib / fmt::format("uverbs{}", laid.uverbs), ec);
+  for (int n : laid.mads) {
+    for (const char* kind : {"umad", "issm"}) {
+      fs::remove(sys / "class" / "infiniband_mad" / fmt::format("{}{}", kind, n), ec);
+      fs::remove(devib / fmt::format("{}{}", kind, n), ec);
+    }
+  }
+  for (const char* dir : {"infiniband", "infiniband_verbs", "infiniband_mad"}) {
+    fs::remove_all(fs::path(laid.device_dir) / dir, ec);
+  }
+  laid.bound = false;
+}
+
+absl::Status SysfsFixture::UnbindRdma(const std::string& name) {
+  Laid* l = Find(name);
+  if (!l || !l->bound) return absl::NotFoundError("no bound HCA " + name);
+  RemoveRdma(*l);
+  return absl::OkStatus();
+}
+
+absl::Status SysfsFixture::BindRdma(const std::string& pci, const std::string& name) {
+  RDP_RETURN_IF_ERROR(OneEntry("HCA name", name));
+  for (Laid& l : laid_) {
+    if (l.hca.pci != pci) continue;
+    if (l.bound) return absl::AlreadyExistsError("HCA " + pci + " is bound as " + l.hca.name);
+    if (Find(name)) return absl::AlreadyExistsError("HCA " + name + " already laid out");
+    l.hca.name = name;
+    return LayOutRdma(l);
+  }
+  return absl::NotFoundError("no PCI function " + pci);
 }
 
 absl::Status SysfsFixture::AddRdmaCm() {
@@ -249,20 +298,9 @@ absl::Status SysfsFixture::RemoveUverbs(const std::string& name) {
 absl::Status SysfsFixture::RemoveHca(const std::string& name) {
   Laid* l = Find(name);
   if (!l) return absl::NotFoundError("no HCA " + name);
-  const fs::path sys = fs::path(root_) / "sys";
-  const fs::path devib = fs::path(root_) / "dev" / "infiniband";
   std::error_code ec;
-  // Class links first, as the kernel's device_del does, then the device directory.
-  fs::remove(sys / "class" / "infiniband" / name, ec);
-  fs::remove(sys / "bus" / "pci" / "devices" / l->hca.pci, ec);
-  fs::remove(sys / "class" / "infiniband_verbs" / fmt::format("uverbs{}", l->uverbs), ec);
-  fs::remove(devib / fmt::format("uverbs{}", l->uverbs), ec);
-  for (int n : l->mads) {
-    for (const char* kind : {"umad", "issm"}) {
-      fs::remove(sys / "class" / "infiniband_mad" / fmt::format("{}{}", kind, n), ec);
-      fs::remove(devib / fmt::format("{}{}", kind, n), ec);
-    }
-  }
+  if (l->bound) RemoveRdma(*l);
+  fs::remove(fs::path(root_) / "sys" / "bus" / "pci" / "devices" / l->hca.pci, ec);
   fs::remove_all(l->device_dir, ec);
   if (ec) return absl::InternalError("remove " + l->device_dir + ": " + ec.message());
   laid_.erase(laid_.begin() + (l - laid_.data()));

@@ -121,6 +121,12 @@ class SysfsFixture {
                           std::uint64_t value);
   // Removes only the HCA's /dev/infiniband/uverbsN.
   absl::Status RemoveUverbs(const std::string& name);
+  // Removes the HCA's RDMA device (its infiniband, infiniband_verbs and infiniband_mad entries
+  // and their /dev nodes) and keeps its PCI function, as unloading the RDMA driver does.
+  absl::Status UnbindRdma(const std::string& name);
+  // Lays the RDMA device of the PCI function `pci` out again as `name`, with the next uverbs and
+  // umad/issm numbers, as loading the driver again does (it may number them differently).
+  absl::Status BindRdma(const std::string& pci, const std::string& name);
 
   // Lays out what the node says about GPUDirect RDMA (not part of AddTopology's layout).
   absl::Status AddGpuDirect(const FixtureGpuDirect& gpudirect);
@@ -141,8 +147,12 @@ class SysfsFixture {
     std::string device_dir;  // absolute path of .../<pci>
     int uverbs = -1;
     std::vector<int> mads;   // umad/issm index per port
+    bool bound = false;      // its RDMA device is laid out
   };
   Laid* Find(const std::string& name);
+  // The RDMA device of `laid`'s PCI function, with the next uverbs and umad/issm numbers.
+  absl::Status LayOutRdma(Laid& laid);
+  void RemoveRdma(Laid& laid);
 
   std::string root_;
   std::vector<Laid> laid_;

@@ -374,11 +374,13 @@ def check_mounts(r, ds, name):
             and sys_mount["mountPath"] == os.path.join(sysfs_root, "sys"),
             f"{sys_mount} vs {sysfs_root}")
     dev_root = flag(ds, "--dev-root")
-    ib = hm.get("/dev/infiniband")
-    r.check(name + "/dev/infiniband mounted read-only at <--dev-root>/dev/infiniband",
-            ib is not None and dev_root is not None and ib.get("readOnly") is True
-            and ib["mountPath"] == os.path.join(dev_root, "dev/infiniband"),
-            f"{ib} vs {dev_root}")
+    dev = hm.get("/dev")
+    # The whole /dev: a mount of /dev/infiniband stays on the directory a driver reload removes.
+    r.check(name + "/dev mounted read-only at <--dev-root>/dev (not /dev/infiniband)",
+            dev is not None and dev_root is not None and dev.get("readOnly") is True
+            and dev["mountPath"] == os.path.join(dev_root, "dev")
+            and "/dev/infiniband" not in hm,
+            f"{dev} vs {dev_root}; host paths {sorted(hm)}")
     proc_root = flag(ds, "--proc-root")
     pd = hm.get("/proc/driver")
     r.check(name + "/proc/driver mounted read-only at <--proc-root>/proc/driver",
@@ -674,7 +676,7 @@ def check_overrides(r, helm):
                   "pullPolicy": "Always"},
         "hostPaths": {"kubeletDevicePlugins": "/var/lib/k0s/kubelet/device-plugins",
                       "kubeletPodResources": "/var/lib/k0s/kubelet/pod-resources",
-                      "sys": "/sys", "devInfiniband": "/dev/infiniband", "procDriver": ""},
+                      "sys": "/sys", "dev": "/dev", "procDriver": ""},
         "podAnnotations": {"a": "b"},
     })
     modes = by_mode(docs)
@@ -811,11 +813,12 @@ def check_dra(r, helm):
         r.check(name + "/var/run/cdi mounted read-write at --cdi-root",
                 cdi is not None and cdi["mountPath"] == flag(ds, "--cdi-root")
                 and not cdi.get("readOnly"), str(cdi))
-        r.check(name + "/sys and /dev/infiniband read-only under the roots",
+        r.check(name + "/sys and /dev read-only under the roots (not /dev/infiniband)",
                 hm.get("/sys", {}).get("mountPath") == "/host/sys"
                 and hm["/sys"].get("readOnly") is True
-                and hm.get("/dev/infiniband", {}).get("mountPath") == "/host/dev/infiniband"
-                and hm["/dev/infiniband"].get("readOnly") is True, str(sorted(hm)))
+                and hm.get("/dev", {}).get("mountPath") == "/host/dev"
+                and hm["/dev"].get("readOnly") is True
+                and "/dev/infiniband" not in hm, str(sorted(hm)))
         pd = hm.get("/proc/driver")
         r.check(name + "/proc/driver read-only at <--proc-root>/proc/driver (GPUDirect RDMA)",
                 pd is not None and pd.get("readOnly") is True and flag(ds, "--proc-root")

@@ -425,6 +425,57 @@ TEST_F(TrustTest, AFailedScanKeepsTheLastGoodState) {
   EXPECT_EQ(healthy(), 4);
 }
 
+// A driver reload under a running pod: every RDMA device gone while the PCI functions stay, for
+// longer than forget_after_polls polls, then back with every mlx5_N/uverbsN numbered anew. The
+// device plugin keeps every ID listed (Unhealthy while the driver is away, nothing forgotten,
+// though nothing but the pod's HCA is held), the pod's HCA stays in its accounting, and after the
+// reload the same IDs are Healthy and Allocate names the new HCA names and device nodes. Before,
+// the unheld HCAs were forgotten after forget_after_polls polls and came back under new polls'
+// worth of churn; the kubelet saw the node's capacity shrink.
+TEST_F(TrustTest, ADriverReloadKeepsEveryIdAndAllocatesTheNewNodes) {
+  auto pods = std::make_unique<ScriptedPods>();
+  pods->Answer({{"default/train/main", {{"rdma/hca", {kPcis[1]}}}}});
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.forget_after_polls = 3;
+  NodeState state(config, node_.Sources(std::move(pods)));
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  auto listed = [&] {
+    std::map<std::string, bool> out;
+    for (const DeviceState& d : state.Devices().devices) out[d.id] = d.healthy;
+    return out;
+  };
+  ASSERT_EQ(listed().size(), 4u);
+  for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
+    ASSERT_TRUE(node_.fixture().UnbindRdma(name).ok()) << name;
+  }
+  for (int i = 0; i < 10; ++i) state.Poll();
+  std::map<std::string, bool> away = listed();
+  ASSERT_EQ(away.size(), 4u) << "an HCA was forgotten while its driver was away";
+  for (const auto& [id, healthy] : away) EXPECT_FALSE(healthy) << id;
+  const absl::StatusOr<NodeState::Grant> refused = state.Allocate({kPcis[0]});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  metrics::Exposition out;
+  state.WriteMetrics(out);
+  const std::string scrape = out.Take();
+  EXPECT_NE(scrape.find(R"(pci="0000:3a:00.0",namespace="default",pod="train",container="main")"),
+            std::string::npos)
+      << "the holder's accounting: " << scrape;
+
+  // Back, numbered anew (the fixture's next uverbs is 4).
+  ASSERT_TRUE(node_.fixture().BindRdma(kPcis[3], "mlx5_4").ok());
+  ASSERT_TRUE(node_.fixture().BindRdma(kPcis[2], "mlx5_5").ok());
+  ASSERT_TRUE(node_.fixture().BindRdma(kPcis[1], "mlx5_6").ok());
+  ASSERT_TRUE(node_.fixture().BindRdma(kPcis[0], "mlx5_7").ok());
+  state.Poll();
+  for (const auto& [id, healthy] : listed()) EXPECT_TRUE(healthy) << id;
+  EXPECT_EQ(listed().size(), 4u);
+  const absl::StatusOr<NodeState::Grant> grant = state.Allocate({kPcis[0]});
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->allocation.envs.at("NCCL_IB_HCA"), "=mlx5_7");
+  EXPECT_EQ(grant->allocation.devices[0].host_path, "/dev/infiniband/uverbs7");
+}
+
 // A pod-resources List that throws (a readdir error in a source) must not freeze the refresh:
 // the next one runs. Before, a flag set for the refresh was never reset, and withholding and
 // the GPU context froze for the life of the process.

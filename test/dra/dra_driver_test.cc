@@ -329,6 +329,38 @@ TEST(DRADriverTest, PerClaimErrorsWriteNothing) {
   }
 }
 
+// A driver reload under a prepared claim: the claim stays prepared (checkpoint, spec) while the
+// RDMA devices are away; once they are back with new uverbs numbers the claim's spec names the new
+// nodes (RefreshSpecs), and a claim prepared after the reload gets them too.
+TEST(DRADriverTest, AClaimPreparedBeforeADriverReloadNamesTheNewNodesAfterIt) {
+  DraNode n;
+  n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0)});
+  ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kClaim.uid).ok());
+  ASSERT_EQ(SpecPaths(n, kClaim.uid)[0], "/dev/infiniband/uverbs0");
+  for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
+    ASSERT_TRUE(n.node().fixture().UnbindRdma(name).ok()) << name;
+  }
+  n.core().Poll(std::set<std::string>{});
+  ASSERT_EQ(n.core().Now()->driver_away.size(), 4u);
+  n.driver().RefreshSpecs();  // while away: nothing is rebuilt from an HCA without its nodes
+  EXPECT_EQ(n.driver().Prepared().count(kClaim.uid), 1u);
+  EXPECT_EQ(SpecPaths(n, kClaim.uid)[0], "/dev/infiniband/uverbs0");
+  ASSERT_TRUE(n.node().fixture().BindRdma("0000:1a:00.0", "mlx5_7").ok());  // uverbs4
+  for (const auto& [pci, name] : std::vector<std::pair<std::string, std::string>>{
+           {"0000:3a:00.0", "mlx5_4"}, {"0000:9a:00.0", "mlx5_5"}, {"0000:ba:00.0", "mlx5_6"}}) {
+    ASSERT_TRUE(n.node().fixture().BindRdma(pci, name).ok()) << pci;
+  }
+  n.core().Poll(std::set<std::string>{});
+  ASSERT_TRUE(n.core().Now()->driver_away.empty());
+  n.driver().RefreshSpecs();
+  EXPECT_EQ(SpecPaths(n, kClaim.uid)[0], "/dev/infiniband/uverbs4");
+  EXPECT_EQ(SpecEnv(n, kClaim.uid)["NCCL_IB_HCA"], "=mlx5_7");
+  const ClaimRef after{"ns", kUid2, "after"};
+  n.reader().Set(after.uid, std::vector<AllocatedDevice>{Dev(kHca1)});
+  ASSERT_TRUE(n.driver().Prepare({after}).at(after.uid).ok());
+  EXPECT_EQ(SpecPaths(n, after.uid)[0], "/dev/infiniband/uverbs5");
+}
+
 TEST(DRADriverTest, HotPluggedHcaIsFoundByDiscoveringAgain) {
   DraNode n;
   const int at_start = n.discoveries();

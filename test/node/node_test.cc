@@ -208,6 +208,80 @@ TEST_F(NodeTest, AVanishedHcaIsForgottenOnlyWhenNothingHoldsIt) {
   EXPECT_TRUE(Hca(*node->Now(), "0000:9a:00.0").healthy);
 }
 
+// A driver reload: every RDMA device gone for 60 s while the PCI functions stay, then back with
+// every mlx5_N and uverbsN numbered anew. Each HCA keeps its PCI address, placement and place in
+// the snapshot, unusable with the driver's reason, never forgotten (nothing holds them); back,
+// each is healthy under the same ID with the new names and device nodes, without a discovery; one
+// reload is counted and logged with how long the driver was away.
+TEST_F(NodeTest, ADriverReloadKeepsEveryHcaUnderItsPciAddress) {
+  auto node = MakeNode();
+  const std::vector<std::string> pcis = {"0000:1a:00.0", "0000:3a:00.0", "0000:9a:00.0"};
+  for (const char* name : {"mlx5_0", "mlx5_1", "mlx5_2"}) {
+    ASSERT_TRUE(fixture_.UnbindRdma(name).ok()) << name;
+  }
+  for (int i = 0; i < 12; ++i) {  // 60 s of polls every 5 s, nothing held
+    now_ += absl::Seconds(5);
+    node->Poll(std::set<std::string>{});
+  }
+  ViewPtr view = node->Now();
+  EXPECT_EQ(view->driver_away, std::set<std::string>(pcis.begin(), pcis.end()));
+  ASSERT_EQ(view->topology->hcas().size(), 3u) << "kept in the snapshot";
+  for (const std::string& pci : pcis) {
+    const hca::AdvertisedHca& a = Hca(*view, pci);
+    EXPECT_EQ(a.pci, pci) << "never forgotten";
+    EXPECT_TRUE(a.present);
+    EXPECT_FALSE(a.healthy);
+    EXPECT_EQ(a.absent_polls, 0);
+    EXPECT_EQ(a.reason.rfind("its RDMA driver is not bound", 0), 0u) << a.reason;
+    const topology::Hca& h = view->topology->hcas()[view->topology->HcaIndex(pci)];
+    EXPECT_EQ(h.place.pcie_root, "discovery-1") << "placement kept";
+    EXPECT_TRUE(h.uverbs.empty());
+    EXPECT_FALSE(view->Verdict(h).usable);
+  }
+  EXPECT_EQ(Hca(*view, "0000:9a:00.0").numa, 1);
+
+  // Back, numbered anew: mlx5_0 is now mlx5_5 on uverbs3, and so on.
+  ASSERT_TRUE(fixture_.BindRdma("0000:9a:00.0", "mlx5_3").ok());
+  ASSERT_TRUE(fixture_.BindRdma("0000:1a:00.0", "mlx5_5").ok());
+  ASSERT_TRUE(fixture_.BindRdma("0000:3a:00.0", "mlx5_4").ok());
+  now_ += absl::Seconds(5);
+  EXPECT_TRUE(node->Poll(std::set<std::string>{}));
+  view = node->Now();
+  EXPECT_TRUE(view->driver_away.empty());
+  EXPECT_EQ(Hca(*view, "0000:1a:00.0").name, "mlx5_5");
+  for (const std::string& pci : pcis) {
+    EXPECT_TRUE(Hca(*view, pci).healthy) << pci << ": " << Hca(*view, pci).reason;
+  }
+  const topology::Hca& first = view->topology->hcas()[view->topology->HcaIndex("0000:1a:00.0")];
+  EXPECT_EQ(first.uverbs, "uverbs4");
+  EXPECT_EQ(first.place.pcie_root, "discovery-1");
+  EXPECT_EQ(discoveries_, 1) << "the same PCI functions: no discovery";
+  // What a container gets names the new device nodes.
+  hca::NodesNow checked = node->CheckNow({&first});
+  ASSERT_TRUE(hca::Assess(checked.hcas[0]).usable);
+  Grant grant = node->GrantFor(checked.hcas, checked.rdma_cm);
+  EXPECT_EQ(grant.allocation.envs.at("NCCL_IB_HCA"), "=mlx5_5");
+  EXPECT_EQ(grant.allocation.devices[0].host_path, "/dev/infiniband/uverbs4");
+  metrics::Exposition out;
+  node->WriteMetrics(out, {});
+  EXPECT_NE(out.Take().find("rdma_device_plugin_driver_reloads_total 1\n"), std::string::npos);
+}
+
+// A driver that never comes back for one HCA whose PCI function then goes (a hot-unplug during
+// the reload): that one is forgotten after the grace, the others stay.
+TEST_F(NodeTest, AnHcaWhosePciFunctionGoesDuringAReloadIsForgotten) {
+  auto node = MakeNode();
+  ASSERT_TRUE(fixture_.UnbindRdma("mlx5_0").ok());
+  ASSERT_TRUE(fixture_.UnbindRdma("mlx5_1").ok());
+  node->Poll(std::set<std::string>{});
+  ASSERT_TRUE(fixture_.RemoveHca("mlx5_1").ok());
+  for (int i = 0; i < 3; ++i) node->Poll(std::set<std::string>{});
+  ViewPtr view = node->Now();
+  EXPECT_EQ(view->hcas.count("0000:3a:00.0"), 0u);
+  EXPECT_EQ(view->driver_away, std::set<std::string>{"0000:1a:00.0"});
+  EXPECT_EQ(Hca(*view, "0000:1a:00.0").pci, "0000:1a:00.0");
+}
+
 TEST_F(NodeTest, RediscoverIsRateLimited) {
   auto node = MakeNode();
   ASSERT_TRUE(fixture_.AddHca(Card("mlx5_3", "0000:ba:00.0", 1)).ok());

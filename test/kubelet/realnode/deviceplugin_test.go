@@ -139,6 +139,10 @@ func TestRealNodeDevicePlugin(t *testing.T) {
 	t.Run("InsideThePod", func(t *testing.T) { insideThePod(t, c.with(t)) })
 	t.Run("Check", func(t *testing.T) { checkSubcommand(t, c.with(t)) })
 	t.Run("GPUAndHCA", func(t *testing.T) { gpuAndHCA(t, c.with(t)) })
+	t.Run("DriverReload", func(t *testing.T) {
+		c := c.with(t)
+		driverReload(t, c, "one", func() string { return c.heldSeries("one", "after-relabel") })
+	})
 	t.Run("Restarts", func(t *testing.T) { deviceplugInRestarts(t, c.with(t), usable) })
 }
 
@@ -204,28 +208,48 @@ func (c *cluster) waitPluginLog(part1, part2 string) {
 // part2.
 func (c *cluster) waitContainerLog(container, part1, part2 string) {
 	c.t.Helper()
+	c.waitContainerLogMore(container, 0, part1, part2)
+}
+
+// waitContainerLogMore waits until a running plugin pod's container logged more than `than` lines
+// with part1 and part2 (than: containerLogLines before what should log them).
+func (c *cluster) waitContainerLogMore(container string, than int, part1, part2 string) {
+	c.t.Helper()
 	eventually(c.t, podTimeout, container+" logging "+part1+"... "+part2, func() (bool, string) {
-		pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
+		lines, err := c.containerLogLines(container, part1, part2)
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, p := range pods.Items {
-			if p.Status.Phase != v1.PodRunning {
-				continue
-			}
-			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: container}).Do(c.ctx()).Raw()
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, l := range strings.Split(string(raw), "\n") {
-				if strings.Contains(l, part1) && strings.Contains(l, part2) {
-					c.t.Logf("%s: %s", container, l)
-					return true, ""
-				}
+		if len(lines) > than {
+			c.t.Logf("%s: %s", container, lines[len(lines)-1])
+			return true, ""
+		}
+		return false, fmt.Sprintf("%d such lines logged", len(lines))
+	})
+}
+
+// containerLogLines: the lines of the running plugin pods' container's log with part1 and part2.
+func (c *cluster) containerLogLines(container, part1, part2 string) ([]string, error) {
+	pods, err := c.client.CoreV1().Pods(pluginNS).List(c.ctx(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.Status.Phase != v1.PodRunning {
+			continue
+		}
+		raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: container}).Do(c.ctx()).Raw()
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range strings.Split(string(raw), "\n") {
+			if strings.Contains(l, part1) && strings.Contains(l, part2) {
+				out = append(out, l)
 			}
 		}
-		return false, "not logged yet"
-	})
+	}
+	return out, nil
 }
 
 // pluginRestarts: the restart count of the running plugin pod's container (-1: none running).

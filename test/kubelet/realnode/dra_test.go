@@ -78,6 +78,16 @@ func TestRealNodeDRA(t *testing.T) {
 	t.Run("GPUAndHCA", func(t *testing.T) { draGPUAndHCA(t, c.with(t)) })
 	t.Run("PerContainer", func(t *testing.T) { draPerContainer(t, c.with(t)) })
 	t.Run("Rollout", func(t *testing.T) { draRollout(t, c.with(t)) })
+	t.Run("DriverReload", func(t *testing.T) {
+		c := c.with(t)
+		c.heldClaim("through-reload")
+		uid := c.claimUID("through-reload")
+		driverReload(t, c, "through-reload", func() string {
+			return fmt.Sprintf("claim through-reload allocated %v, its CDI spec written: %v",
+				c.allocated("through-reload", "hca"), containsClaim(c.cdiSpecs(), uid))
+		})
+		c.deletePods(podTimeout, "through-reload")
+	})
 	t.Run("Restarts", func(t *testing.T) { draRestarts(t, c.with(t)) })
 }
 
