@@ -218,7 +218,7 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
     const std::vector<ClaimRef>& claims) {
   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> out;
   // One deadline for the whole call: the kubelet waits for all claims together.
-  const absl::Time deadline = absl::Now() + config_.api_timeout;
+  const absl::Time deadline = config_.now() + config_.api_timeout;
   std::vector<ClaimRef> fresh;
   for (const ClaimRef& ref : claims) {
     if (out.count(ref.uid)) continue;

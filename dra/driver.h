@@ -54,6 +54,8 @@ struct DriverConfig {
   // The API reads of one Prepare call, retries included, together: the kubelet gives a call
   // 45 s; a claim answered from the checkpoint needs none.
   absl::Duration api_timeout = absl::Seconds(10);
+  // The clock those reads' deadline is set on. Tests replace it.
+  std::function<absl::Time()> now = [] { return absl::Now(); };
   // The kubelet's DRA checkpoint (<kubelet root dir>/dra_manager_state, dra/kubelet_state.h),
   // read by Start; "" for none (nothing is reconciled with the kubelet).
   std::string kubelet_state;

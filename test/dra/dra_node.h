@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -179,7 +180,9 @@ class DraNode {
     config.node_name = kNode;
     config.api_timeout = absl::Seconds(1);
     config.kubelet_state = kubelet_state_;
-    driver_ = std::make_unique<Driver>(config, reader_, *cdi_, *checkpoint_, *core_, status_);
+    if (configure_) configure_(config);
+    driver_ = std::make_unique<Driver>(config, reader_over_ ? *reader_over_ : reader_, *cdi_,
+                                       *checkpoint_, *core_, status_);
     ASSERT_TRUE(driver_->Start().ok());
   }
 
@@ -187,6 +190,10 @@ class DraNode {
   void SetKubeletState(std::string path) { kubelet_state_ = std::move(path); }
   // Where the next NewDriver's driver writes claims' status.devices (not owned).
   void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
+  // What the next NewDriver's driver reads claims and pods through (not owned; null: reader()).
+  void SetReader(ClaimReader* r) { reader_over_ = r; }
+  // Changes the next NewDriver's driver config after the defaults above are set.
+  void Configure(std::function<void(DriverConfig&)> edit) { configure_ = std::move(edit); }
   // Discoveries of the node so far, the first included.
   int discoveries() const { return discoveries_; }
   // The node's topology read from sysfs now.
@@ -230,6 +237,8 @@ class DraNode {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
   ClaimStatusWriter* status_ = nullptr;
+  ClaimReader* reader_over_ = nullptr;
+  std::function<void(DriverConfig&)> configure_;
   std::string kubelet_state_;
 };
 
