@@ -1131,9 +1131,13 @@ def documented_metrics():
 
 
 def source_metric_suffixes():
-    """Every quoted metric name or Name("...") suffix in the product's C++ sources."""
+    """Every quoted metric name or Name("...") suffix in the product's C++ sources
+    (every module with a CMakeLists.txt but the tests, the simulator and the benchmarks)."""
     found = set()
-    for d in ("metrics", "deviceplugin", "dra", "cmd"):
+    product = [d for d in sorted(os.listdir(REPO))
+               if os.path.isfile(os.path.join(REPO, d, "CMakeLists.txt"))
+               and d not in ("test", "sim", "bench")]
+    for d in product:
         for root, _, files in os.walk(os.path.join(REPO, d)):
             for name in files:
                 if name.endswith((".cc", ".h")):
