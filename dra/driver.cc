@@ -1,6 +1,8 @@
 #include "dra/driver.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -208,6 +210,14 @@ void Driver::LockClaim(const std::string& uid) {
   busy_.insert(uid);
 }
 
+bool Driver::LockIfPrepared(const std::string& uid) {
+  absl::MutexLock lock(&mu_);
+  while (busy_.count(uid) != 0 && prepared_.count(uid) != 0) claim_done_.Wait(&mu_);
+  if (prepared_.count(uid) == 0) return false;
+  busy_.insert(uid);
+  return true;
+}
+
 void Driver::UnlockClaim(const std::string& uid) {
   absl::MutexLock lock(&mu_);
   busy_.erase(uid);
@@ -217,9 +227,7 @@ void Driver::UnlockClaim(const std::string& uid) {
 std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepare(
     const std::vector<ClaimRef>& claims) {
   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> out;
-  // One deadline for the whole call: the kubelet waits for all claims together.
-  const absl::Time deadline = config_.now() + config_.api_timeout;
-  std::vector<ClaimRef> fresh;
+  std::vector<ClaimRef> valid;
   for (const ClaimRef& ref : claims) {
     if (out.count(ref.uid)) continue;
     if (ref.ns.empty() || ref.name.empty()) {
@@ -232,34 +240,36 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
                                absl::StrCat("claim ", ref.ns, "/", ref.name, ": ", s.message())));
       continue;
     }
-    // A claim in the checkpoint is answered at once, without the API server.
+    out.emplace(ref.uid, absl::UnknownError("not prepared"));  // answered below
+    valid.push_back(ref);
+  }
+  // Claim locks are taken in UID order. A claim in the checkpoint is answered at once, without
+  // the API server, and its lock let go: the locks held from here on are of claims that are not
+  // prepared, which no other call waits for while it holds prepare_mu_ (LockIfPrepared).
+  std::sort(valid.begin(), valid.end(),
+            [](const ClaimRef& a, const ClaimRef& b) { return a.uid < b.uid; });
+  std::vector<ClaimRef> fresh;
+  for (const ClaimRef& ref : valid) {
     LockClaim(ref.uid);
     std::optional<PreparedClaim> known;
     {
       absl::MutexLock lock(&mu_);
       if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
     }
-    if (known) {
-      absl::StatusOr<std::vector<PreparedDevice>> r;
-      try {
-        r = AnswerKnown(*known);
-      } catch (const std::exception& e) {  // a library's throw stays this claim's error
-        r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
-      }
-      out.emplace(ref.uid, std::move(r));
-    } else {
-      out.emplace(ref.uid, absl::UnknownError("not prepared"));  // answered by PrepareFresh
+    if (!known) {
       fresh.push_back(ref);
+      continue;
+    }
+    try {
+      out.at(ref.uid) = AnswerKnown(*known);
+    } catch (const std::exception& e) {  // a library's throw stays this claim's error
+      out.at(ref.uid) = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
     }
     UnlockClaim(ref.uid);
   }
   if (!fresh.empty()) {
-    absl::MutexLock serial(&prepare_mu_);
-    std::sort(fresh.begin(), fresh.end(),
-              [](const ClaimRef& a, const ClaimRef& b) { return a.uid < b.uid; });
-    for (const ClaimRef& ref : fresh) LockClaim(ref.uid);
     try {
-      PrepareFresh(fresh, deadline, out);
+      PrepareFresh(fresh, out);
     } catch (const std::exception& e) {
       for (const ClaimRef& ref : fresh) {
         auto& r = out.at(ref.uid);
@@ -284,32 +294,72 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
 }
 
 void Driver::PrepareFresh(
-    const std::vector<ClaimRef>& refs, absl::Time deadline,
+    const std::vector<ClaimRef>& refs,
     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out) {
-  std::map<std::string, std::pair<ClaimRef, ClaimAllocation>> read;  // by uid
-  for (const ClaimRef& ref : refs) {
-    std::optional<PreparedClaim> known;  // prepared by a concurrent call meanwhile
-    {
-      absl::MutexLock lock(&mu_);
-      if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
+  // One deadline for the call's reads, from when they can start (the claims' locks held): the
+  // kubelet waits for all claims together.
+  const absl::Time deadline = config_.now() + config_.api_timeout;
+  for (int attempt = 1;; ++attempt) {
+    const uint64_t since = BeginReads();
+    std::map<std::string, std::pair<ClaimRef, ClaimAllocation>> read;  // by uid
+    for (const ClaimRef& ref : refs) {
+      absl::StatusOr<ClaimAllocation> claim = reader_.Read(ref, config_.driver_name, deadline);
+      if (!claim.ok()) {
+        out.at(ref.uid) = ReadError(ref, claim.status());
+      } else if (claim->devices.empty()) {
+        out.at(ref.uid) = absl::FailedPreconditionError(
+            absl::StrCat("claim ", Describe(ref), ": its allocation has no device of driver ",
+                         config_.driver_name));
+      } else {
+        read.emplace(ref.uid, std::pair(ref, *std::move(claim)));
+      }
     }
-    if (known) {
-      out.at(ref.uid) = AnswerKnown(*known);
-      continue;
+    Consumers consumers;
+    if (!read.empty()) consumers = ConsumersOf(read, deadline);
+    absl::MutexLock serial(&prepare_mu_);
+    const std::set<std::string> named = EndReads(since, read);
+    if (read.empty()) return;
+    if (!named.empty() && attempt < kReadAttempts) continue;  // read again, the lock let go
+    for (const std::string& uid : named) {
+      Log()->warn("claim {}: its holders changed while it was read ({} times): its CDI device "
+                  "sets only its requests' own variables",
+                  Describe(read.at(uid).first), kReadAttempts);
+      for (auto& [key, devices] : consumers.commons) {
+        if (key.claim_uid == uid) devices = std::nullopt;
+      }
     }
-    absl::StatusOr<ClaimAllocation> claim = reader_.Read(ref, config_.driver_name, deadline);
-    if (!claim.ok()) {
-      out.at(ref.uid) = ReadError(ref, claim.status());
-    } else if (claim->devices.empty()) {
-      out.at(ref.uid) = absl::FailedPreconditionError(
-          absl::StrCat("claim ", Describe(ref), ": its allocation has no device of driver ",
-                       config_.driver_name));
-    } else {
-      read.emplace(ref.uid, std::pair(ref, *std::move(claim)));
-    }
+    CommitFresh(read, consumers, out);
+    return;
   }
-  if (read.empty()) return;
-  const Consumers consumers = ConsumersOf(read, deadline);
+}
+
+uint64_t Driver::BeginReads() {
+  absl::MutexLock lock(&mu_);
+  reads_since_.insert(commits_);
+  return commits_;
+}
+
+std::set<std::string> Driver::EndReads(
+    uint64_t since, const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read) {
+  absl::MutexLock lock(&mu_);
+  reads_since_.erase(reads_since_.find(since));
+  std::set<std::string> out;
+  for (const auto& [uid, entry] : read) {
+    const auto it = named_at_.find(Key(entry.first.ns, entry.first.name));
+    if (it != named_at_.end() && it->second > since) out.insert(uid);
+  }
+  // What no call still reading can have missed is forgotten.
+  const uint64_t oldest = reads_since_.empty() ? commits_ : *reads_since_.begin();
+  for (auto it = named_at_.begin(); it != named_at_.end();) {
+    it = it->second <= oldest ? named_at_.erase(it) : std::next(it);
+  }
+  return out;
+}
+
+void Driver::CommitFresh(
+    const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
+    const Consumers& consumers,
+    std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out) {
   std::set<std::string> batch;
   for (const auto& [uid, entry] : read) {
     batch.insert(uid);
@@ -340,6 +390,13 @@ void Driver::PrepareFresh(
     }
     out.at(ref.uid) = std::move(r);
   }
+  {
+    absl::MutexLock lock(&mu_);
+    ++commits_;
+    if (!reads_since_.empty()) {
+      for (const std::string& key : consumers.named) named_at_[key] = commits_;
+    }
+  }
   UpdateShared(consumers, batch);
 }
 
@@ -357,9 +414,13 @@ Driver::Consumers Driver::ConsumersOf(
   }
   std::vector<PodClaims> consumers;
   std::set<std::string> unknown;  // claim uids
+  std::set<std::string> named;
   for (const auto& [pod_uid, pod] : pods) {
     absl::StatusOr<PodClaims> p = reader_.ReadPod(pod, deadline);
     if (p.ok()) {
+      for (const PodClaims::Container& container : p->containers) {
+        for (const ClaimUse& use : container.uses) named.insert(Key(pod.ns, use.claim));
+      }
       consumers.push_back(*std::move(p));
     } else if (!absl::IsNotFound(p.status())) {  // a pod that is gone consumes nothing
       Log()->warn("reading pod {}/{} failed, so its containers' other HCAs are not known: {}",
@@ -398,7 +459,8 @@ Driver::Consumers Driver::ConsumersOf(
       }
     }
   }
-  Consumers out{CommonDevices(consumers, table), PodSetVariables(consumers, table)};
+  Consumers out{CommonDevices(consumers, table), PodSetVariables(consumers, table),
+                std::move(named)};
   Commons& commons = out.commons;
   for (auto& [key, devices] : commons) {
     if (unknown.count(key.claim_uid)) devices = std::nullopt;
@@ -472,7 +534,7 @@ void Driver::UpdateShared(const Consumers& consumers, const std::set<std::string
     }
   }
   for (const std::string& uid : stale) {
-    LockClaim(uid);
+    if (!LockIfPrepared(uid)) continue;  // unprepared since
     std::optional<PreparedClaim> claim;
     {
       absl::MutexLock lock(&mu_);
