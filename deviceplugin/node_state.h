@@ -91,29 +91,8 @@ class NodeState {
       ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Shutdown: the List in flight fails at once, and so does every later one.
   void StopPodLists();
-  // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
-  // it (within its deadline) rather than refusing every HCA as not known yet. False without a
-  // pod-resources source.
-  bool pod_list_failing() const {
-    return sources_.pod_resources && last_list_ == ListEnd::kFailed;
-  }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
-  // The latest List succeeded and began after the latest registration with the kubelet had
-  // returned, and no registration is under way. The kubelet keeps one endpoint per resource: once
-  // we are registered, every container that gets rdma/hca is admitted through us, so such a list
-  // already shows every container another plugin (the other mode's, before a relabel) admitted.
-  // Allocate reads a new List only when this is false: one List per admission, not two, against
-  // the kubelet's pod-resources budget. The kubelet may call Allocate before its answer to our
-  // Register reaches us, so a registration counts from the moment it is sent.
-  bool list_since_registration() const {
-    const std::uint64_t epoch = registration_epoch_;
-    return has_pod_resources() && last_list_ == ListEnd::kOk && epoch % 2 == 0 &&
-           last_list_epoch_ == epoch;
-  }
-  // The lifecycle thread calls these around each Register RPC, whatever its outcome.
-  void RegistrationBegins() { ++registration_epoch_; }
-  void RegistrationEnded() { ++registration_epoch_; }
 
   struct DeviceList {
     std::uint64_t version = 0;
@@ -179,13 +158,7 @@ class NodeState {
   const Config config_;
   NodeSources sources_;
   node::Node core_;
-  // How the latest pod-resources List ended: none has yet, it succeeded, it failed.
-  enum class ListEnd : char { kNone, kOk, kFailed };
-  std::atomic<ListEnd> last_list_{ListEnd::kNone};
-  // Odd while a Register RPC is under way: incremented as each begins and as it ends.
-  std::atomic<std::uint64_t> registration_epoch_{0};
-  // registration_epoch_ when the latest successful List began.
-  std::atomic<std::uint64_t> last_list_epoch_{0};
+  std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
   mutable PluginMetrics metrics_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.

@@ -401,28 +401,19 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                                                         const v1beta1::AllocateRequest* request,
                                                         v1beta1::AllocateResponse* response) {
   auto* reactor = new UnaryReactor;
-  // Withholding is checked against a pod list at least as new as the call (issue 25): the
-  // kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
-  // relabel overlap the last periodic list may not show a container the other mode has just
-  // admitted. Bounded by the List's deadline. While Lists fail the state as it is decides at once
-  // (fail closed until the list is known; the last list after). Before the first List has ended
-  // the call waits for one too, at most admission_wait: refusing at once failed the first pods of
-  // a plugin that started while the kubelet was slow to list.
-  auto answer = [reactor, node = node_, request, response] {
-    reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
-  };
-  // A list that began after our registration already shows every container admitted through
-  // another plugin (NodeState::list_since_registration): then no new List is needed.
-  if (node_->pod_list_failing() || node_->list_since_registration()) {
-    answer();
-  } else if (!node_->pods_known()) {
-    // No List has ended yet: wait for one as GetPreferredAllocation does, at most admission_wait,
-    // then refuse (fail closed) with the state as it is: a pod-resources server that never
-    // answers must not hold the kubelet's admission for the List's whole deadline.
-    AfterAFreshPodList(*node_, node_->config().admission_wait, std::move(answer));
-  } else {
-    node_->RefreshPods(std::move(answer));
-  }
+  // Withholding is checked against a pod list at least as new as the call: a container the other
+  // mode's plugin admitted a moment ago (its Allocate was in flight when we registered, or the
+  // kubelet skipped our GetPreferredAllocation because the aligned set equals the request) is in
+  // no older list. One List per Allocate (shared with concurrent callers); the kubelet admits
+  // serially, so that is one per container at its pace. The call waits for that List at most
+  // admission_wait, then decides with the state as it is (fail closed while no List has ever
+  // answered; the last list after): a pod-resources server that never answers must not hold the
+  // kubelet's admission for the List's whole deadline.
+  AfterAFreshPodList(*node_, node_->config().admission_wait,
+                     [reactor, node = node_, request, response] {
+                       reactor->Done(HandleAllocate(*node, *request, response), node->metrics(),
+                                     Rpc::kAllocate);
+                     });
   return reactor;
 }
 

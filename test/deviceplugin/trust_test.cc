@@ -554,23 +554,17 @@ TEST_F(TrustTest, AVerySlowPodListDoesNotHoldGetPreferredAllocation) {
   EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
 }
 
-// Exclusive Allocate checks withholding against a pod list that began after our registration
-// (every container another plugin admitted is in it; the kubelet skips GetPreferredAllocation
-// when the aligned set equals the request, so that call cannot be relied on to refresh it): here
-// the only list is the one from before the registration, and a shared container was admitted
-// since. Before (issue 25) Allocate read the list of the last health interval and handed the
-// HCA out.
+// Exclusive Allocate checks withholding against a pod list that began after the call (the
+// kubelet skips GetPreferredAllocation when the aligned set equals the request, so that call
+// cannot be relied on to refresh it): here the only list is the one from before the
+// registration, and a shared container was admitted since.
 TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.health_interval = kNever;  // no periodic refresh
-  // The pod list is read before the plugin serves and registers, however slow the machine: a
-  // List begun after the registration shows every container admitted by then (the kubelet has
-  // one endpoint per resource), so Allocate rightly reuses it, and with the 100 ms default a
-  // start List that ran late made this test flaky (1 run in 4 under load).
-  config.pod_resources_first_wait = kWait;
+  config.pod_resources_first_wait = kWait;  // the pod list is known before the plugin serves
   StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
   ASSERT_EQ(pods.list_calls(), 1) << "the pod list was read again after the registration";
@@ -580,6 +574,36 @@ TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << "an HCA a shared container sees was handed out";
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "withheld")) << refused.error_message();
+}
+
+// A List that began after our registration does not show every container the other mode's
+// plugin admits: the kubelet may have been allocating through it when we registered, and records
+// that container after our List. Each exclusive Allocate reads a List of its own: here, after a
+// List begun well after the registration, the other mode's plugin's container (holding an HCA
+// under its shared ID) appears, and Allocate of that HCA is refused as withheld. Before, a List
+// begun after the registration counted as fresh for every later Allocate, and the HCA was handed
+// out.
+TEST_F(TrustTest, ExclusiveAllocateAfterAListSinceRegistrationReadsAnotherList) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;  // no periodic refresh
+  config.pod_resources_first_wait = kWait;
+  config.admission_wait = kWait;  // answered by its List, never by the wait's end
+  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_TRUE(plugin_->node().RefreshPodsAndWait(kWait)) << "no List after the registration";
+  const int lists = pods.list_calls();
+  v1beta1::AllocateResponse granted;
+  ASSERT_TRUE(Allocate({kPcis[0]}, &granted).ok()) << "nothing is withheld yet";
+  pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});  // admitted since
+  v1beta1::AllocateResponse response;
+  const grpc::Status refused = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an HCA a shared container sees was handed out";
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "withheld")) << refused.error_message();
+  EXPECT_EQ(pods.list_calls(), lists + 2) << "not one List per Allocate";
 }
 
 // The kubelet may call Allocate before its answer to our Register has reached us. A pod list read
