@@ -117,8 +117,8 @@ class SlowApi : public ClaimReader {
   bool serialised_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Forwards to `objects`, but a read of the pod named by Hold waits (inside the read) until
-// Release.
+// Forwards to `objects`, but each read of the pod named by Hold waits (inside the read) until
+// Pass lets that one read through, or Release opens the gate for good.
 class GatedReader : public ClaimReader {
  public:
   explicit GatedReader(ClaimReader& objects) : objects_(objects) {}
@@ -130,10 +130,16 @@ class GatedReader : public ClaimReader {
   absl::StatusOr<PodClaims> ReadPod(const PodRef& pod, absl::Time deadline) override {
     {
       absl::MutexLock lock(&mu_);
-      if (pod.uid == held_ && !released_) {
+      if (pod.uid == held_) {
+        ++held_reads_;
         ++waiting_;
-        mu_.AwaitWithTimeout(absl::Condition(&released_), kWait);
+        changed_.SignalAll();
+        const absl::Time give_up = absl::Now() + kWait;
+        while (!released_ && passes_ == 0 && !changed_.WaitWithDeadline(&mu_, give_up)) {
+        }
+        if (!released_ && passes_ > 0) --passes_;
         --waiting_;
+        changed_.SignalAll();
       }
     }
     return objects_.ReadPod(pod, deadline);
@@ -142,22 +148,38 @@ class GatedReader : public ClaimReader {
     absl::MutexLock lock(&mu_);
     held_ = pod_uid;
   }
-  // Whether a read waits in the gate, within kWait.
+  // Whether a read waits in the gate (not one already let through), within kWait.
   bool WaitHeld() {
     absl::MutexLock lock(&mu_);
-    auto held = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiting_ > 0; };
-    return mu_.AwaitWithTimeout(absl::Condition(&held), kWait);
+    const absl::Time give_up = absl::Now() + kWait;
+    while (!(waiting_ > 0 && passes_ == 0) && !changed_.WaitWithDeadline(&mu_, give_up)) {
+    }
+    return waiting_ > 0 && passes_ == 0;
+  }
+  void Pass() {
+    absl::MutexLock lock(&mu_);
+    ++passes_;
+    changed_.SignalAll();
   }
   void Release() {
     absl::MutexLock lock(&mu_);
     released_ = true;
+    changed_.SignalAll();
+  }
+  // Reads of the held pod so far.
+  int held_reads() {
+    absl::MutexLock lock(&mu_);
+    return held_reads_;
   }
 
  private:
   ClaimReader& objects_;
   absl::Mutex mu_;
+  absl::CondVar changed_;  // a read came to the gate or left it, Pass, Release
   std::string held_ ABSL_GUARDED_BY(mu_);
+  int held_reads_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  int passes_ ABSL_GUARDED_BY(mu_) = 0;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -269,6 +291,65 @@ TEST(DRAPrepareLoadTest, AClaimDecidedAfterAnotherCallCommittedTakesInItsHolders
   EXPECT_EQ(SpecEnv(n, kUid2).at("NCCL_IB_HCA"), "=mlx5_0,mlx5_1");
   EXPECT_EQ(SpecEnv(n, kUid1).count("NCCL_IB_HCA"), 0u);
   EXPECT_TRUE(n.driver().Prepared().at(kUid1).common.empty());
+}
+
+// Claim "shared" (mlx5_0) is prepared for pod "first"; during each of that call's first
+// `commits` reads of pod "first", a pod whose container "a" uses "shared" (alone, as in "first")
+// and whose container "b" uses a claim of its own (mlx5_1) is admitted and that claim prepared by
+// another call. Returns how often pod "first" was read, and "shared" as prepared.
+std::pair<int, PreparedClaim> PrepareSharedWhileOthersCommit(int commits) {
+  DraNode n;
+  GatedReader gate(n.reader());
+  n.SetReader(&gate);
+  n.NewDriver();
+  const PodRef first{"ns", "first", "pod-1"};
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  n.reader().SetName(kUid1, "shared");
+  std::vector<PodRef> holders = {first};
+  n.reader().SetReserved(kUid1, holders);
+  n.reader().SetPod({first, {{"c", {{"shared", ""}}}}});
+  gate.Hold(first.uid);
+  absl::StatusOr<std::vector<PreparedDevice>> shared;
+  std::thread reading([&] { shared = n.driver().Prepare({{"ns", kUid1, "shared"}}).at(kUid1); });
+  for (int i = 0; i < commits; ++i) {
+    EXPECT_TRUE(gate.WaitHeld()) << "pod first was not read a " << i + 1 << ". time";
+    const PodRef pod{"ns", absl::StrCat("second-", i), absl::StrCat("pod-2", i)};
+    const ClaimRef own{"ns", absl::StrFormat("0c1a1e00-0000-4000-8000-0000000002%02d", i),
+                       absl::StrCat("own-", i)};
+    n.reader().Set(own.uid, std::vector<AllocatedDevice>{Dev(kHca1)});
+    n.reader().SetName(own.uid, own.name);
+    n.reader().SetReserved(own.uid, {pod});
+    holders.push_back(pod);
+    n.reader().SetReserved(kUid1, holders);
+    n.reader().SetPod({pod, {{"a", {{"shared", ""}}}, {"b", {{own.name, ""}}}}});
+    const auto r = n.driver().Prepare({own}).at(own.uid);
+    EXPECT_TRUE(r.ok()) << r.status();
+    gate.Pass();
+  }
+  gate.Release();
+  reading.join();
+  EXPECT_TRUE(shared.ok()) << shared.status();
+  const PreparedClaims prepared = n.driver().Prepared();
+  const auto it = prepared.find(kUid1);
+  return {gate.held_reads(), it == prepared.end() ? PreparedClaim{} : it->second};
+}
+
+// A call that finds its claim named by other calls' commits while it read reads again, at most
+// three times in all: its claim's holders are those of its last reads (here the common variables
+// name mlx5_0, right for every container that gets "shared"); after three it decides without
+// knowing them, and the claim gets no common variables.
+TEST(DRAPrepareLoadTest, AClaimWhoseHoldersKeepChangingIsReadAtMostThreeTimes) {
+  {
+    const auto [reads, shared] = PrepareSharedWhileOthersCommit(2);
+    EXPECT_EQ(reads, 3);
+    ASSERT_EQ(shared.common.count("hca"), 1u) << "holders known after the third read";
+  }
+  {
+    const auto [reads, shared] = PrepareSharedWhileOthersCommit(3);
+    EXPECT_EQ(reads, 3);
+    EXPECT_EQ(shared.ref.uid, kUid1) << "not prepared";
+    EXPECT_TRUE(shared.common.empty()) << "decided on holders it may not have read";
+  }
 }
 
 }  // namespace
