@@ -153,6 +153,20 @@ bool NodeState::RefreshPodsAndWait(absl::Duration at_most) {
          outcome->ok;
 }
 
+void NodeState::KeepPreferred(std::optional<std::vector<std::string>> answer) {
+  if (answer) std::sort(answer->begin(), answer->end());
+  absl::MutexLock lock(&mu_);
+  preferred_ = std::move(answer);
+}
+
+bool NodeState::TakePreferred(std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  absl::MutexLock lock(&mu_);
+  const bool same = preferred_ && *preferred_ == ids;
+  preferred_.reset();
+  return same;
+}
+
 bool NodeState::pods_known() const {
   absl::MutexLock lock(&mu_);
   return pods_known_;

@@ -92,6 +92,21 @@ class NodeState {
   // Shutdown: the List in flight fails at once, and so does every later one.
   void StopPodLists();
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The latest List that ended succeeded. A RefreshPods callback reads that List's outcome (the
+  // callbacks of one List run after it ended and before the next one starts).
+  bool last_list_ok() const { return last_list_ok_; }
+
+  // An exclusive admission's two calls share one List. The kubelet admits containers one at a
+  // time and, for each resource, calls Allocate right after the GetPreferredAllocation that chose
+  // its IDs (the device manager's devicesToAllocate, then allocate), so nothing is admitted
+  // between the two: the List that answered the GetPreferredAllocation is as new as its Allocate
+  // for withholding. KeepPreferred keeps one container's answer when it was computed from a
+  // successful List begun after the call; nullopt forgets it (any other answer, a registration:
+  // the other mode's plugin may admit containers before ours is the kubelet's endpoint again).
+  void KeepPreferred(std::optional<std::vector<std::string>> answer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `ids` (one container's, any order) are the answer kept, which is forgotten either way:
+  // then the Allocate needs no List of its own.
+  bool TakePreferred(std::vector<std::string> ids) ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
 
   struct DeviceList {
@@ -178,6 +193,7 @@ class NodeState {
   std::map<std::string, std::string> withheld_ ABSL_GUARDED_BY(mu_);  // PCI -> why
   bool withholding_pending_ ABSL_GUARDED_BY(mu_) = false;  // withheld_ is "pods not known yet"
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<std::string>> preferred_ ABSL_GUARDED_BY(mu_);  // sorted
   std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.

@@ -215,6 +215,7 @@ bool PluginServer::TryRegister() {
   context.set_deadline(absl::ToChronoTime(absl::Now() + config_.register_timeout));
   v1beta1::Empty response;
   const std::uint64_t kubelet_ino = serving::FileId(config_.KubeletSocketPath());
+  node_->KeepPreferred(std::nullopt);  // the kubelet's endpoint changes hands
   grpc::Status status = stub->Register(&context, request, &response);
   if (!status.ok()) {
     if (!register_failing_) {

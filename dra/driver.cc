@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <exception>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <string_view>
 #include <system_error>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
@@ -301,6 +302,7 @@ void Driver::PrepareFresh(
   const absl::Time deadline = config_.now() + config_.api_timeout;
   for (int attempt = 1;; ++attempt) {
     const uint64_t since = BeginReads();
+    absl::Cleanup end_reads = [this, since] { EndReads(since); };
     std::map<std::string, std::pair<ClaimRef, ClaimAllocation>> read;  // by uid
     for (const ClaimRef& ref : refs) {
       absl::StatusOr<ClaimAllocation> claim = reader_.Read(ref, config_.driver_name, deadline);
@@ -317,7 +319,7 @@ void Driver::PrepareFresh(
     Consumers consumers;
     if (!read.empty()) consumers = ConsumersOf(read, deadline);
     absl::MutexLock serial(&prepare_mu_);
-    const std::set<std::string> named = EndReads(since, read);
+    const std::set<std::string> named = NamedSince(since, read);
     if (read.empty()) return;
     if (!named.empty() && attempt < kReadAttempts) continue;  // read again, the lock let go
     for (const std::string& uid : named) {
@@ -339,21 +341,25 @@ uint64_t Driver::BeginReads() {
   return commits_;
 }
 
-std::set<std::string> Driver::EndReads(
+std::set<std::string> Driver::NamedSince(
     uint64_t since, const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read) {
   absl::MutexLock lock(&mu_);
-  reads_since_.erase(reads_since_.find(since));
   std::set<std::string> out;
   for (const auto& [uid, entry] : read) {
     const auto it = named_at_.find(Key(entry.first.ns, entry.first.name));
     if (it != named_at_.end() && it->second > since) out.insert(uid);
   }
-  // What no call still reading can have missed is forgotten.
+  return out;
+}
+
+void Driver::EndReads(uint64_t since) {
+  absl::MutexLock lock(&mu_);
+  reads_since_.erase(reads_since_.find(since));
+  // What no batch still reading can have missed is forgotten.
   const uint64_t oldest = reads_since_.empty() ? commits_ : *reads_since_.begin();
   for (auto it = named_at_.begin(); it != named_at_.end();) {
     it = it->second <= oldest ? named_at_.erase(it) : std::next(it);
   }
-  return out;
 }
 
 void Driver::CommitFresh(
@@ -392,10 +398,8 @@ void Driver::CommitFresh(
   }
   {
     absl::MutexLock lock(&mu_);
-    ++commits_;
-    if (!reads_since_.empty()) {
-      for (const std::string& key : consumers.named) named_at_[key] = commits_;
-    }
+    ++commits_;  // EndReads forgets these once no batch still reading began before
+    for (const std::string& key : consumers.named) named_at_[key] = commits_;
   }
   UpdateShared(consumers, batch);
 }

@@ -136,7 +136,7 @@ class Driver {
     std::map<RequestKey, std::set<std::string>> pod_env;  // PodSetVariables
     std::set<std::string> named;  // "ns/name" of every claim a container of those pods uses
   };
-  // The times at most a batch's claims and their holders are read: again while EndReads says
+  // The times at most a batch's claims and their holders are read: again while NamedSince says
   // another call's commit named one of them.
   static constexpr int kReadAttempts = 3;
 
@@ -145,13 +145,15 @@ class Driver {
   void PrepareFresh(const std::vector<ClaimRef>& refs,
                     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out)
       ABSL_LOCKS_EXCLUDED(prepare_mu_);
-  // A batch's reads begin: the number of commits so far, for EndReads.
+  // A batch's reads begin: the number of commits so far, for NamedSince and EndReads.
   uint64_t BeginReads() ABSL_LOCKS_EXCLUDED(mu_);
-  // A batch's reads that began at `since` end: the UIDs of `read` that a commit since then named
-  // (Consumers::named), whose holders the reads may have missed.
-  std::set<std::string> EndReads(
+  // The UIDs of `read` that a commit since `since` named (Consumers::named): the batch's reads
+  // may have missed those claims' holders.
+  std::set<std::string> NamedSince(
       uint64_t since, const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepare_mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepare_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // The reads that began at `since` are over (decided on, failed or thrown).
+  void EndReads(uint64_t since) ABSL_LOCKS_EXCLUDED(mu_);
   // Decides each claim of `read` from `consumers`, writes its spec and checkpoint entry, its
   // answer to `out`, and re-writes the prepared claims the consumers change (UpdateShared).
   void CommitFresh(const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,

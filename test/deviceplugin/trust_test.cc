@@ -606,6 +606,52 @@ TEST_F(TrustTest, ExclusiveAllocateAfterAListSinceRegistrationReadsAnotherList) 
   EXPECT_EQ(pods.list_calls(), lists + 2) << "not one List per Allocate";
 }
 
+// One List per exclusive admission: the Allocate of the IDs the GetPreferredAllocation just
+// before it answered from a List begun after that call decides on that List (the kubelet admits
+// nothing between the two); an Allocate of other IDs, or a second Allocate, reads a List of its
+// own and sees the container the other mode's plugin admitted meanwhile. Two Lists per admission
+// made the kubelet's rate limit refuse the next admission's List (TestGPUAwarePlacement).
+TEST_F(TrustTest, AnAdmissionsAllocateSharesItsPreferredAllocationsList) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  Config config = node_.MakeConfig(hca::Mode::kExclusive);
+  config.health_interval = kNever;  // no periodic refresh
+  config.pod_resources_first_wait = kWait;
+  config.admission_wait = kWait;  // answered by its List, never by the wait's end
+  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
+  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  auto prefer = [&]() -> std::string {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    v1beta1::PreferredAllocationResponse response;
+    const grpc::Status s =
+        stub_->GetPreferredAllocation(&context, PreferredRequest(kPcis, {}, 1), &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return s.ok() && response.container_responses_size() == 1 &&
+                   response.container_responses(0).deviceids_size() == 1
+               ? response.container_responses(0).deviceids(0)
+               : "";
+  };
+  const int lists = pods.list_calls();
+  const std::string first = prefer();
+  ASSERT_FALSE(first.empty());
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(Allocate({first}, &response).ok());
+  EXPECT_EQ(pods.list_calls(), lists + 1) << "not one List for the admission";
+
+  const std::string second = prefer();
+  ASSERT_FALSE(second.empty());
+  pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});
+  const std::string other = second == kPcis[1] ? kPcis[2] : kPcis[1];
+  EXPECT_EQ(Allocate({other}, &response).error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an Allocate of IDs the GetPreferredAllocation did not answer read no List";
+  EXPECT_EQ(pods.list_calls(), lists + 3);
+  EXPECT_EQ(Allocate({second}, &response).error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an Allocate after the admission's Allocate read no List";
+  EXPECT_EQ(pods.list_calls(), lists + 4);
+}
+
 // The kubelet may call Allocate before its answer to our Register has reached us. A pod list read
 // before the registration must not count as fresh then: the old code counted a registration only
 // once Register returned, so an Allocate in that window reused the start's list and handed out

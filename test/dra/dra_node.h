@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -241,5 +242,34 @@ class DraNode {
   std::function<void(DriverConfig&)> configure_;
   std::string kubelet_state_;
 };
+
+// The file at `path` as JSON (discarded when it is not).
+inline nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// The CDI device of the claim's request in its spec (null, and a test failure, when there is
+// none).
+inline nlohmann::json SpecDevice(DraNode& n, const std::string& uid, const std::string& request) {
+  const nlohmann::json spec = ReadJson(n.cdi().PathOf(uid));
+  for (const auto& d : spec["devices"]) {
+    if (d["name"] == CdiDeviceName(uid, request)) return d;
+  }
+  ADD_FAILURE() << "no device " << CdiDeviceName(uid, request) << " in " << spec.dump();
+  return nullptr;
+}
+
+// The env of a request's CDI device, KEY -> value.
+inline std::map<std::string, std::string> SpecEnv(DraNode& n, const std::string& uid,
+                                                  const std::string& request = "hca") {
+  std::map<std::string, std::string> out;
+  const nlohmann::json device = SpecDevice(n, uid, request);
+  for (const auto& kv : device["containerEdits"]["env"]) {
+    const std::string s = kv.get<std::string>();
+    out[s.substr(0, s.find('='))] = s.substr(s.find('=') + 1);
+  }
+  return out;
+}
 
 }  // namespace rdp::dra::testing

@@ -3,7 +3,6 @@
 // latency is counted on a fake clock that moves only when the readers let it.
 
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -27,6 +26,7 @@ using testing::kHca0;
 using testing::kHca1;
 using testing::kUid1;
 using testing::kUid2;
+using testing::SpecEnv;
 
 constexpr absl::Duration kWait = absl::Seconds(10);  // a real-time bound on every wait
 
@@ -182,22 +182,6 @@ class GatedReader : public ClaimReader {
   int passes_ ABSL_GUARDED_BY(mu_) = 0;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-// The env of the claim's CDI device for request "hca", KEY -> value.
-std::map<std::string, std::string> SpecEnv(DraNode& n, const std::string& uid) {
-  std::ifstream in(n.cdi().PathOf(uid));
-  const nlohmann::json spec = nlohmann::json::parse(in, nullptr, false);
-  std::map<std::string, std::string> out;
-  if (!spec.is_object() || !spec.contains("devices")) return out;
-  for (const auto& d : spec["devices"]) {
-    if (d["name"] != CdiDeviceName(uid, "hca")) continue;
-    for (const auto& kv : d["containerEdits"]["env"]) {
-      const std::string s = kv.get<std::string>();
-      out[s.substr(0, s.find('='))] = s.substr(s.find('=') + 1);
-    }
-  }
-  return out;
-}
 
 // 20 pods' claims prepared at once (20 calls, as the kubelet makes them) against an API server
 // that answers every read in 400 ms, with the default 10 s for a call's reads: every claim is
