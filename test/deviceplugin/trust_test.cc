@@ -109,6 +109,19 @@ class TrustTest : public ::testing::Test {
     stub_ = kubelet_->PluginStub();
   }
 
+  // An exclusive plugin over `pods` (on `socket`, started here): no periodic List, the pod list known before
+  // it serves, and every call answered by the List it waits for, never by the wait's end; waits
+  // until every HCA is offered.
+  void StartExclusiveOver(FakePodResources& pods, const std::string& socket) {
+    ASSERT_TRUE(pods.Start().ok());
+    Config config = node_.MakeConfig(hca::Mode::kExclusive);
+    config.health_interval = kNever;
+    config.pod_resources_first_wait = kWait;
+    config.admission_wait = kWait;
+    StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
+    ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  }
+
   grpc::Status Allocate(const std::vector<std::string>& ids,
                         v1beta1::AllocateResponse* response) {
     v1beta1::AllocateRequest request;
@@ -586,13 +599,7 @@ TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
 TEST_F(TrustTest, ExclusiveAllocateAfterAListSinceRegistrationReadsAnotherList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
-  ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(hca::Mode::kExclusive);
-  config.health_interval = kNever;  // no periodic refresh
-  config.pod_resources_first_wait = kWait;
-  config.admission_wait = kWait;  // answered by its List, never by the wait's end
-  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
-  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_NO_FATAL_FAILURE(StartExclusiveOver(pods, socket));
   ASSERT_TRUE(plugin_->node().RefreshPodsAndWait(kWait)) << "no List after the registration";
   const int lists = pods.list_calls();
   v1beta1::AllocateResponse granted;
@@ -614,13 +621,7 @@ TEST_F(TrustTest, ExclusiveAllocateAfterAListSinceRegistrationReadsAnotherList) 
 TEST_F(TrustTest, AnAdmissionsAllocateSharesItsPreferredAllocationsList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
-  ASSERT_TRUE(pods.Start().ok());
-  Config config = node_.MakeConfig(hca::Mode::kExclusive);
-  config.health_interval = kNever;  // no periodic refresh
-  config.pod_resources_first_wait = kWait;
-  config.admission_wait = kWait;  // answered by its List, never by the wait's end
-  StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
-  ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  ASSERT_NO_FATAL_FAILURE(StartExclusiveOver(pods, socket));
   auto prefer = [&]() -> std::string {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
