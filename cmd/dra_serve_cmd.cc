@@ -44,6 +44,7 @@ struct DraFlags {
   EarlyWarningFlags early_warning;
   std::string proc_root = "/";  // GPUDirect RDMA's signals (/proc/modules, /proc/driver/nvidia)
   std::string allocation_dir;   // /etc/rdma/allocation.json's host files; empty: none
+  bool read_pods = true;        // the pods claims are reserved for (dra::PodReads)
   // dra prepare-local
   std::string claim_ns = "default";
   std::string claim_name = "local";
@@ -120,6 +121,7 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   r.plugin.server.kubelet_dir = f.kubelet_dir;
   r.plugin.server.driver_name = f.driver_name;
   r.plugin.cdi_root = f.cdi_root;
+  r.plugin.read_pods = f.read_pods;
   return r;
 }
 
@@ -209,6 +211,12 @@ void AddDraServeFlags(CLI::App* dra) {
                   "Host directory (the same path in this container) for the files the CDI "
                   "devices mount at /etc/rdma/allocation.json; empty: no file")
       ->envname("RDP_ALLOCATION_DIR");
+  dra->add_option("--read-pods", f->read_pods,
+                  "Read the pods a claim is reserved for (RBAC get on pods, cluster-wide; only "
+                  "this node's are used): without them a claim's CDI devices set no common "
+                  "variable (NCCL_IB_HCA, ...) and mount no /etc/rdma/allocation.json")
+      ->envname("RDP_READ_PODS")
+      ->capture_default_str();
   dra->add_option("--slice-resync", f->resync,
                   "How often the published ResourceSlices are checked against the node's while "
                   "no watch of them is up (the watch says when someone else changed them)")

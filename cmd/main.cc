@@ -19,7 +19,7 @@
 #include "serving/mutexes.h"
 
 int main(int argc, char** argv) {
-  rdp::serving::DisableMutexDeadlockDetection();  // before any thread (server/mutexes.h)
+  rdp::serving::DisableMutexDeadlockDetection();  // before any thread (serving/mutexes.h)
   CLI::App app{
       "Kubernetes device plugin that gives pods RDMA NICs (rdma/hca), aligned with NUMA nodes, "
       "PCIe switches and GPUs.",

@@ -39,7 +39,7 @@ struct Config {
   // the one being admitted (docs/server.md, GPU context).
   absl::Duration admission_window = absl::Seconds(10);
   // --allocation-dir: a host directory (the same path in the plugin's container) where Allocate
-  // writes the files it mounts at /etc/rdma/allocation.json (hca::AllocationFile); "" for none.
+  // writes the files it mounts at hca::kAllocationFile (hca::AllocationFileName); "" for none.
   std::string allocation_dir;
   // Early-warning health (hca/early_warning.h): --degraded-symbol-errors, --degraded-link-downed,
   // --degraded-window, --flap-count, --flap-window, --flap-stable.
@@ -51,7 +51,7 @@ struct Config {
   absl::Duration register_timeout = absl::Seconds(1);
   // The deadline of one pod-resources List. Seconds, not milliseconds: a kubelet with hundreds of
   // pods, or a throttled one, answers in hundreds of milliseconds, and a List cut short leaves
-  // the pod list unknown (every HCA withheld) for ever (issue 25).
+  // the pod list unknown (every HCA withheld) for ever.
   absl::Duration pod_resources_timeout = absl::Seconds(5);
   // How long the admission path (an exclusive GetPreferredAllocation) waits for a List newer than
   // the call before it answers with the last list; the List goes on, for the next call.

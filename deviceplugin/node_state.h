@@ -6,7 +6,8 @@
 // snapshot, health, HCAs known, device-node check and what a container gets are the core's.
 // Nothing here runs by itself: PluginServer's threads drive the health poll (Poll) and the
 // pod-resources refresh (RefreshPods), the RPCs the rest.
-// Thread-safe: state is under one mutex; discovery, file reads and kubelet calls run outside it.
+// Thread-safe: state is under mu_ and the listeners under listeners_mu_; discovery, file reads and
+// kubelet calls run outside both.
 //
 // Fail closed: while a pod-resources source is configured and the kubelet's pod list is not
 // known yet, every HCA is withheld (listed Unhealthy, refused by Allocate), because a container
@@ -70,8 +71,8 @@ class NodeState {
   NodeState(const NodeState&) = delete;
   NodeState& operator=(const NodeState&) = delete;
 
-  // Discovers the node, logs the mode lines, computes the first device list. Errors when
-  // discovery fails.
+  // Logs the mode lines, discovers the node (node::Node::Init), reads the GPU IDs and computes
+  // the first device list. Errors when discovery fails.
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
   // One health poll: the core's (node::Node::Poll, with the HCAs the pod list shows held), the

@@ -172,7 +172,6 @@ absl::Status PluginServer::Serve() {
     StopServing();
     return absl::UnavailableError(absl::StrCat(path, " vanished as it was created"));
   }
-  ++serves_;
   Log()->info("serving {} on {}", config_.resource_name, path);
   return absl::OkStatus();
 }
@@ -182,20 +181,6 @@ void PluginServer::StopServing() {
   if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   server_.reset();
   service_.reset();
-}
-
-int PluginServer::registrations() const {
-  absl::MutexLock lock(&registered_mu_);
-  return registrations_;
-}
-
-bool PluginServer::WaitForRegistrations(int n, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&registered_mu_);
-  while (registrations_ < n) {
-    if (registered_.WaitWithDeadline(&registered_mu_, deadline)) return registrations_ >= n;
-  }
-  return true;
 }
 
 bool PluginServer::TryRegister() {
@@ -228,12 +213,8 @@ bool PluginServer::TryRegister() {
   register_failing_ = false;
   // kubelet.sock may have appeared during the call: its IN_CREATE is not a restart.
   kubelet_id_ = kubelet_ino != 0 ? kubelet_ino : serving::FileId(config_.KubeletSocketPath());
-  {
-    absl::MutexLock lock(&registered_mu_);
-    node_->metrics().registrations.Add();
-    ++registrations_;
-    registered_.SignalAll();
-  }
+  // Counted before the line is logged: a reader that saw the line sees the count.
+  node_->metrics().registrations.Add();
   Log()->info("Registered device plugin with Kubelet");
   return true;
 }
@@ -251,7 +232,7 @@ bool PluginServer::DrainInotify() {
                  mask);
     // The directory we watch went away. The IN_IGNORED of a watch replaced earlier (a directory
     // seen replaced is watched again at once, and inotify_rm_watch queues one) is no news: that
-    // replacement was a restart already, and taking it for a new one re-registered under the
+    // replacement was a restart already, and taking it for a new one would re-register under the
     // kubelet's calls.
     if ((mask & IN_IGNORED) && ev.wd == watch) lost_watch = true;
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst

@@ -15,7 +15,6 @@
 
 #include <poll.h>
 
-#include <atomic>
 #include <functional>
 #include <cstdint>
 #include <memory>
@@ -60,11 +59,6 @@ class PluginServer {
 
   NodeState& node() { return *node_; }
   const Config& config() const { return config_; }
-  int registrations() const ABSL_LOCKS_EXCLUDED(registered_mu_);  // successful ones so far
-  // Blocks until registrations() >= n or `timeout` passes; whether it got there. The metric
-  // `registrations` has counted each of them by then (it is added first, under the same lock).
-  bool WaitForRegistrations(int n, absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(registered_mu_);
-  int serves() const { return serves_.load(); }                // times the socket was created
 
  private:
   // The lifecycle thread's work; it runs in Start (before the thread exists) and Stop (after
@@ -99,10 +93,6 @@ class PluginServer {
   const std::vector<grpc::Service*> also_served_;
   const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // NodeSources::poll
   const std::unique_ptr<NodeState> node_;
-  mutable absl::Mutex registered_mu_;
-  mutable absl::CondVar registered_;
-  int registrations_ ABSL_GUARDED_BY(registered_mu_) = 0;
-  std::atomic<int> serves_{0};
 
   // Descriptors, made with the server and closed with it (-1: could not be made; Start fails).
   const int stop_fd_;           // eventfd written once by Stop(), never read: wakes every thread

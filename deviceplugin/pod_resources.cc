@@ -126,7 +126,7 @@ class GrpcPodResources : public PodResourcesSource {
       args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-      // gRPC's default is 4 MiB; a node with hundreds of pods answers more (issue 25).
+      // gRPC's default is 4 MiB; a node with hundreds of pods answers more.
       args.SetMaxReceiveMessageSize(kMaxListBytes);
       stub_ = std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(
           "unix://" + path_, grpc::InsecureChannelCredentials(), args));

@@ -251,7 +251,7 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most,
     std::atomic<bool> answered{false};
     std::function<void(bool)> answer;
     // Made only when the list is not answered at once: making and destroying a grpc::Alarm
-    // costs microseconds (issue 25's Allocate floor). Destroyed (cancelled) with the last holder.
+    // costs microseconds on every Allocate. Destroyed (cancelled) with the last holder.
     std::optional<grpc::Alarm> alarm;
     void Answer(bool fresh) {
       if (!answered.exchange(true)) answer(fresh);

@@ -69,7 +69,7 @@ struct CdiRequest {
   hca::ContainerAllocation own;  // the request's HCAs: its device nodes and, suffixed, its env
   // The common variables, under their plain names; nullopt: none (dra/consumers.h).
   std::optional<std::map<std::string, std::string>> common;
-  // With common: the host file that describes the same HCAs (hca::AllocationFile), mounted
+  // With common: the host file that describes the same HCAs (hca::AllocationFileName), mounted
   // read-only at hca::kAllocationFile; nullopt: no mount.
   std::optional<std::string> allocation_file;
 };

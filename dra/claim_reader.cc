@@ -4,10 +4,21 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 
 namespace rdp::dra {
 
 namespace {
+
+std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("dra"); }
+
+// What the driver does without the pods' specs (docs/dra.md, "Reading pods").
+constexpr char kWithoutPods[] =
+    "the CDI devices of prepared claims set only each request's own variables "
+    "(NCCL_IB_HCA_<claim>_<request>, RDMA_HCA_NAMES_..., RDMA_HCA_PCI_...), not the common "
+    "NCCL_IB_HCA, RDMA_HCA_NAMES, RDMA_HCA_PCI nor /etc/rdma/allocation.json: which HCAs each "
+    "container holds, and which of those variables its pod spec sets itself, are in the specs "
+    "of the pods the claims are reserved for";
 
 // A namespace or object name the API server could hold (a DNS subdomain's characters), so that
 // nothing else ends up in the request path.
@@ -178,7 +189,8 @@ PodClaims ParsePodClaims(const nlohmann::json& pod) {
   return out;
 }
 
-ApiClaimReader::ApiClaimReader(std::shared_ptr<kube::Client> client) : client_(std::move(client)) {}
+ApiClaimReader::ApiClaimReader(std::shared_ptr<kube::Client> client, PodReads pods)
+    : client_(std::move(client)), pods_(std::move(pods)) {}
 
 absl::StatusOr<ClaimAllocation> ApiClaimReader::Read(const ClaimRef& ref,
                                                      const std::string& driver,
@@ -216,20 +228,53 @@ absl::StatusOr<ClaimAllocation> ApiClaimReader::Read(const ClaimRef& ref,
 
 absl::StatusOr<PodClaims> ApiClaimReader::ReadPod(const PodRef& pod, absl::Time deadline) {
   const std::string pod_name = absl::StrCat(pod.ns, "/", pod.name);
+  if (!pods_.enabled) {
+    absl::Status off = absl::PermissionDeniedError(
+        absl::StrCat("pod ", pod_name, ": not read (--read-pods=false)"));
+    PodsRefused(off);
+    return off;
+  }
   if (!IsDnsName(pod.ns) || !IsDnsName(pod.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("pod \"", pod_name, "\": namespace or name is not a DNS name"));
   }
   auto response =
       client_->Get(absl::StrCat("/api/v1/namespaces/", pod.ns, "/pods/", pod.name), deadline);
-  if (!response.ok()) return response.status();
+  if (!response.ok()) {
+    if (absl::IsPermissionDenied(response.status())) PodsRefused(response.status());
+    return response.status();
+  }
+  if (pods_refused_.exchange(false)) {
+    Log()->info("pods can be read again: the CDI devices of claims prepared from now on set the "
+                "common variables again where they can");
+  }
   PodClaims out = ParsePodClaims(response->body);
   if (!pod.uid.empty() && out.pod.uid != pod.uid) {
     return absl::NotFoundError(absl::StrCat("pod ", pod_name, ": uid ", pod.uid,
                                             " was asked for, the API server holds uid ",
                                             out.pod.uid.empty() ? "(none)" : out.pod.uid));
   }
+  const std::string node = Str(Object(response->body, "spec"), "nodeName");
+  if (!pods_.node.empty() && !node.empty() && node != pods_.node) {
+    return absl::NotFoundError(absl::StrCat("pod ", pod_name, " is bound to node ", node,
+                                            ", not to this node ", pods_.node,
+                                            ": its spec is not used"));
+  }
   return out;
+}
+
+void ApiClaimReader::PodsRefused(const absl::Status& why) {
+  if (pods_refused_.exchange(true)) return;
+  if (!pods_.enabled) {
+    Log()->warn("pods are not read (--read-pods=false; the chart's dra.readPods: false grants no "
+                "RBAC get on pods): {}. Said once",
+                kWithoutPods);
+  } else {
+    Log()->warn("the API server refuses this driver's ServiceAccount RBAC get on pods ({}): {}. "
+                "Grant it (the chart's dra.readPods: true) or run with --read-pods=false. Said "
+                "once, until a pod read succeeds",
+                std::string(why.message()), kWithoutPods);
+  }
 }
 
 }  // namespace rdp::dra

@@ -1,6 +1,6 @@
 #pragma once
 
-// ClaimStatusWriter over the API server (issue 26, "device status in the claim"): after
+// ClaimStatusWriter over the API server (the device status in the claim): after
 // NodePrepareResources, a claim's status.devices says what the pod got (dra/device_status.h);
 // after NodeUnprepareResources our entries go.
 //

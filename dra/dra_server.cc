@@ -168,9 +168,6 @@ absl::Status DraServer::Serve(Socket& socket) {
     StopServing(socket, absl::Now() + kShutdownGrace);
     return absl::UnavailableError(absl::StrCat(socket.path, " vanished as it was created"));
   }
-  ++socket.serves;
-  socket.seq = ++seq_;
-  served_.SignalAll();
   Log()->info("serving {} on {}", socket.what, socket.path);
   return absl::OkStatus();
 }
@@ -244,8 +241,6 @@ void DraServer::Loop() {
       if (absl::Status st = Serve(*s); !st.ok()) {
         Log()->warn("{}; retrying", st.ToString());
         s->id = 0;
-        ++serve_failures_;
-        served_.SignalAll();
         failed = true;
         break;  // no registration socket without its endpoint
       }
@@ -259,37 +254,6 @@ void DraServer::Loop() {
       backoff = config_.retry_min;
     }
   }
-}
-
-bool DraServer::WaitServeFailures(int n, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  while (serve_failures_ < n) {
-    if (served_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  return serve_failures_ >= n;
-}
-
-int DraServer::dra_serves() const {
-  absl::MutexLock lock(&mu_);
-  return dra_.serves;
-}
-
-int DraServer::registration_serves() const {
-  absl::MutexLock lock(&mu_);
-  return reg_.serves;
-}
-
-bool DraServer::WaitServes(int dra, int registration, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return dra_.serves >= dra && reg_.serves >= registration && reg_.seq > dra_.seq;
-  };
-  while (!done()) {
-    if (served_.WaitWithDeadline(&mu_, deadline)) break;
-  }
-  return done();
 }
 
 }  // namespace rdp::dra

@@ -1,8 +1,9 @@
 #pragma once
 
 // The DRA driver's serving lifecycle on a node: DRAPlugin (v1 and v1beta1), DRAResourceHealth
-// (v1 and v1alpha1, when given a feed) and the readiness health check on <kubelet-dir>/plugins/<driver>/dra.sock, then pluginregistration.Registration
-// on <kubelet-dir>/plugins_registry/<driver>-reg.sock, whose appearance makes the kubelet's plugin
+// (v1 and v1alpha1, when given a feed) and the readiness health check on
+// <kubelet-dir>/plugins/<driver>/dra.sock, then pluginregistration.Registration on
+// <kubelet-dir>/plugins_registry/<driver>-reg.sock, whose appearance makes the kubelet's plugin
 // watcher register us (it calls GetInfo, dials the endpoint, and tells us
 // NotifyRegistrationStatus).
 //
@@ -11,9 +12,10 @@
 // watch of both directories (re-watched when they come back) and, as a safety net for missed
 // events, re-checks every config.recheck. The registration socket is re-created last, and
 // whenever the DRA socket was, so that the kubelet's last registration is always one made while
-// the endpoint was there. Sockets are bound under a hidden name
-// and renamed into place (serving::StartUnixServer): the plugin watcher ignores dot files, so it
-// sees each socket once, complete.
+// the endpoint was there. Sockets are bound under a hidden name and renamed into place
+// (serving::StartUnixServer): the plugin watcher ignores dot files, so it sees each socket once,
+// complete. Each serve logs "serving <DRAPlugin|Registration> on <path>"; a serve that fails
+// logs its error and "; retrying".
 
 #include <cstdint>
 #include <memory>
@@ -69,15 +71,6 @@ class DraServer {
   // the sockets are still served: the caller stops the server).
   absl::Status Wait(int stop_fd);
 
-  // Times the sockets were (re)created so far; both count 1 after Start.
-  int dra_serves() const;
-  int registration_serves() const;
-  // Blocks until the counts are at least `dra` and `registration` and the registration socket
-  // was last served after the DRA socket (the state the kubelet must find), or `timeout`
-  // passes; true when it is so.
-  bool WaitServes(int dra, int registration, absl::Duration timeout) const;
-  // Blocks until `n` attempts to serve a socket again have failed so far, or `timeout` passes.
-  bool WaitServeFailures(int n, absl::Duration timeout) const;
   RegistrationService& registration() { return *registration_; }
   // Whether the kubelet has the driver registered now (the last NotifyRegistrationStatus).
   bool registered() const { return registration_->state().registered; }
@@ -90,8 +83,6 @@ class DraServer {
     std::vector<grpc::Service*> services;
     std::unique_ptr<grpc::Server> server;
     std::uint64_t id = 0;  // serving::FileId of what we bound
-    int serves = 0;
-    std::uint64_t seq = 0;  // when it was last served (DraServer::seq_)
   };
   absl::Status Serve(Socket& socket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the socket's server; calls in flight may run until `deadline`.
@@ -111,12 +102,9 @@ class DraServer {
   HealthService<HealthServiceV1> health_v1_;
   HealthService<HealthServiceV1alpha1> health_v1alpha1_;
 
-  mutable absl::Mutex mu_;
-  mutable absl::CondVar served_;
+  absl::Mutex mu_;
   Socket dra_ ABSL_GUARDED_BY(mu_);
   Socket reg_ ABSL_GUARDED_BY(mu_);
-  std::uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;  // serves so far, both sockets
-  int serve_failures_ ABSL_GUARDED_BY(mu_) = 0;  // by the lifecycle thread
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   serving::FatalLatch fatal_;

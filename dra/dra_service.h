@@ -94,11 +94,10 @@ class RegistrationService final : public pluginregistration::Registration::Servi
       grpc::ServerContext* context, const pluginregistration::RegistrationStatus* request,
       pluginregistration::RegistrationStatusResponse* response) override;
 
+  // The verdicts so far (DraServer::registered, for /metrics, /healthz and readiness).
   RegistrationState state() const;
-  int registrations() const { return state().registrations; }
-  int refusals() const { return state().refusals; }
-  // Runs after each NotifyRegistrationStatus with the new state (tests and the slice sync wait
-  // on it). Set before serving.
+  // Runs after each NotifyRegistrationStatus with the new state (dra::Plugin sets the slice
+  // sync's role from it). Set before serving.
   void SetOnStatus(std::function<void(const RegistrationState&)> on_status) {
     on_status_ = std::move(on_status);
   }

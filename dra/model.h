@@ -1,6 +1,6 @@
 #pragma once
 
-// The DRA driver's shared vocabulary (issue 16): what the node side (devices, ResourceSlices,
+// The DRA driver's shared vocabulary: what the node side (devices, ResourceSlices,
 // CDI, checkpoint, the kubelet's gRPC services) and the API side (client, slice publisher, claim
 // reader) exchange. Plain data and two interfaces; no I/O here.
 

@@ -133,7 +133,7 @@ Plugin::Plugin(PluginConfig config, node::Node& node, std::shared_ptr<kube::Clie
     : config_(std::move(config)),
       node_(node),
       client_(std::move(client)),
-      reader_(client_),
+      reader_(client_, PodReads{config_.driver.node_name, config_.read_pods}),
       claim_status_(client_, config_.driver.driver_name),
       publisher_(client_, config_.driver.driver_name, config_.driver.node_name),
       // The kubelet keeps a device's health for three polls (at least its default 30 s) before

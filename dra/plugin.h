@@ -48,6 +48,8 @@ struct PluginConfig {
   hca::Mode mode = hca::Mode::kExclusive;
   absl::Duration health_interval = absl::Seconds(5);
   absl::Duration resync = absl::Seconds(30);  // SliceSync's, while no watch is up
+  // Read the pods claims are reserved for, this node's only (PodReads, dra/claim_reader.h).
+  bool read_pods = true;
 };
 
 // What every DRA run on a node holds, made in this order: the plugin directory's lock (`serving`:

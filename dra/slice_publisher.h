@@ -1,6 +1,6 @@
 #pragma once
 
-// SlicePublisher over the API server (issue 16): this node's pool of resource.k8s.io/v1
+// SlicePublisher over the API server: this node's pool of resource.k8s.io/v1
 // ResourceSlices kept equal to what the driver offers.
 
 #include <cstdint>

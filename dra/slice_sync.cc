@@ -60,16 +60,6 @@ SliceSync::Status SliceSync::status() const {
   return status_;
 }
 
-std::uint64_t SliceSync::successes() const {
-  absl::MutexLock lock(&mu_);
-  return status_.successes;
-}
-
-std::uint64_t SliceSync::failures() const {
-  absl::MutexLock lock(&mu_);
-  return status_.failures;
-}
-
 void SliceSync::Run() {
   absl::Duration backoff = options_.first_backoff;
   bool failing = false;

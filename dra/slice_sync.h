@@ -65,8 +65,8 @@ class SliceSync {
   struct Status {
     Role role = Role::kWaiting;
     bool in_sync = false;  // the last publish of the current role succeeded
-    std::uint64_t successes = 0;
-    std::uint64_t failures = 0;
+    std::uint64_t successes = 0;  // publishes (withdrawals included) that succeeded so far
+    std::uint64_t failures = 0;   // and that failed
     std::string last_error;  // of the last failure; "" once a publish succeeded again
     bool watching = false;   // the publisher's watch is up
     std::uint64_t watch_failures = 0;
@@ -79,10 +79,6 @@ class SliceSync {
   void Trigger();
   // Ends the thread after the publish in flight (bounded by publish_timeout).
   void Stop();
-
-  // Publishes that succeeded / failed so far (tests and logs).
-  std::uint64_t successes() const;
-  std::uint64_t failures() const;
 
  private:
   void Run();

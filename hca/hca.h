@@ -19,7 +19,7 @@
 namespace rdp::hca {
 
 // How the node hands out its HCAs: shared (every consumer sees every HCA) or exclusive (one
-// consumer owns each). Chosen per node by a label (DESIGN.md).
+// consumer owns each). Chosen per node by a label (docs/install.md).
 enum class Mode { kShared, kExclusive };
 
 // "shared" / "exclusive"; InvalidArgument naming the text otherwise.

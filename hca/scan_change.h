@@ -3,7 +3,7 @@
 // What a health scan (topology::ReadSysfsHcas) says about a snapshot of the node, for both
 // doors' health polls: nothing, a change of state that is patched into the snapshot, or a
 // change of the set of PCI functions that only a full discovery can place. A flapping link
-// costs a patch, never a hwloc discovery (issue 25). Pure functions.
+// costs a patch, never a hwloc discovery. Pure functions.
 
 #include <string>
 #include <vector>

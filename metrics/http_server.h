@@ -69,8 +69,7 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
-  // The port it listens on (the ephemeral one when asked for port 0), and "HOST:PORT" with it.
-  int port() const { return port_; }
+  // "HOST:PORT" it listens on (the ephemeral port when asked for port 0).
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
  private:

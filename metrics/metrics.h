@@ -79,7 +79,7 @@ class Exposition {
   // The _bucket, _sum and _count samples of a histogram family opened last.
   void HistogramSamples(const std::vector<Label>& labels, const Histogram::Snapshot& h);
 
-  const std::string& text() const { return out_; }
+  // The scrape's text, moved out: call it once, when every family is written.
   std::string Take() { return std::move(out_); }
 
  private:

@@ -17,7 +17,7 @@
 //  - An HCA the scan no longer sees is listed unusable ("it is gone from the node") and
 //    forgotten only once it has been absent for Options::forget_after_polls polls and the door
 //    knows that nobody holds it.
-// Thread-safe. Poll and Rediscover are serialised with each other; View() never waits for a
+// Thread-safe. Poll and Rediscover are serialised with each other; Now() never waits for a
 // discovery.
 
 #include <cstdint>

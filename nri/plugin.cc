@@ -97,22 +97,6 @@ void NriPlugin::Stop() {
 
 absl::Status NriPlugin::Wait(int stop_fd) { return fatal_.Wait(stop_fd); }
 
-int NriPlugin::registrations() const {
-  absl::MutexLock lock(&mu_);
-  return registrations_;
-}
-
-bool NriPlugin::WaitSynchronized(int n, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  while (!(registrations_ >= n && synchronized_)) {
-    if (changed_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
-      return registrations_ >= n && synchronized_;
-    }
-  }
-  return true;
-}
-
 void NriPlugin::Fatal(const absl::Status& status) {
   if (fatal_.Raise(status)) Logger("nri")->error("{}", status.ToString());
 }
@@ -232,18 +216,12 @@ bool NriPlugin::RunConnection(int fd) {
     if (!registered && session.registered()) {
       registered = true;
       metrics_->registrations.Add();
-      absl::MutexLock lock(&mu_);
-      ++registrations_;
-      changed_.SignalAll();
       log->info("registered with the runtime as {}-{}", config_.registration.index,
                 config_.registration.name);
     }
     if (!synchronized && service.synchronized()) {
       synchronized = true;
       metrics_->connected.store(true, std::memory_order_relaxed);
-      absl::MutexLock lock(&mu_);
-      synchronized_ = true;
-      changed_.SignalAll();
     }
     while (!out.empty()) {
       const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
@@ -258,11 +236,6 @@ bool NriPlugin::RunConnection(int fd) {
     }
   }
   metrics_->connected.store(false, std::memory_order_relaxed);
-  {
-    absl::MutexLock lock(&mu_);
-    synchronized_ = false;
-    changed_.SignalAll();
-  }
   if (!why.empty()) {
     log->warn("connection to the runtime's NRI socket ended: {}; connecting again", why);
   }

@@ -23,9 +23,7 @@
 #include <string>
 #include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "nri/memlock.h"
 #include "nri/service.h"
@@ -51,7 +49,9 @@ absl::Status ValidateConfig(const PluginConfig& config);
 
 class NriPlugin {
  public:
-  // `metrics` must outlive the plugin.
+  // `metrics` must outlive the plugin. They are updated before the plugin answers the runtime's
+  // next call: once the runtime has the answer to Synchronize, registrations counts the
+  // connection and connected is true.
   NriPlugin(PluginConfig config, NriMetrics* metrics);
   ~NriPlugin();  // Stop()
   NriPlugin(const NriPlugin&) = delete;
@@ -65,11 +65,6 @@ class NriPlugin {
   // Blocks until `stop_fd` is readable (OK) or the thread could not go on (its error).
   absl::Status Wait(int stop_fd);
 
-  // Registrations the runtime accepted so far.
-  int registrations() const;
-  // Blocks until registrations() >= n and that connection is synchronized, or `timeout` passes.
-  bool WaitSynchronized(int n, absl::Duration timeout) const;
-
  private:
   void Loop();
   // Runs one connection until it ends; true when it got as far as synchronized.
@@ -82,10 +77,6 @@ class NriPlugin {
 
   const PluginConfig config_;
   NriMetrics* const metrics_;
-  mutable absl::Mutex mu_;
-  mutable absl::CondVar changed_;  // registrations_ or synchronized_ changed
-  int registrations_ ABSL_GUARDED_BY(mu_) = 0;
-  bool synchronized_ ABSL_GUARDED_BY(mu_) = false;
   serving::FatalLatch fatal_;
   bool stopping_ = false;   // Stop() only
   bool stop_seen_ = false;  // connection thread only: the stop eventfd was readable

@@ -98,10 +98,4 @@ std::optional<TrunkDecoder::Message> TrunkDecoder::Next() {
   return m;
 }
 
-std::size_t TrunkDecoder::pending() const {
-  std::size_t n = trunk_.size();
-  for (const auto& [conn, stream] : conns_) n += stream.size();
-  return n;
-}
-
 }  // namespace rdp::nri

@@ -71,9 +71,6 @@ class TrunkDecoder {
   // The next whole message, if one has arrived.
   std::optional<Message> Next();
 
-  // Bytes held that do not make a whole frame or message yet (0 between whole messages).
-  std::size_t pending() const;
-
  private:
   absl::Status DecodeConn(std::uint32_t conn, std::string& stream);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks side by side, one command:
 #   scripts/bench.sh [--quick]
+#   scripts/bench.sh --scheduler
 # Builds what it needs (benchmarks on, in ${BUILD_DIR:-build}), then runs, each with its floor
 # measured in the same run and interleaved with it:
 #   bench_allocator  the allocator's CPU time per answer (DGX-like, scaled, distinct, shared)
@@ -11,15 +12,29 @@
 # and writes <build>/bench/summary.json (bench/summary.py says what each key is) with a table of
 # the figures against their budgets (docs/benchmarks.md). --quick: 0.3 s runs, medians of three
 # (about 2 minutes here); without it 1 s runs, medians of five.
+# --scheduler instead: the real kube-scheduler placing pods with GPU and GPU + HCA claims on 1,000
+# DGX-H100-like nodes' ResourceSlices (test/kubelet/run.sh --scheduler-bench, TestSchedulerBench;
+# RDP_SCHED_BENCH_NODES and RDP_SCHED_BENCH_PODS change the sizes); builds rdma-device-plugin,
+# fetches helm when there is none (scripts/lib/helm.sh) and writes <build>/bench/scheduler.json
+# (bench/scheduler_summary.py says what each key is). Needs Go >= 1.26; exits 77 without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
+scheduler=0
 case ${1:-} in
   --quick) quick=1 ;;
+  --scheduler) scheduler=1 ;;
   "") ;;
-  *) echo "usage: scripts/bench.sh [--quick] (got '$1')" >&2; exit 2 ;;
+  *) echo "usage: scripts/bench.sh [--quick | --scheduler] (got '$1')" >&2; exit 2 ;;
 esac
 build=${BUILD_DIR:-build}
+if ((scheduler)); then
+  BUILD_DIR=$build RDP_BUILD_TARGETS=rdma-device-plugin scripts/build.sh
+  source scripts/lib/helm.sh
+  helm=$(find_or_fetch_helm "$build") || { echo "bench.sh: no helm, and scripts/get-helm.sh failed" >&2; exit 1; }
+  RDP_HELM=$(realpath -- "$helm") RDP_BINARY=$(realpath -m -- "$build/cmd/rdma-device-plugin") \
+    exec test/kubelet/run.sh --scheduler-bench "$build/bench/scheduler.json"
+fi
 # build.sh installs what is missing (scripts/install-deps.sh).
 BUILD_DIR=$build scripts/build.sh -DRDP_BUILD_BENCHMARKS=ON
 out=$build/bench

@@ -1,6 +1,6 @@
 # Sourced by scripts/image-test.sh and scripts/build-image.sh: podman as they run it.
 #
-# podman: runc (crun refused this machine's hybrid cgroup v1/v2 layout, issue 15) and explicit
+# podman: runc (crun refuses this machine's hybrid cgroup v1/v2 layout) and explicit
 # ulimits within the hard limits (podman's defaults for root exceed a sandbox's, and runc may
 # not raise them). Capped further, as containers are started through conmon, which podman runs
 # with an RLIMIT_NPROC of its own (32768 on the machine this was written on, whatever ulimit -Hu

@@ -19,11 +19,6 @@ bool Hca::AllPortsActive() const {
          std::all_of(ports.begin(), ports.end(), [](const Port& p) { return p.Active(); });
 }
 
-bool Hca::CharDevicesPresent() const {
-  return !uverbs.empty() && std::all_of(char_devices.begin(), char_devices.end(),
-                                        [](const auto& d) { return d.second; });
-}
-
 std::string_view PathClassName(PathClass c) {
   switch (c) {
     case PathClass::kPIX: return "PIX";

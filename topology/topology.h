@@ -63,15 +63,15 @@ struct Hca {
   std::vector<std::string> issm;    // "issm0"
   std::vector<std::string> netdevs; // netdevs of the PCI function, sorted
   std::vector<Port> ports;          // by port number
-  // Character devices as seen under the dev root ("<dev-root>/dev/infiniband/uverbs0", ...) and
-  // whether each existed at discovery time. The host path the container runtime needs is
-  // always /dev/infiniband/<file name>. rdma_cm is node-wide and not listed here.
+  // The character devices, uverbs first, then umad and issm, as node paths
+  // ("/dev/infiniband/uverbs0": an Env reads them under the dev root; the path is also the host
+  // path the container runtime needs), and whether each existed at the scan. rdma_cm is
+  // node-wide and not listed here. Whether they make the HCA usable is hca::Assess's to say.
   std::vector<std::pair<std::string, bool>> char_devices;
 
   // Every port ACTIVE (and at least one port): a fact of the scan, not whether the HCA can be
   // handed out (hca::Assess says that: one ACTIVE port is enough).
   bool AllPortsActive() const;
-  bool CharDevicesPresent() const;  // uverbs known and every listed char device existed
 };
 
 struct Gpu {

@@ -56,7 +56,7 @@ KNOWN_DRA_FLAGS = {
     "--topology-xml", "--health-interval", "--node-name", "--log-level", "--gpu-classes",
     "--gpu-vendors", "--metrics-address", "--proc-root", "--allocation-dir",
     "--degraded-symbol-errors", "--degraded-link-downed", "--degraded-window", "--flap-count",
-    "--flap-window", "--flap-stable",
+    "--flap-window", "--flap-stable", "--read-pods",
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
@@ -1316,6 +1316,77 @@ def check_notes(r, helm):
             "nodes without the label run no plugin" in exclusive_only)
 
 
+def policies(docs):
+    """{name: (ValidatingAdmissionPolicy, its binding or None)}."""
+    bindings = {d["spec"]["policyName"]: d for d in docs
+                if d.get("kind") == "ValidatingAdmissionPolicyBinding"}
+    return {d["metadata"]["name"]: (d, bindings.get(d["metadata"]["name"]))
+            for d in docs if d.get("kind") == "ValidatingAdmissionPolicy"}
+
+
+def pod_rules(docs):
+    return [rule for d in docs if d.get("kind") == "ClusterRole" for rule in d.get("rules", [])
+            if "pods" in rule.get("resources", ())]
+
+
+def check_dra_least_privilege(r, helm):
+    """DRA mode's least privilege (docs/dra.md, "Least privilege"): the ValidatingAdmissionPolicies
+    that bind the driver's ResourceSlice and claim-status writes to its token's node, each with
+    a Deny binding, on by default and off by value; pod reads (RBAC get pods and the driver's
+    --read-pods) on by default, off by value, and on when the values lack the keys (a release's
+    values from before the chart had them, reused by helm upgrade --reuse-values)."""
+    fullname = f"{RELEASE}-rdma-device-plugin"
+    username = f"system:serviceaccount:{NAMESPACE}:{fullname}"
+    docs = helm.template(DRA_VALUES)
+    got = policies(docs)
+    slices_name, claims_name = f"{fullname}-dra-slices", f"{fullname}-dra-claim-status"
+    r.check("DRA: two policies by default, the slices' and the claims' status",
+            sorted(got) == sorted([slices_name, claims_name]), str(sorted(got)))
+    for name, (policy, binding) in sorted(got.items()):
+        spec = policy["spec"]
+        r.check(f"DRA/{name}: fails closed, matches the driver's ServiceAccount only, bound with Deny",
+                spec.get("failurePolicy") == "Fail"
+                and [c["expression"].strip() for c in spec.get("matchConditions", [])]
+                == [f'request.userInfo.username == "{username}"']
+                and binding is not None and binding["spec"].get("validationActions") == ["Deny"],
+                json.dumps(spec.get("matchConditions")) + " " + str(binding))
+    policy = got.get(claims_name, ({}, None))[0].get("spec", {})
+    rules = policy.get("matchConstraints", {}).get("resourceRules", [])
+    r.check("DRA/claim status: matches UPDATE of resourceclaims/status, every version",
+            rules == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
+                       "operations": ["UPDATE"], "resources": ["resourceclaims/status"]}],
+            str(rules))
+    text = json.dumps(policy)
+    r.check("DRA/claim status: the token's node against the allocation's node selector "
+            "(metadata.name In [node]), before and after the write, and only our driver's entries",
+            "authentication.kubernetes.io/node-name" in text and "oldObject" in text
+            and "nodeSelectorTerms" in text and "metadata.name" in text
+            and f"d.driver != '{DRA_DRIVER}'" in text and "reservedFor" in text, text[:400])
+    for mode, ds in sorted(by_mode(docs).items()):
+        r.check(f"DRA/{mode}: pods read by default (no --read-pods flag)",
+                flag(ds, "--read-pods") is None, str(container(ds).get("args")))
+    r.check("DRA: get pods granted by default", len(pod_rules(docs)) == 1, str(pod_rules(docs)))
+
+    docs = helm.template(dict(DRA_VALUES, dra={"readPods": False}))
+    r.check("DRA/readPods=false: no RBAC on pods", not pod_rules(docs), str(pod_rules(docs)))
+    for mode, ds in sorted(by_mode(docs).items()):
+        r.check(f"DRA/{mode}/readPods=false: the driver runs with --read-pods=false",
+                flag(ds, "--read-pods") == "false", str(container(ds).get("args")))
+    docs = helm.template(dict(DRA_VALUES, dra={"restrictSliceWrites": False,
+                                               "restrictClaimStatusWrites": False}))
+    r.check("DRA: both policies off by value: no policy, no binding",
+            not [d for d in docs if d.get("kind", "").startswith("ValidatingAdmissionPolicy")])
+    docs = helm.template(dict(DRA_VALUES, dra={"readPods": None, "restrictClaimStatusWrites": None}))
+    r.check("DRA: values without readPods and restrictClaimStatusWrites: pods read, claim policy on",
+            len(pod_rules(docs)) == 1 and claims_name in policies(docs)
+            and all(flag(ds, "--read-pods") is None for ds in by_mode(docs).values()),
+            str(sorted(policies(docs))))
+    for key in ("readPods", "restrictClaimStatusWrites"):
+        rc, _, err = helm.run(["template", RELEASE], dict(DRA_VALUES, dra={key: "yes"}))
+        r.check(f"DRA: schema rejects a dra.{key} that is not a boolean",
+                rc != 0 and SCHEMA_ERROR in err, f"rc={rc} {err.strip()[:300]}")
+
+
 def check_against_binary(r, helm, binary):
     """The rendered command lines parse with the real binary: every serve flag is one it lists
     in `serve --help`, the probe command reaches the probe (exit 1: nothing serves its socket
@@ -1395,7 +1466,8 @@ def main():
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_rejections, check_notes,
-                  check_test_pod_modes, check_image_required, check_dra, check_metrics,
+                  check_test_pod_modes, check_image_required, check_dra,
+                  check_dra_least_privilege, check_metrics,
                   check_metrics_guard, check_dashboard, check_nri, check_allocation_files,
                   check_no_architecture]
         if args.binary:

@@ -5,7 +5,7 @@
   machine's platform ($BUILDPLATFORM: it cross-compiles for another target); `runtime-copied`
   (the target's libraries copied from the build stage, scripts/runtime-libs.sh, onto
   RDP_RUNTIME_BASE, default bookworm-slim) and `runtime` last (the default target) on
-  bookworm-slim, both on $TARGETPLATFORM (issue 28: linux/amd64 and linux/arm64).
+  bookworm-slim, both on $TARGETPLATFORM (linux/amd64 and linux/arm64).
 - Every package the runtime stage installs exists (`apt-cache show`).
 - With --binary: the runtime packages are exactly the Debian packages that own the binary's
   DT_NEEDED libraries, minus those bookworm-slim already has (libc6, libgcc-s1, libstdc++6).

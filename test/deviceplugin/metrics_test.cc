@@ -125,15 +125,15 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 0"));
   EXPECT_THAT(text, Not(HasSubstr("rdma_device_plugin_hca_allocated{")));
   // Discovery at Init only: a port state that differs from the snapshot's is patched into it
-  // (issue 25: a flapping link ran a full discovery on every poll), and counted apart.
+  // (a flapping link used to run a full discovery on every poll), and counted apart.
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_discovery_duration_seconds_count 1"));
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_rediscoveries_total 0"));
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_state_changes_total 1"));
 }
 
 // A flapping link: each change of a port's state is patched into the snapshot (the HCA's
-// placement kept), never a full discovery; rediscoveries_total counts hotplug alone. Before
-// (issue 25) every flap ran a hwloc discovery and counted as a rediscovery.
+// placement kept), never a full discovery; rediscoveries_total counts hotplug alone (every flap
+// used to run a hwloc discovery and count as a rediscovery).
 TEST_F(NodeMetricsTest, AFlappingLinkIsPatchedNotRediscovered) {
   NodeSources sources = node_.Sources();
   auto discoveries = std::make_shared<std::atomic<int>>(0);
@@ -185,7 +185,7 @@ TEST_F(NodeMetricsTest, GpuDirectRdmaAsTheNodeIsAtTheScrape) {
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_gpudirect_rdma{mechanism=\"dma-buf\"} 1"));
 }
 
-// Health per port: a dual-port HCA with one port down is healthy (issue 25: it was not), and
+// Health per port: a dual-port HCA with one port down is healthy (it used not to be), and
 // port_active says which port is down.
 TEST(NodeMetricsPortsTest, HealthPerPort) {
   auto cards = testing::FourCards();

@@ -54,8 +54,8 @@ TEST(GrpcPodResourcesTest, DestroyedRightAfterAFailedListDoesNotAbort) {
 }
 
 // A List answer larger than gRPC's default 4 MiB (a node with many pods and long names) is
-// read: the client accepts 16 MiB, as the kubelet's own clients do. Before (issue 25) the List
-// failed with RESOURCE_EXHAUSTED, and on such a node the pod list was never known.
+// read: the client accepts 16 MiB, as the kubelet's own clients do (the List used to fail with
+// RESOURCE_EXHAUSTED, and on such a node the pod list was never known).
 TEST(GrpcPodResourcesTest, AnswersLargerThanFourMebibytesAreRead) {
   testing::TestNode node;
   const std::string socket = node.dir().Sub("pr.sock");

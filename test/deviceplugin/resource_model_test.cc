@@ -61,8 +61,8 @@ TEST(SharedIdTest, Canonical) {
 }
 
 // The plugin's IDs and the allocator's indexed path read shared IDs through one definition:
-// every ID the plugin accepts, the allocator answers on its index (issue 24: the two parsers
-// had different limits, 10 and 7 digits).
+// every ID the plugin accepts, the allocator answers on its index (two parsers used to have
+// different limits, 10 and 7 digits).
 TEST(SharedIdTest, OneDefinitionWithTheAllocator) {
   for (const char* id : {"shared-0", "shared-7", "shared-99999", "shared-1048575", "shared-1048576",
                          "shared-2147483646", "shared-01", "shared-"}) {

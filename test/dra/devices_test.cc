@@ -192,7 +192,7 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   }
   // Healthy again: no taint at all.
   EXPECT_FALSE(One(HealthyHca(), opts).contains("taints"));
-  // One ACTIVE port is enough (issue 25): a dual-port card with one port uncabled is usable.
+  // One ACTIVE port is enough: a dual-port card with one port uncabled is usable.
   topology::Hca one_down = HealthyHca();
   one_down.ports[1].state = "DOWN";
   const json d = One(one_down, opts);

@@ -33,7 +33,7 @@ inline constexpr char kHca1[] = "hca-0000-3a-00-0";  // mlx5_1: uverbs1, umad1, 
 
 // Claims by UID; counts the reads; Unavailable for every claim while `down`. Each claim is
 // reserved for a pod of its own with one container using it whole (the common case), unless
-// SetPods says which pods and containers use what.
+// SetReserved and SetPod say which pods and containers use what.
 class FakeClaimReader : public ClaimReader {
  public:
   absl::StatusOr<ClaimAllocation> Read(const ClaimRef& ref, const std::string& driver,
@@ -84,7 +84,7 @@ class FakeClaimReader : public ClaimReader {
     absl::MutexLock lock(&mu_);
     names_[uid] = name;
   }
-  // The claim is reserved for `pods`; ReadPod answers them with `claims`.
+  // The claim is reserved for `pods`; ReadPod answers them as SetPod set them.
   void SetReserved(const std::string& uid, std::vector<PodRef> pods) {
     absl::MutexLock lock(&mu_);
     reserved_[uid] = std::move(pods);
@@ -182,17 +182,18 @@ class DraNode {
     config.api_timeout = absl::Seconds(1);
     config.kubelet_state = kubelet_state_;
     if (configure_) configure_(config);
-    driver_ = std::make_unique<Driver>(config, reader_over_ ? *reader_over_ : reader_, *cdi_,
-                                       *checkpoint_, *core_, status_);
+    ClaimReader& reader = reader_override_ ? *reader_override_ : reader_;
+    driver_ = std::make_unique<Driver>(config, reader, *cdi_, *checkpoint_, *core_, status_);
     ASSERT_TRUE(driver_->Start().ok());
   }
 
   // The kubelet's DRA checkpoint the next NewDriver's driver reads at start ("": none).
   void SetKubeletState(std::string path) { kubelet_state_ = std::move(path); }
+  // What the next NewDriver's driver reads claims and pods through (not owned; null:
+  // reader()).
+  void SetReader(ClaimReader* r) { reader_override_ = r; }
   // Where the next NewDriver's driver writes claims' status.devices (not owned).
   void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
-  // What the next NewDriver's driver reads claims and pods through (not owned; null: reader()).
-  void SetReader(ClaimReader* r) { reader_over_ = r; }
   // Changes the next NewDriver's driver config after the defaults above are set.
   void Configure(std::function<void(DriverConfig&)> edit) { configure_ = std::move(edit); }
   // Discoveries of the node so far, the first included.
@@ -238,7 +239,7 @@ class DraNode {
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
   ClaimStatusWriter* status_ = nullptr;
-  ClaimReader* reader_over_ = nullptr;
+  ClaimReader* reader_override_ = nullptr;
   std::function<void(DriverConfig&)> configure_;
   std::string kubelet_state_;
 };

@@ -2,8 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
 
 #include "dra/probe.h"
 #include "proto/dra.grpc.pb.h"
@@ -12,6 +17,7 @@
 #include "proto/pluginregistration.grpc.pb.h"
 #include "serving/unix_server.h"
 #include "test/dra/dra_node.h"
+#include "test/support/log_lines.h"
 
 namespace rdp::dra {
 namespace {
@@ -22,6 +28,8 @@ using testing::kDriver;
 using testing::kHca0;
 using testing::kUid1;
 using testing::kUid2;
+using rdp::testing::CountContaining;
+using rdp::testing::LastContaining;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
 
@@ -44,6 +52,23 @@ class DRAServerTest : public ::testing::Test {
   static void Deadline(grpc::ClientContext& c) {
     c.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
   }
+  // What the server logs each time it serves the DRA socket, the registration socket.
+  std::string ServingDra() const { return "serving DRAPlugin on " + config_.DraSocket(); }
+  std::string ServingReg() const {
+    return "serving Registration on " + config_.RegistrationSocket();
+  }
+  // Waits until the DRA socket was served at least `dra` times and the registration socket
+  // `registration` times, the registration socket last (the state the kubelet must find).
+  bool WaitServes(int dra, int registration) const {
+    const std::string d = ServingDra();
+    const std::string r = ServingReg();
+    return dra_log_.WaitUntil(
+        [&](const std::vector<std::string>& lines) {
+          return CountContaining(lines, d) >= dra && CountContaining(lines, r) >= registration &&
+                 LastContaining(lines, r) > LastContaining(lines, d);
+        },
+        kWait);
+  }
   // GetInfo as the plugin watcher calls it, then the kubelet's verdict.
   pluginregistration::PluginInfo Register() {
     auto stub = RegStub();
@@ -60,6 +85,8 @@ class DRAServerTest : public ::testing::Test {
     return info;
   }
 
+  // Made before the server, whose thread logs on "dra", and destroyed after it.
+  rdp::testing::LogLines dra_log_{"dra"};
   DraNode node_;
   DraServerConfig config_;
   std::unique_ptr<DraServer> server_;
@@ -78,7 +105,7 @@ TEST_F(DRAServerTest, GetInfoNamesTheDraSocketAndV1Service) {
   ASSERT_EQ(info.supported_versions_size(), 2);
   EXPECT_EQ(info.supported_versions(0), "v1.DRAPlugin");
   EXPECT_EQ(info.supported_versions(1), "v1beta1.DRAPlugin");
-  EXPECT_EQ(server_->registration().registrations(), 1);
+  EXPECT_EQ(server_->registration().state().registrations, 1);
 }
 
 TEST_F(DRAServerTest, PrepareAndUnprepareOverTheSocket) {
@@ -125,8 +152,8 @@ TEST_F(DRAServerTest, PrepareAndUnprepareOverTheSocket) {
 
 TEST_F(DRAServerTest, RemovedSocketsAreServedAgain) {
   ASSERT_TRUE(server_->Start().ok());
-  ASSERT_EQ(server_->dra_serves(), 1);
-  ASSERT_EQ(server_->registration_serves(), 1);
+  ASSERT_EQ(dra_log_.Count(ServingDra()), 1);
+  ASSERT_EQ(dra_log_.Count(ServingReg()), 1);
   Register();
   // A kubelet restart wiping both directories (each moved away at once, then removed: the
   // driver re-creates them meanwhile).
@@ -136,16 +163,16 @@ TEST_F(DRAServerTest, RemovedSocketsAreServedAgain) {
     std::filesystem::rename(config_.kubelet_dir + d, gone);
     std::filesystem::remove_all(gone);
   }
-  ASSERT_TRUE(server_->WaitServes(2, 2, kWait));  // the registration socket after the other
+  ASSERT_TRUE(WaitServes(2, 2));  // the registration socket after the other
   ASSERT_TRUE(std::filesystem::is_socket(config_.RegistrationSocket()));
   ASSERT_TRUE(std::filesystem::is_socket(config_.DraSocket()));
   EXPECT_EQ(Register().endpoint(), config_.DraSocket());
-  EXPECT_EQ(server_->registration().registrations(), 2);
+  EXPECT_EQ(server_->registration().state().registrations, 2);
   // And again, the registration socket alone (the directories stay watched).
-  const int before = server_->registration_serves();
+  const int before = dra_log_.Count(ServingReg());
   ASSERT_EQ(::unlink(config_.RegistrationSocket().c_str()), 0);
-  ASSERT_TRUE(server_->WaitServes(2, before + 1, kWait));
-  EXPECT_EQ(server_->dra_serves(), 2);  // untouched, not re-created
+  ASSERT_TRUE(WaitServes(2, before + 1));
+  EXPECT_EQ(dra_log_.Count(ServingDra()), 2);  // untouched, not re-created
   Register();
 }
 
@@ -159,8 +186,8 @@ TEST_F(DRAServerTest, RefusedRegistrationIsCountedNotRegistered) {
   grpc::ClientContext c;
   Deadline(c);
   ASSERT_TRUE(stub->NotifyRegistrationStatus(&c, status, &r).ok());
-  EXPECT_EQ(server_->registration().refusals(), 1);
-  EXPECT_EQ(server_->registration().registrations(), 0);
+  EXPECT_EQ(server_->registration().state().refusals, 1);
+  EXPECT_EQ(server_->registration().state().registrations, 0);
 }
 
 TEST_F(DRAServerTest, ServingThatFailsIsRetried) {
@@ -173,11 +200,18 @@ TEST_F(DRAServerTest, ServingThatFailsIsRetried) {
   std::ofstream(node_.root() + "/blocker") << "x";
   std::filesystem::rename(node_.root() + "/blocker", plugins);
   std::filesystem::remove_all(node_.root() + "/gone");  // the driver sees dra.sock go
-  ASSERT_TRUE(server_->WaitServeFailures(1, kWait));
+  // The failed serve is logged with its error (the directory it cannot create) and "; retrying".
+  ASSERT_TRUE(dra_log_.WaitUntil(
+      [&](const std::vector<std::string>& lines) {
+        return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+          return absl::StrContains(l, config_.PluginDir()) && absl::EndsWith(l, "; retrying");
+        });
+      },
+      kWait));
   // Nothing in the watched directories changes from here on, and the periodic re-check (30 s)
   // is beyond the wait: only the retries can serve it again.
   std::filesystem::remove(plugins);
-  ASSERT_TRUE(server_->WaitServes(2, 2, kWait));
+  ASSERT_TRUE(WaitServes(2, 2));
   EXPECT_TRUE(std::filesystem::is_socket(config_.DraSocket()));
   EXPECT_EQ(Register().endpoint(), config_.DraSocket());
 }

@@ -53,6 +53,8 @@ class FakeApiServer {
   void DropClaimDeviceStatus(bool drop);
   // The next `n` exchanges about claims are answered with this status (500, 403, ...).
   void FailNextClaimRequests(int n, int status);
+  // Every GET of a pod is answered 403 Forbidden while `refuse` (no RBAC get on pods).
+  void RefusePods(bool refuse);
   // LIST answers at most this many items per page (0: all).
   void SetPageSize(int n);
   // Applied to every slice stored, after pruning: a server-side normalisation.
@@ -79,6 +81,7 @@ class FakeApiServer {
   int fail_claims_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_claims_status_ ABSL_GUARDED_BY(mu_) = 0;
   int page_size_ ABSL_GUARDED_BY(mu_) = 0;
+  bool refuse_pods_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(nlohmann::json&)> normalize_ ABSL_GUARDED_BY(mu_);
   std::int64_t version_ ABSL_GUARDED_BY(mu_) = 100;
 };
@@ -174,6 +177,11 @@ inline void FakeApiServer::AddPod(const nlohmann::json& pod) {
   absl::MutexLock lock(&mu_);
   pods_[pod["metadata"]["namespace"].get<std::string>() + "/" +
         pod["metadata"]["name"].get<std::string>()] = pod;
+}
+
+inline void FakeApiServer::RefusePods(bool refuse) {
+  absl::MutexLock lock(&mu_);
+  refuse_pods_ = refuse;
 }
 
 inline void FakeApiServer::AddSlice(nlohmann::json slice) {
@@ -349,6 +357,13 @@ inline absl::StatusOr<HttpResponse> FakeApiServer::Serve(const HttpRequest& requ
     // <ns>/pods/<name>
     const std::string rest = path.substr(kPods.size());
     const std::string key = rest.substr(0, rest.find('/')) + "/" + rest.substr(rest.rfind('/') + 1);
+    if (refuse_pods_) {
+      return StatusBody(403, "Forbidden",
+                        "pods \"" + key.substr(key.find('/') + 1) +
+                            "\" is forbidden: User \"system:serviceaccount:kube-system:rdp\" "
+                            "cannot get resource \"pods\" in API group \"\" in the namespace \"" +
+                            key.substr(0, key.find('/')) + "\"");
+    }
     const auto it = pods_.find(key);
     if (it == pods_.end()) return StatusBody(404, "NotFound", "pods \"" + key + "\" not found");
     return Json(200, it->second);

@@ -124,8 +124,8 @@ TEST(DRASliceSyncTest, PublishesAtStartAndAfterEachTrigger) {
   EXPECT_EQ(calls[1][0]["version"], 1);
   EXPECT_TRUE(publisher.deadlines_ok());
   sync.Stop();
-  EXPECT_EQ(sync.successes(), 2u);
-  EXPECT_EQ(sync.failures(), 0u);
+  EXPECT_EQ(sync.status().successes, 2u);
+  EXPECT_EQ(sync.status().failures, 0u);
 }
 
 TEST(DRASliceSyncTest, RetriesAfterAFailureWithoutATrigger) {
@@ -137,8 +137,8 @@ TEST(DRASliceSyncTest, RetriesAfterAFailureWithoutATrigger) {
   sync.SetRole(SliceSync::Role::kPublish);
   publisher.WaitCalls(3);
   sync.Stop();
-  EXPECT_EQ(sync.failures(), 2u);
-  EXPECT_EQ(sync.successes(), 1u);
+  EXPECT_EQ(sync.status().failures, 2u);
+  EXPECT_EQ(sync.status().successes, 1u);
 }
 
 TEST(DRASliceSyncTest, ResyncsPeriodically) {
@@ -156,7 +156,7 @@ TEST(DRASliceSyncTest, StopWithoutStartAndTwice) {
   SliceSync sync(publisher, [] { return std::vector<nlohmann::json>{}; }, {});
   sync.Stop();
   sync.Stop();
-  EXPECT_EQ(sync.successes(), 0u);
+  EXPECT_EQ(sync.status().successes, 0u);
 }
 
 
@@ -201,8 +201,8 @@ TEST(DRASliceSyncTest, AThrowIsAFailureNotTheEndOfTheProcess) {
   sync.SetRole(SliceSync::Role::kPublish);
   publisher.WaitCalls(1);  // the second try, after the first threw
   sync.Stop();
-  EXPECT_EQ(sync.failures(), 1u);
-  EXPECT_EQ(sync.successes(), 1u);
+  EXPECT_EQ(sync.status().failures, 1u);
+  EXPECT_EQ(sync.status().successes, 1u);
   EXPECT_TRUE(sync.status().in_sync);
 }
 
@@ -224,7 +224,7 @@ TEST(DRASliceSyncTest, TheWatchSaysWhenToPublish) {
   publisher.EndWatch(absl::UnavailableError("connection reset"));
   EXPECT_EQ(publisher.WaitOpened(2), 2);
   EXPECT_EQ(sync.status().watch_failures, 1u);
-  EXPECT_EQ(sync.successes(), 2u) << "the resync is an hour away: no publish for a reset";
+  EXPECT_EQ(sync.status().successes, 2u) << "the resync is an hour away: no publish for a reset";
   publisher.EndWatch(absl::AbortedError("410 Gone: too old resource version"));
   EXPECT_EQ(publisher.WaitCalls(3).size(), 3u);
   EXPECT_EQ(publisher.WaitOpened(3), 3);

@@ -51,8 +51,8 @@ ContainerAllocation Built(const std::vector<topology::Hca>& hcas, bool with_rdma
   return BuildAllocation(std::move(now), with_rdma_cm, paired_gpu, allocation_dir);
 }
 
-// Usable: at least one ACTIVE port (issue 25: every port had to be, so a dual-port card with one
-// port uncabled was never offered); the verdict names the ports a container uses, or every port
+// Usable: at least one ACTIVE port (a dual-port card with one port uncabled used to be never
+// offered); the verdict names the ports a container uses, or every port
 // that is not ACTIVE.
 TEST(AssessTest, AtLeastOneActivePort) {
   Verdict one_down = Assess(Card("mlx5_0", {"ACTIVE", "DOWN"}));

@@ -328,44 +328,11 @@ func TestDRASlicesValidate(t *testing.T) {
 	}
 }
 
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("no DeviceClass %s", name)
-}
-
-func driverClass(driver string) *resourceapi.DeviceClass {
-	return &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: driver},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)},
-		}}},
-	}
-}
-
 // gpuSlice is a fake GPU driver's pool: one device per GPU of the node with the standard
 // attributes as a real GPU driver gets them, from deviceattribute's helpers on the same tree.
 func gpuSlice(t *testing.T, f draFixture) *resourceapi.ResourceSlice {
 	t.Helper()
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: draNodeName + "-" + draGPUClass},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   draGPUClass,
-			NodeName: ptr.To(draNodeName),
-			Pool:     resourceapi.ResourcePool{Name: draNodeName, Generation: 1, ResourceSliceCount: 1},
-		},
-	}
+	s := NodeSlice(draNodeName+"-"+draGPUClass, draNodeName, draGPUClass)
 	for i, g := range f.Node.GPUs {
 		attrs := upstreamStandard(f.Root, g.PCI)
 		if _, ok := attrs[deviceattribute.StandardDeviceAttributePCIeRoot]; !ok {
@@ -413,7 +380,7 @@ func (a *draAllocator) allocate(claims ...*resourceapi.ResourceClaim) []resource
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	classes := classLister{draDriver: driverClass(draDriver), draGPUClass: driverClass(draGPUClass)}
+	classes := DeviceClasses{draDriver: DriverClass(draDriver, draDriver), draGPUClass: DriverClass(draGPUClass, draGPUClass)}
 	alloc, err := structured.NewAllocator(context.Background(), features, state, classes, a.slices,
 		cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
 	if err != nil {

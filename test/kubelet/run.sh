@@ -7,6 +7,7 @@
 #        test/kubelet/run.sh --proto [go test flags...]
 #        test/kubelet/run.sh --control-plane [go test flags...]
 #        test/kubelet/run.sh --nri [BINARY] [go test flags...]
+#        test/kubelet/run.sh --scheduler-bench OUT [go test flags...]
 #   BINARY defaults to $RDP_BINARY, then <repo>/build/cmd/rdma-device-plugin.
 #   --build-only: download the modules and compile the harness (fills Go's caches), check that
 #   every file is gofmt-formatted, run nothing.
@@ -24,6 +25,11 @@
 #   e.g. test/kubelet/run.sh --control-plane -run 'TestHelmControlPlane/InstallPodSecurity' 
 #   --nri: the package ./nri: github.com/containerd/nri's runtime side (the adaptation containerd
 #   runs) drives BINARY's `nri` subcommand over a real socket; needs neither root nor containerd.
+#   --scheduler-bench OUT: ./controlplane's TestSchedulerBench (docs/benchmarks.md, "Scheduler"):
+#   the real kube-scheduler allocating GPU and GPU + HCA claims on RDP_SCHED_BENCH_NODES (1000)
+#   nodes, RDP_SCHED_BENCH_PODS (500) pods per class; writes the figures to OUT and checks them
+#   with bench/scheduler_summary.py. Needs what --control-plane's DRA tests need (helm, the
+#   binary); scripts/bench.sh --scheduler provides both. Skipped (77) when the test skips.
 #   --real-node: the package ./realnode (TestRealNode*, docs/real-node.md): scripts/real-node.sh
 #   brings a real node up (kubelet binary, containerd, the chart's DaemonSet from our image) in
 #   the build directory (BUILD_DIR, else <repo>/build) and the tests look inside its containers;
@@ -40,14 +46,20 @@ proto_only=0
 control_plane=0
 nri=0
 real_node=0
+sched_bench=0
 case ${1:-} in
   --build-only) build_only=1; shift ;;
   --proto) proto_only=1; shift ;;
   --control-plane) control_plane=1; shift ;;
   --nri) nri=1; shift ;;
   --real-node) real_node=1; shift ;;
+  --scheduler-bench)
+    sched_bench=1
+    [[ -n ${2:-} && ${2:-} != -* ]] || { echo "usage: run.sh --scheduler-bench OUT [go test flags...]" >&2; exit 2; }
+    sched_out=$(realpath -m -- "$2")
+    shift 2 ;;
 esac
-if ((!proto_only && !control_plane && !real_node)) && [[ $# -gt 0 && $1 != -* ]]; then
+if ((!proto_only && !control_plane && !real_node && !sched_bench)) && [[ $# -gt 0 && $1 != -* ]]; then
   RDP_BINARY=$1
   shift
 fi
@@ -107,6 +119,31 @@ if ((real_node)); then
   set -e
   echo "real node: go test exited $rc after $(( $(date +%s) - start ))s"
   exit $rc
+fi
+if ((sched_bench)); then
+  if [[ ! -x $RDP_BINARY ]]; then
+    echo "scheduler bench: FAILED: no plugin binary at $RDP_BINARY" >&2
+    exit 1
+  fi
+  export RDP_BINARY=$(cd "$(dirname "$RDP_BINARY")" && pwd)/$(basename "$RDP_BINARY")
+  mkdir -p "$(dirname "$sched_out")"
+  export RDP_SCHED_BENCH_OUT=$sched_out
+  rm -f "$RDP_SCHED_BENCH_OUT"
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  echo "scheduler bench: $version, k8s.io/kubernetes $k8s_version, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), nodes ${RDP_SCHED_BENCH_NODES:-1000}, pods ${RDP_SCHED_BENCH_PODS:-500} per class"
+  start=$(date +%s)
+  set +e
+  go test -count=1 -timeout 90m -v -ldflags "$version_ldflags" -run '^TestSchedulerBench$' "$@" ./controlplane 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  echo "scheduler bench: go test exited $rc after $(( $(date +%s) - start ))s, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  ((rc == 0)) || exit $rc
+  if [[ ! -f $RDP_SCHED_BENCH_OUT ]] && grep -q -- '--- SKIP: TestSchedulerBench' "$log"; then
+    skip "TestSchedulerBench skipped (its reason is in the log above)"
+  fi
+  python3 "$repo/bench/scheduler_summary.py" "$RDP_SCHED_BENCH_OUT"
+  exit 0
 fi
 if ((control_plane)); then
   # The DRA tests run the plugin binary (they fail without it; the helm tests do not need it).

@@ -91,7 +91,7 @@ TEST(SingleFlightTest, ARequestFromACallbackStartsARunAfterIt) {
   EXPECT_EQ(second, 1);
 }
 
-// Regression (issue 25): Finished() marked the flight idle before running the callbacks, so the
+// Regression: Finished() marked the flight idle before running the callbacks, so the
 // owner's destructor (NodeState's, through WaitIdle) could return while a callback, run on the
 // thread that finished the List, still read the owner. A callback that is still running must
 // keep WaitIdle from returning. The callback is held until the destroying thread either

@@ -17,7 +17,11 @@ namespace {
 using sim::FixtureHca;
 using sim::FixturePort;
 using sim::SysfsFixture;
+using ::testing::_;
+using ::testing::Contains;
+using ::testing::Each;
 using ::testing::ElementsAre;
+using ::testing::Pair;
 using ::testing::HasSubstr;
 using testing::Load;
 using testing::LoadXml;
@@ -264,7 +268,8 @@ TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   EXPECT_EQ(h0.uverbs, "uverbs0");
   EXPECT_EQ(h0.place.Switch(), "0000:16:00.0");
   EXPECT_TRUE(h0.place.bridges_known);
-  EXPECT_TRUE(h0.CharDevicesPresent());
+  EXPECT_THAT(h0.char_devices, Contains(Pair("/dev/infiniband/uverbs0", true)));
+  EXPECT_THAT(h0.char_devices, Each(Pair(_, true)));
   EXPECT_FALSE(t->hcas()[t->HcaIndex("0000:3d:00.0")].AllPortsActive()) << "mlx5_3 port DOWN";
   const Hca& bond = t->hcas()[t->HcaIndex("0000:c9:00.0")];
   EXPECT_EQ(bond.name, "mlx5_bond_0");

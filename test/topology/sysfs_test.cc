@@ -15,8 +15,10 @@ using sim::FixtureHca;
 using sim::FixturePort;
 using sim::SysfsFixture;
 namespace fs = std::filesystem;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 FixtureHca IbHca(const std::string& name, const std::string& pci, int numa) {
   FixtureHca h;
@@ -66,8 +68,11 @@ TEST_F(SysfsTest, InfiniBandHcaWithUmadAndIssm) {
   EXPECT_EQ(got.ports[0].link_layer, "InfiniBand");
   EXPECT_EQ(got.ports[1].rate, "200 Gb/sec (4X HDR)");
   EXPECT_TRUE(got.AllPortsActive());
-  EXPECT_TRUE(got.CharDevicesPresent());
-  EXPECT_EQ(got.char_devices.size(), 5u);  // uverbs0, umad0, umad1, issm0, issm1
+  EXPECT_THAT(got.char_devices, ElementsAre(Pair("/dev/infiniband/uverbs0", true),
+                                            Pair("/dev/infiniband/umad0", true),
+                                            Pair("/dev/infiniband/umad1", true),
+                                            Pair("/dev/infiniband/issm0", true),
+                                            Pair("/dev/infiniband/issm1", true)));
 }
 
 TEST_F(SysfsTest, BondedRoceWithoutUmad) {
@@ -86,7 +91,9 @@ TEST_F(SysfsTest, BondedRoceWithoutUmad) {
   EXPECT_TRUE((*hcas)[0].umad.empty());
   EXPECT_EQ((*hcas)[0].ports[0].link_layer, "Ethernet");
   EXPECT_THAT((*hcas)[0].netdevs, ElementsAre("ens6f0np0"));
-  EXPECT_TRUE((*hcas)[0].CharDevicesPresent());
+  ASSERT_FALSE((*hcas)[0].uverbs.empty());
+  EXPECT_THAT((*hcas)[0].char_devices,
+              ElementsAre(Pair("/dev/infiniband/" + (*hcas)[0].uverbs, true)));
 }
 
 // A RoCE port's GID table as mlx5 fills it for a netdev with an IPv6 link-local address, a
@@ -184,7 +191,8 @@ TEST_F(SysfsTest, PortDownNumaUnknownAndMissingUverbs) {
   EXPECT_EQ(h0->ports[0].state, "DOWN");
   EXPECT_FALSE(h0->AllPortsActive());
   EXPECT_TRUE(h1->AllPortsActive());
-  EXPECT_FALSE(h1->CharDevicesPresent());
+  ASSERT_FALSE(h1->uverbs.empty());
+  EXPECT_THAT(h1->char_devices, Contains(Pair("/dev/infiniband/" + h1->uverbs, false)));
 }
 
 TEST_F(SysfsTest, BrokenDevicesAreSkippedOthersKept) {

@@ -165,3 +165,11 @@ cluster and checks nothing.
 {{- end }}
 {{- $mode }}
 {{- end }}
+
+{{/*
+"true" when the DRA driver reads pods (dra.readPods), else "". Absent from the values (a
+release's values from before the chart had it, reused by helm upgrade --reuse-values): true.
+*/}}
+{{- define "rdp.draReadPods" -}}
+{{- if ne (toString .Values.dra.readPods) "false" }}true{{ end }}
+{{- end }}

@@ -24,7 +24,7 @@ import (
 // client-certificate and client-key, as files and as -data), not only a token: the API server
 // trusts a client CA of the test's own (--client-ca-file), the certificate's CN is a user with
 // the driver's RBAC, and the `dra` binary, registered by a kubelet plugin manager, publishes its
-// node's slices through it (issue 26: client-certificate auth was never tried against a server).
+// node's slices through it (client-certificate auth against a real server).
 func TestDRAClientCertificate(t *testing.T) {
 	dir := t.TempDir()
 	caKey, caCert := newTestCA(t)

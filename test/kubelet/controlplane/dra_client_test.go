@@ -144,6 +144,19 @@ func draServiceAccount(t *testing.T, cp *ControlPlane) string {
 	return tokenFile
 }
 
+// createDriverClass creates the DeviceClass named `driver` that selects every device of that
+// driver.
+func createDriverClass(t *testing.T, c kubernetes.Interface, driver string) {
+	t.Helper()
+	if _, err := c.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: driver},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+			CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func sliceFor(name, driver, pool string, devices ...string) *resourcev1.ResourceSlice {
 	s := &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

@@ -21,7 +21,7 @@ import (
 
 // draBinary is the plugin binary (RDP_BINARY, which run.sh exports); the DRA tests fail
 // without it rather than skip, so that a CI that lost the binary does not pass them silently.
-func draBinary(t *testing.T) string {
+func draBinary(t testing.TB) string {
 	t.Helper()
 	b := os.Getenv("RDP_BINARY")
 	if b == "" {
@@ -34,7 +34,7 @@ func draBinary(t *testing.T) string {
 }
 
 // runBinary runs the plugin binary under a deadline and returns its stdout.
-func runBinary(t *testing.T, args ...string) []byte {
+func runBinary(t testing.TB, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -50,7 +50,7 @@ func runBinary(t *testing.T, args ...string) []byte {
 
 // draFixtureNode lays out the sysfs and /dev trees of a bundled topology (test/data/<xml>) with
 // the binary's own `fixture` subcommand and returns the discovery flags that read them.
-func draFixtureNode(t *testing.T, xml string) []string {
+func draFixtureNode(t testing.TB, xml string) []string {
 	t.Helper()
 	root := t.TempDir()
 	path := filepath.Join(repoRoot(), "test", "data", xml)
@@ -59,7 +59,7 @@ func draFixtureNode(t *testing.T, xml string) []string {
 }
 
 // draNodeSlices: what `rdma-device-plugin dra slices` prints for the node.
-func draNodeSlices(t *testing.T, node, mode string, discovery []string) []resourcev1.ResourceSlice {
+func draNodeSlices(t testing.TB, node, mode string, discovery []string) []resourcev1.ResourceSlice {
 	t.Helper()
 	out := runBinary(t, append([]string{"dra", "slices", "--node-name", node, "--mode", mode}, discovery...)...)
 	var list struct {

@@ -20,7 +20,7 @@ import (
 // its token is bound to, and of its driver. The tokens are pod-bound, as the kubelet mints the
 // projected token of a driver pod (TokenRequest with the pod as bound object: the server adds
 // the pod's node to the token's extra). RBAC alone let any node's token rewrite every node's
-// slices, other drivers' included (issue 26).
+// slices, other drivers' included.
 func TestDRASliceWritesOwnNodeOnly(t *testing.T) {
 	helmBinary(t)
 	cp := Start(t)
@@ -56,20 +56,6 @@ func TestDRASliceWritesOwnNodeOnly(t *testing.T) {
 		return strings.Contains(err.Error(), "may write only the ResourceSlices of its own node"), err.Error(), nil
 	})
 
-	refused := func(what, want string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s: allowed, want refused", what)
-		} else if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
-		}
-	}
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: %v, want allowed", what, err)
-		}
-	}
 	slices := func(k kubernetes.Interface) interface {
 		Create(context.Context, *resourcev1.ResourceSlice, metav1.CreateOptions) (*resourcev1.ResourceSlice, error)
 		Update(context.Context, *resourcev1.ResourceSlice, metav1.UpdateOptions) (*resourcev1.ResourceSlice, error)
@@ -80,40 +66,40 @@ func TestDRASliceWritesOwnNodeOnly(t *testing.T) {
 
 	// Its own node: create, update, delete.
 	own, err := slices(onA).Create(ctx, slice("own-a", nodeA, draDriver), metav1.CreateOptions{})
-	allowed("node A's token creates a slice of node A", err)
+	wantAllowed(t, "node A's token creates a slice of node A", err)
 	if own != nil {
 		own.Spec.Pool.Generation++
 		_, err = slices(onA).Update(ctx, own, metav1.UpdateOptions{})
-		allowed("node A's token updates it", err)
+		wantAllowed(t, "node A's token updates it", err)
 		// (Moving a slice to another node is refused by the server itself: spec.nodeName is
 		// immutable.)
-		allowed("node A's token deletes it", slices(onA).Delete(ctx, "own-a", metav1.DeleteOptions{}))
+		wantAllowed(t, "node A's token deletes it", slices(onA).Delete(ctx, "own-a", metav1.DeleteOptions{}))
 	}
 	_, err = slices(onB).Create(ctx, slice("own-b", nodeB, draDriver), metav1.CreateOptions{})
-	allowed("node B's token creates a slice of node B", err)
+	wantAllowed(t, "node B's token creates a slice of node B", err)
 
 	// Another node's slices: neither created, updated nor deleted.
 	_, err = slices(onA).Create(ctx, slice("other", nodeB, draDriver), metav1.CreateOptions{})
-	refused("node A's token creates a slice of node B", "its own node", err)
+	wantRefused(t, "node A's token creates a slice of node B", "its own node", err)
 	if theirs, err := c.ResourceV1().ResourceSlices().Get(ctx, "own-b", metav1.GetOptions{}); err == nil {
 		theirs.Spec.Pool.Generation++
 		_, err = slices(onA).Update(ctx, theirs, metav1.UpdateOptions{})
-		refused("node A's token updates node B's slice", "its own node", err)
-		refused("node A's token deletes node B's slice", "its own node",
+		wantRefused(t, "node A's token updates node B's slice", "its own node", err)
+		wantRefused(t, "node A's token deletes node B's slice", "its own node",
 			slices(onA).Delete(ctx, "own-b", metav1.DeleteOptions{}))
 	} else {
 		t.Errorf("node B's slice: %v", err)
 	}
 	// Another driver's slices, even on its own node (a GPU driver's).
 	_, err = c.ResourceV1().ResourceSlices().Create(ctx, slice("gpu-a", nodeA, draOtherDriver), metav1.CreateOptions{})
-	allowed("the admin creates a GPU driver's slice (not matched by the policy)", err)
+	wantAllowed(t, "the admin creates a GPU driver's slice (not matched by the policy)", err)
 	_, err = slices(onA).Create(ctx, slice("fake-gpu", nodeA, draOtherDriver), metav1.CreateOptions{})
-	refused("node A's token creates another driver's slice on node A", "only the ResourceSlices of driver", err)
-	refused("node A's token deletes the GPU driver's slice", "only the ResourceSlices of driver",
+	wantRefused(t, "node A's token creates another driver's slice on node A", "only the ResourceSlices of driver", err)
+	wantRefused(t, "node A's token deletes the GPU driver's slice", "only the ResourceSlices of driver",
 		slices(onA).Delete(ctx, "gpu-a", metav1.DeleteOptions{}))
 	// A token bound to no pod has no node: it writes nothing.
 	_, err = slices(unbound).Create(ctx, slice("unbound", nodeA, draDriver), metav1.CreateOptions{})
-	refused("a token bound to no node creates a slice", "bound to no node", err)
+	wantRefused(t, "a token bound to no node creates a slice", "bound to no node", err)
 }
 
 // podOnNode creates a pod "driver-<node>" of the ServiceAccount on the node (as the DaemonSet's)
@@ -129,6 +115,24 @@ func podOnNode(t *testing.T, cp *ControlPlane, ns, sa, node string) *authenticat
 		t.Fatalf("pod on %s: %v", node, err)
 	}
 	return &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+}
+
+// wantRefused: err is a refusal of `what` whose message says `want`.
+func wantRefused(t *testing.T, what, want string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: allowed, want refused", what)
+	} else if !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
+	}
+}
+
+// wantAllowed: `what` succeeded.
+func wantAllowed(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: %v, want allowed", what, err)
+	}
 }
 
 // saClient: a client with a token of the ServiceAccount, bound to `bound` when not nil.

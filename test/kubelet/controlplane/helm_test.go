@@ -74,17 +74,24 @@ func testNodes() []*v1.Node {
 	}
 }
 
-// addReadyNode creates the node as a joined, Ready node looks: the API server's
+// addReadyNode creates the node as a joined, Ready node looks (createReadyNode); it fails the test
+// when the server refuses.
+func addReadyNode(t *testing.T, c kubernetes.Interface, n *v1.Node) {
+	t.Helper()
+	if err := createReadyNode(context.Background(), c, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createReadyNode creates the node as a joined, Ready node looks: the API server's
 // TaintNodesByCondition admission gives every new node node.kubernetes.io/not-ready:NoSchedule,
 // which a DaemonSet pod does not tolerate (only not-ready:NoExecute); on a real cluster the
 // kubelet then reports Ready and the node lifecycle controller lifts the taint. Neither runs
-// here, so this does both.
-func addReadyNode(t *testing.T, c kubernetes.Interface, n *v1.Node) {
-	t.Helper()
-	ctx := context.Background()
+// here, so this does both. Safe to call from several goroutines.
+func createReadyNode(ctx context.Context, c kubernetes.Interface, n *v1.Node) error {
 	created, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("node %s: %v", n.Name, err)
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	now := metav1.Now()
 	created.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue,
@@ -94,7 +101,7 @@ func addReadyNode(t *testing.T, c kubernetes.Interface, n *v1.Node) {
 		v1.ResourceMemory: resource.MustParse("256Gi"), v1.ResourcePods: resource.MustParse("110")}
 	created.Status.Capacity, created.Status.Allocatable = room, room
 	if created, err = c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("node %s status: %v", n.Name, err)
+		return fmt.Errorf("node %s status: %w", n.Name, err)
 	}
 	var taints []v1.Taint
 	for _, taint := range created.Spec.Taints {
@@ -104,8 +111,9 @@ func addReadyNode(t *testing.T, c kubernetes.Interface, n *v1.Node) {
 	}
 	created.Spec.Taints = taints
 	if _, err := c.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("node %s taints: %v", n.Name, err)
+		return fmt.Errorf("node %s taints: %w", n.Name, err)
 	}
+	return nil
 }
 
 // repoRoot is the repository this file is in (test/kubelet/controlplane/).
@@ -703,6 +711,7 @@ func TestHelmControlPlane(t *testing.T) {
 			"dra":               {"--set", "driver=dra"},
 			"metrics-off":       {"--set", "metrics.enabled=false"},
 			"dra-no-extended":   {"--set", "driver=dra", "--set", "dra.deviceClass.extendedResource=false"},
+			"dra-no-pods":       {"--set", "driver=dra", "--set", "dra.readPods=false", "--set", "dra.restrictClaimStatusWrites=false"},
 		} {
 			out, err := h.run(append([]string{"install", "dry-" + strings.ToLower(name), h.chart,
 				"-n", "kube-system", "--dry-run=server", "--set", repo}, args...)...)
@@ -713,7 +722,7 @@ func TestHelmControlPlane(t *testing.T) {
 	})
 }
 
-// The chart in DRA mode (issue 16), as the real API server admits it: the DeviceClass (CEL
+// The chart in DRA mode, as the real API server admits it: the DeviceClass (CEL
 // selector compiled and extendedResourceName validated by the server), the DaemonSets placed as
 // in device-plugin mode, and the ServiceAccount allowed exactly what the driver does, asked of
 // the server's RBAC authorizer (SubjectAccessReview), not read off the manifest.

@@ -7,8 +7,8 @@ import (
 )
 
 // draPerContainer: what each container of a pod gets in DRA mode, per request and per claim
-// (issue 26: the driver wrote one CDI device per claim, so every container of the claim got
-// every HCA of it, and a container holding two claims was told about one).
+// (a regression guard: one CDI device per claim gave every container of the claim every HCA of
+// it, and told a container holding two claims about one).
 //   - two containers each asking rdma/hca: 1 (the DeviceClass's extended resource: one claim of
 //     two requests made by the scheduler) get distinct HCAs, each container only its own;
 //   - two containers each using one request of one claim likewise;

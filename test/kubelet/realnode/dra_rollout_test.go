@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// draRollout (issue 26, rolling upgrade without a gap): the chart's DRA DaemonSet rolled by the
+// draRollout (rolling upgrade without a gap): the chart's DRA DaemonSet rolled by the
 // DaemonSet controller with {maxSurge: 1, maxUnavailable: 0} (the strategy docs/dra.md gives for
 // DRA mode) while a pod holds a prepared claim. The new driver pod starts beside the old one and
 // the old one hands the node over; a pod created while both exist starts with exactly its HCA;

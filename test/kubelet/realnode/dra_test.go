@@ -57,7 +57,7 @@ func TestRealNodeDRA(t *testing.T) {
 	}
 	c.checkExactly("extended resource", in, ext)
 
-	// A variable the pod spec sets is the container's, not the CDI spec's (issue 29).
+	// A variable the pod spec sets is the container's, not the CDI spec's.
 	c.claim("user", request("hca", hcaClass, 1))
 	user := claimPod("user-env", map[string][]string{"c": {"user"}})
 	user.Spec.Containers[0].Env = []v1.EnvVar{{Name: "NCCL_IB_HCA", Value: "=mlx5_chosen_by_the_user"}}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// insideThePod (issue 29, with up --nri): what a training container needs besides its device
+// insideThePod (with up --nri): what a training container needs besides its device
 // nodes, seen from inside real containers. A container holding an HCA has the RLIMIT_MEMLOCK of
 // the chart's NRI plugin (nri.memlock; real-node.sh sets it above the runtime's soft limit) and /etc/rdma/allocation.json; one without an HCA keeps the
 // runtime's default and gets neither file nor variables; a variable the pod spec sets wins over
