@@ -144,7 +144,7 @@ bool NodeState::RefreshPodsAndWait(absl::Duration at_most) {
   auto outcome = std::make_shared<Outcome>();
   // The callbacks of one List run after its OnPods and before the next List starts.
   RefreshPods([this, outcome] {
-    outcome->ok = last_list_ == ListEnd::kOk;
+    outcome->ok = last_list_ok_.load();
     outcome->done.Notify();
   });
   // The List has a deadline; the bound here only guards against a source that breaks its word.
@@ -153,23 +153,35 @@ bool NodeState::RefreshPodsAndWait(absl::Duration at_most) {
          outcome->ok;
 }
 
+void NodeState::KeepPreferred(std::optional<std::vector<std::string>> answer) {
+  if (answer) std::sort(answer->begin(), answer->end());
+  absl::MutexLock lock(&mu_);
+  preferred_ = std::move(answer);
+}
+
+bool NodeState::TakePreferred(std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  absl::MutexLock lock(&mu_);
+  const bool same = preferred_ && *preferred_ == ids;
+  preferred_.reset();
+  return same;
+}
+
 bool NodeState::pods_known() const {
   absl::MutexLock lock(&mu_);
   return pods_known_;
 }
 
 void NodeState::StartList(std::function<void()> finished) {
-  const std::uint64_t epoch = registration_epoch_;
   sources_.pod_resources->List(config_.pod_resources_timeout,
-                               [this, finished, epoch](absl::StatusOr<PodList> pods) {
+                               [this, finished](absl::StatusOr<PodList> pods) {
                                  OnPods(std::move(pods));
-                                 if (last_list_ == ListEnd::kOk) last_list_epoch_ = epoch;
                                  finished();
                                });
 }
 
 void NodeState::OnPods(absl::StatusOr<PodList> pods) {
-  last_list_ = pods.ok() ? ListEnd::kOk : ListEnd::kFailed;
+  last_list_ok_ = pods.ok();
   if (!pods.ok()) metrics_.pod_resources_errors.Add();
   bool changed = false;
   {

@@ -92,29 +92,23 @@ class NodeState {
       ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   // Shutdown: the List in flight fails at once, and so does every later one.
   void StopPodLists();
-  // The latest List that ended failed. Not before the first one ends: an Allocate then waits for
-  // it (within its deadline) rather than refusing every HCA as not known yet. False without a
-  // pod-resources source.
-  bool pod_list_failing() const {
-    return sources_.pod_resources && last_list_ == ListEnd::kFailed;
-  }
   bool pods_known() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The latest List that ended succeeded. A RefreshPods callback reads that List's outcome (the
+  // callbacks of one List run after it ended and before the next one starts).
+  bool last_list_ok() const { return last_list_ok_; }
+
+  // An exclusive admission's two calls share one List. The kubelet admits containers one at a
+  // time and, for each resource, calls Allocate right after the GetPreferredAllocation that chose
+  // its IDs (the device manager's devicesToAllocate, then allocate), so nothing is admitted
+  // between the two: the List that answered the GetPreferredAllocation is as new as its Allocate
+  // for withholding. KeepPreferred keeps one container's answer when it was computed from a
+  // successful List begun after the call; nullopt forgets it (any other answer, a registration:
+  // the other mode's plugin may admit containers before ours is the kubelet's endpoint again).
+  void KeepPreferred(std::optional<std::vector<std::string>> answer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `ids` (one container's, any order) are the answer kept, which is forgotten either way:
+  // then the Allocate needs no List of its own.
+  bool TakePreferred(std::vector<std::string> ids) ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
-  // The latest List succeeded and began after the latest registration with the kubelet had
-  // returned, and no registration is under way. The kubelet keeps one endpoint per resource: once
-  // we are registered, every container that gets rdma/hca is admitted through us, so such a list
-  // already shows every container another plugin (the other mode's, before a relabel) admitted.
-  // Allocate reads a new List only when this is false: one List per admission, not two, against
-  // the kubelet's pod-resources budget. The kubelet may call Allocate before its answer to our
-  // Register reaches us, so a registration counts from the moment it is sent.
-  bool list_since_registration() const {
-    const std::uint64_t epoch = registration_epoch_;
-    return has_pod_resources() && last_list_ == ListEnd::kOk && epoch % 2 == 0 &&
-           last_list_epoch_ == epoch;
-  }
-  // The lifecycle thread calls these around each Register RPC, whatever its outcome.
-  void RegistrationBegins() { ++registration_epoch_; }
-  void RegistrationEnded() { ++registration_epoch_; }
 
   struct DeviceList {
     std::uint64_t version = 0;
@@ -180,13 +174,7 @@ class NodeState {
   const Config config_;
   NodeSources sources_;
   node::Node core_;
-  // How the latest pod-resources List ended: none has yet, it succeeded, it failed.
-  enum class ListEnd : char { kNone, kOk, kFailed };
-  std::atomic<ListEnd> last_list_{ListEnd::kNone};
-  // Odd while a Register RPC is under way: incremented as each begins and as it ends.
-  std::atomic<std::uint64_t> registration_epoch_{0};
-  // registration_epoch_ when the latest successful List began.
-  std::atomic<std::uint64_t> last_list_epoch_{0};
+  std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
   mutable PluginMetrics metrics_;
 
   // Lock order: listeners_mu_ (held while listeners run), then mu_.
@@ -206,6 +194,7 @@ class NodeState {
   std::map<std::string, std::string> withheld_ ABSL_GUARDED_BY(mu_);  // PCI -> why
   bool withholding_pending_ ABSL_GUARDED_BY(mu_) = false;  // withheld_ is "pods not known yet"
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<std::string>> preferred_ ABSL_GUARDED_BY(mu_);  // sorted
   std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.

@@ -200,9 +200,8 @@ bool PluginServer::TryRegister() {
   context.set_deadline(absl::ToChronoTime(absl::Now() + config_.register_timeout));
   v1beta1::Empty response;
   const std::uint64_t kubelet_ino = serving::FileId(config_.KubeletSocketPath());
-  node_->RegistrationBegins();
+  node_->KeepPreferred(std::nullopt);  // the kubelet's endpoint changes hands
   grpc::Status status = stub->Register(&context, request, &response);
-  node_->RegistrationEnded();
   if (!status.ok()) {
     if (!register_failing_) {
       Log()->warn("registering with the kubelet on {} failed, retrying with backoff: {}",

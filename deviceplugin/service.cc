@@ -243,21 +243,23 @@ grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateReques
 namespace {
 
 // Runs `answer` once a pod-resources List that started after this call has ended, or after
-// `at_most` with the state as it is (a grpc::Alarm), whichever comes first; exactly once.
-void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<void()> answer) {
+// `at_most` with the state as it is (a grpc::Alarm), whichever comes first; exactly once, with
+// true when that List ended first and succeeded.
+void AfterAFreshPodList(NodeState& node, absl::Duration at_most,
+                        std::function<void(bool fresh)> answer) {
   struct Pending {
     std::atomic<bool> answered{false};
-    std::function<void()> answer;
+    std::function<void(bool)> answer;
     // Made only when the list is not answered at once: making and destroying a grpc::Alarm
     // costs microseconds on every Allocate. Destroyed (cancelled) with the last holder.
     std::optional<grpc::Alarm> alarm;
-    void Answer() {
-      if (!answered.exchange(true)) answer();
+    void Answer(bool fresh) {
+      if (!answered.exchange(true)) answer(fresh);
     }
   };
   auto pending = std::make_shared<Pending>();
   pending->answer = std::move(answer);
-  node.RefreshPods([pending] { pending->Answer(); });
+  node.RefreshPods([pending, &node] { pending->Answer(node.last_list_ok()); });
   // Answered already (no pod-resources source): no alarm. Setting one and cancelling it costs a
   // trip through gRPC's timer thread on every call.
   if (pending->answered) return;
@@ -265,7 +267,7 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<v
   pending->alarm.emplace();
   pending->alarm->Set(absl::ToChronoTime(absl::Now() + at_most), [weak](bool fired) {
     if (!fired) return;
-    if (std::shared_ptr<Pending> p = weak.lock()) p->Answer();
+    if (std::shared_ptr<Pending> p = weak.lock()) p->Answer(false);
   });
 }
 
@@ -274,11 +276,20 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most, std::function<v
 void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done) {
-  auto answer = [&node, &request, response, done = std::move(done)] {
-    done(Guard(kPreferRpc, [&] { return PreferAll(node, request, response); }));
+  auto answer = [&node, &request, response, done = std::move(done)](bool fresh) {
+    const grpc::Status s = Guard(kPreferRpc, [&] { return PreferAll(node, request, response); });
+    // The container's Allocate, next, may decide on the same List (NodeState::KeepPreferred).
+    std::optional<std::vector<std::string>> kept;
+    if (fresh && s.ok() && response->container_responses_size() == 1 &&
+        response->container_responses(0).deviceids_size() > 0) {
+      const auto& ids = response->container_responses(0).deviceids();
+      kept.emplace(ids.begin(), ids.end());
+    }
+    node.KeepPreferred(std::move(kept));
+    done(s);
   };
   if (node.config().mode == hca::Mode::kShared || request.container_requests().empty()) {
-    answer();
+    answer(false);
     return;
   }
   // Exclusive: the GPU context comes from a pod list at least as new as this call. One refresh
@@ -401,27 +412,29 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                                                         const v1beta1::AllocateRequest* request,
                                                         v1beta1::AllocateResponse* response) {
   auto* reactor = new UnaryReactor;
-  // Withholding is checked against a pod list at least as new as the call: the
-  // kubelet skips GetPreferredAllocation when the aligned set equals the request, so during a
-  // relabel overlap the last periodic list may not show a container the other mode has just
-  // admitted. Bounded by the List's deadline. While Lists fail the state as it is decides at once
-  // (fail closed until the list is known; the last list after). Before the first List has ended
-  // the call waits for one too, at most admission_wait: refusing at once would fail the first
-  // pods of a plugin that starts while the kubelet is slow to list.
-  auto answer = [reactor, node = node_, request, response] {
+  // Withholding is checked against a pod list at least as new as the call: a container the other
+  // mode's plugin admitted a moment ago (its Allocate was in flight when we registered) is in no
+  // older list. An exclusive Allocate of the IDs that the GetPreferredAllocation just before it
+  // answered from a List begun after that call decides on that List: it is the same admission,
+  // and the kubelet admits nothing in between (NodeState::KeepPreferred); one List per admission
+  // keeps the next admission's List within the kubelet's rate limit. Any other Allocate (the
+  // kubelet skips GetPreferredAllocation when the aligned set equals the request; shared mode)
+  // reads a List of its own, shared with concurrent callers, waiting for it at most
+  // admission_wait, then decides with the state as it is (fail closed while no List has ever
+  // answered; the last list after): a pod-resources server that never answers must not hold the
+  // kubelet's admission for the List's whole deadline.
+  auto answer = [reactor, node = node_, request, response](bool) {
     reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
   };
-  // A list that began after our registration already shows every container admitted through
-  // another plugin (NodeState::list_since_registration): then no new List is needed.
-  if (node_->pod_list_failing() || node_->list_since_registration()) {
-    answer();
-  } else if (!node_->pods_known()) {
-    // No List has ended yet: wait for one as GetPreferredAllocation does, at most admission_wait,
-    // then refuse (fail closed) with the state as it is: a pod-resources server that never
-    // answers must not hold the kubelet's admission for the List's whole deadline.
-    AfterAFreshPodList(*node_, node_->config().admission_wait, std::move(answer));
+  std::vector<std::string> ids;
+  if (request->container_requests_size() == 1) {
+    const auto& c = request->container_requests(0).devices_ids();
+    ids.assign(c.begin(), c.end());
+  }
+  if (node_->TakePreferred(std::move(ids)) && node_->config().mode == hca::Mode::kExclusive) {
+    answer(true);
   } else {
-    node_->RefreshPods(std::move(answer));
+    AfterAFreshPodList(*node_, node_->config().admission_wait, std::move(answer));
   }
   return reactor;
 }

@@ -1,12 +1,15 @@
 #include "dra/driver.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <string_view>
 #include <system_error>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/log.h"
@@ -246,6 +249,14 @@ void Driver::LockClaim(const std::string& uid) {
   busy_.insert(uid);
 }
 
+bool Driver::LockIfPrepared(const std::string& uid) {
+  absl::MutexLock lock(&mu_);
+  while (busy_.count(uid) != 0 && prepared_.count(uid) != 0) claim_done_.Wait(&mu_);
+  if (prepared_.count(uid) == 0) return false;
+  busy_.insert(uid);
+  return true;
+}
+
 void Driver::UnlockClaim(const std::string& uid) {
   absl::MutexLock lock(&mu_);
   busy_.erase(uid);
@@ -255,9 +266,7 @@ void Driver::UnlockClaim(const std::string& uid) {
 std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepare(
     const std::vector<ClaimRef>& claims) {
   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> out;
-  // One deadline for the whole call: the kubelet waits for all claims together.
-  const absl::Time deadline = absl::Now() + config_.api_timeout;
-  std::vector<ClaimRef> fresh;
+  std::vector<ClaimRef> valid;
   for (const ClaimRef& ref : claims) {
     if (out.count(ref.uid)) continue;
     if (ref.ns.empty() || ref.name.empty()) {
@@ -270,34 +279,36 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
                                absl::StrCat("claim ", ref.ns, "/", ref.name, ": ", s.message())));
       continue;
     }
-    // A claim in the checkpoint is answered at once, without the API server.
+    out.emplace(ref.uid, absl::UnknownError("not prepared"));  // answered below
+    valid.push_back(ref);
+  }
+  // Claim locks are taken in UID order. A claim in the checkpoint is answered at once, without
+  // the API server, and its lock let go: the locks held from here on are of claims that are not
+  // prepared, which no other call waits for while it holds prepare_mu_ (LockIfPrepared).
+  std::sort(valid.begin(), valid.end(),
+            [](const ClaimRef& a, const ClaimRef& b) { return a.uid < b.uid; });
+  std::vector<ClaimRef> fresh;
+  for (const ClaimRef& ref : valid) {
     LockClaim(ref.uid);
     std::optional<PreparedClaim> known;
     {
       absl::MutexLock lock(&mu_);
       if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
     }
-    if (known) {
-      absl::StatusOr<std::vector<PreparedDevice>> r;
-      try {
-        r = AnswerKnown(*known);
-      } catch (const std::exception& e) {  // a library's throw stays this claim's error
-        r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
-      }
-      out.emplace(ref.uid, std::move(r));
-    } else {
-      out.emplace(ref.uid, absl::UnknownError("not prepared"));  // answered by PrepareFresh
+    if (!known) {
       fresh.push_back(ref);
+      continue;
+    }
+    try {
+      out.at(ref.uid) = AnswerKnown(*known);
+    } catch (const std::exception& e) {  // a library's throw stays this claim's error
+      out.at(ref.uid) = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
     }
     UnlockClaim(ref.uid);
   }
   if (!fresh.empty()) {
-    absl::MutexLock serial(&prepare_mu_);
-    std::sort(fresh.begin(), fresh.end(),
-              [](const ClaimRef& a, const ClaimRef& b) { return a.uid < b.uid; });
-    for (const ClaimRef& ref : fresh) LockClaim(ref.uid);
     try {
-      PrepareFresh(fresh, deadline, out);
+      PrepareFresh(fresh, out);
     } catch (const std::exception& e) {
       for (const ClaimRef& ref : fresh) {
         auto& r = out.at(ref.uid);
@@ -322,32 +333,77 @@ std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>> Driver::Prepa
 }
 
 void Driver::PrepareFresh(
-    const std::vector<ClaimRef>& refs, absl::Time deadline,
+    const std::vector<ClaimRef>& refs,
     std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out) {
-  std::map<std::string, std::pair<ClaimRef, ClaimAllocation>> read;  // by uid
-  for (const ClaimRef& ref : refs) {
-    std::optional<PreparedClaim> known;  // prepared by a concurrent call meanwhile
-    {
-      absl::MutexLock lock(&mu_);
-      if (auto it = prepared_.find(ref.uid); it != prepared_.end()) known = it->second;
+  // One deadline for the call's reads, from when they can start (the claims' locks held): the
+  // kubelet waits for all claims together.
+  const absl::Time deadline = config_.now() + config_.api_timeout;
+  for (int attempt = 1;; ++attempt) {
+    const uint64_t since = BeginReads();
+    absl::Cleanup end_reads = [this, since] { EndReads(since); };
+    std::map<std::string, std::pair<ClaimRef, ClaimAllocation>> read;  // by uid
+    for (const ClaimRef& ref : refs) {
+      absl::StatusOr<ClaimAllocation> claim = reader_.Read(ref, config_.driver_name, deadline);
+      if (!claim.ok()) {
+        out.at(ref.uid) = ReadError(ref, claim.status());
+      } else if (claim->devices.empty()) {
+        out.at(ref.uid) = absl::FailedPreconditionError(
+            absl::StrCat("claim ", Describe(ref), ": its allocation has no device of driver ",
+                         config_.driver_name));
+      } else {
+        read.emplace(ref.uid, std::pair(ref, *std::move(claim)));
+      }
     }
-    if (known) {
-      out.at(ref.uid) = AnswerKnown(*known);
-      continue;
+    Consumers consumers;
+    if (!read.empty()) consumers = ConsumersOf(read, deadline);
+    absl::MutexLock serial(&prepare_mu_);
+    const std::set<std::string> named = NamedSince(since, read);
+    if (read.empty()) return;
+    if (!named.empty() && attempt < kReadAttempts) continue;  // read again, the lock let go
+    for (const std::string& uid : named) {
+      Log()->warn("claim {}: its holders changed while it was read ({} times): its CDI device "
+                  "sets only its requests' own variables",
+                  Describe(read.at(uid).first), kReadAttempts);
+      for (auto& [key, devices] : consumers.commons) {
+        if (key.claim_uid == uid) devices = std::nullopt;
+      }
     }
-    absl::StatusOr<ClaimAllocation> claim = reader_.Read(ref, config_.driver_name, deadline);
-    if (!claim.ok()) {
-      out.at(ref.uid) = ReadError(ref, claim.status());
-    } else if (claim->devices.empty()) {
-      out.at(ref.uid) = absl::FailedPreconditionError(
-          absl::StrCat("claim ", Describe(ref), ": its allocation has no device of driver ",
-                       config_.driver_name));
-    } else {
-      read.emplace(ref.uid, std::pair(ref, *std::move(claim)));
-    }
+    CommitFresh(read, consumers, out);
+    return;
   }
-  if (read.empty()) return;
-  const Consumers consumers = ConsumersOf(read, deadline);
+}
+
+uint64_t Driver::BeginReads() {
+  absl::MutexLock lock(&mu_);
+  reads_since_.insert(commits_);
+  return commits_;
+}
+
+std::set<std::string> Driver::NamedSince(
+    uint64_t since, const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read) {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> out;
+  for (const auto& [uid, entry] : read) {
+    const auto it = named_at_.find(Key(entry.first.ns, entry.first.name));
+    if (it != named_at_.end() && it->second > since) out.insert(uid);
+  }
+  return out;
+}
+
+void Driver::EndReads(uint64_t since) {
+  absl::MutexLock lock(&mu_);
+  reads_since_.erase(reads_since_.find(since));
+  // What no batch still reading can have missed is forgotten.
+  const uint64_t oldest = reads_since_.empty() ? commits_ : *reads_since_.begin();
+  for (auto it = named_at_.begin(); it != named_at_.end();) {
+    it = it->second <= oldest ? named_at_.erase(it) : std::next(it);
+  }
+}
+
+void Driver::CommitFresh(
+    const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
+    const Consumers& consumers,
+    std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out) {
   std::set<std::string> batch;
   for (const auto& [uid, entry] : read) {
     batch.insert(uid);
@@ -378,6 +434,11 @@ void Driver::PrepareFresh(
     }
     out.at(ref.uid) = std::move(r);
   }
+  {
+    absl::MutexLock lock(&mu_);
+    ++commits_;  // EndReads forgets these once no batch still reading began before
+    for (const std::string& key : consumers.named) named_at_[key] = commits_;
+  }
   UpdateShared(consumers, batch);
 }
 
@@ -395,9 +456,13 @@ Driver::Consumers Driver::ConsumersOf(
   }
   std::vector<PodClaims> consumers;
   std::set<std::string> unknown;  // claim uids
+  std::set<std::string> named;
   for (const auto& [pod_uid, pod] : pods) {
     absl::StatusOr<PodClaims> p = reader_.ReadPod(pod, deadline);
     if (p.ok()) {
+      for (const PodClaims::Container& container : p->containers) {
+        for (const ClaimUse& use : container.uses) named.insert(Key(pod.ns, use.claim));
+      }
       consumers.push_back(*std::move(p));
     } else if (!absl::IsNotFound(p.status())) {  // a pod that is gone consumes nothing
       Log()->warn("reading pod {}/{} failed, so its containers' other HCAs are not known: {}",
@@ -436,7 +501,8 @@ Driver::Consumers Driver::ConsumersOf(
       }
     }
   }
-  Consumers out{CommonDevices(consumers, table), PodSetVariables(consumers, table)};
+  Consumers out{CommonDevices(consumers, table), PodSetVariables(consumers, table),
+                std::move(named)};
   Commons& commons = out.commons;
   for (auto& [key, devices] : commons) {
     if (unknown.count(key.claim_uid)) devices = std::nullopt;
@@ -510,7 +576,7 @@ void Driver::UpdateShared(const Consumers& consumers, const std::set<std::string
     }
   }
   for (const std::string& uid : stale) {
-    LockClaim(uid);
+    if (!LockIfPrepared(uid)) continue;  // unprepared since
     std::optional<PreparedClaim> claim;
     {
       absl::MutexLock lock(&mu_);

@@ -6,7 +6,8 @@
 // Prepare, per claim: a claim in the checkpoint is answered from it (its CDI spec re-written
 // from the checkpoint if the file is gone, e.g. /var/run/cdi after a reboot) without the API
 // server; otherwise the claim is read through the ClaimReader by the call's deadline
-// (config.api_timeout from its start): every result must be in this node's pool and name a
+// (config.api_timeout from when its reads can start: after the locks of its claims, not after
+// other calls): every result must be in this node's pool and name a
 // device of the current topology snapshot whose HCA is usable now (hca::Assess, with its device
 // nodes checked at the call). The pods the claim is reserved for are read too, to know which of
 // our (claim, request) pairs each of their containers holds (dra/consumers.h): a request's CDI
@@ -22,9 +23,13 @@
 // With a ClaimStatusWriter, a prepared claim's status.devices gets an entry per device of ours
 // (dra/device_status.h) and an unprepared one loses them; the writer does it in the background:
 // neither call waits on it, and its failures are not the call's.
-// Thread-safe: calls run concurrently; calls for one claim UID are serialised, and so are the
-// calls that read claims from the API server.
+// Thread-safe: calls run concurrently; calls for one claim UID are serialised. Calls read the
+// API server in parallel and then, one at a time, decide the common variables and commit; a call
+// that learns, then, that another committed since its reads began with a pod whose container uses
+// one of its claims (a holder it may not have read) reads again, up to kReadAttempts times in all,
+// after which that claim's CDI device sets only its requests' own variables.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -54,6 +59,8 @@ struct DriverConfig {
   // The API reads of one Prepare call, retries included, together: the kubelet gives a call
   // 45 s; a claim answered from the checkpoint needs none.
   absl::Duration api_timeout = absl::Seconds(10);
+  // The clock those reads' deadline is set on. Tests replace it.
+  std::function<absl::Time()> now = [] { return absl::Now(); };
   // The kubelet's DRA checkpoint (<kubelet root dir>/dra_manager_state, dra/kubelet_state.h),
   // read by Start; "" for none (nothing is reconciled with the kubelet).
   std::string kubelet_state;
@@ -134,18 +141,41 @@ class Driver {
   struct Consumers {
     Commons commons;                                      // CommonDevices
     std::map<RequestKey, std::set<std::string>> pod_env;  // PodSetVariables
+    std::set<std::string> named;  // "ns/name" of every claim a container of those pods uses
   };
-  // Claims not in the checkpoint, read and prepared together (their locks held).
-  void PrepareFresh(const std::vector<ClaimRef>& refs, absl::Time deadline,
-                    std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out);
+  // The times at most a batch's claims and their holders are read: again while NamedSince says
+  // another call's commit named one of them.
+  static constexpr int kReadAttempts = 3;
+
+  // Claims not in the checkpoint, read (outside prepare_mu_) and prepared together; their locks
+  // are held and none is prepared.
+  void PrepareFresh(const std::vector<ClaimRef>& refs,
+                    std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out)
+      ABSL_LOCKS_EXCLUDED(prepare_mu_);
+  // A batch's reads begin: the number of commits so far, for NamedSince and EndReads.
+  uint64_t BeginReads() ABSL_LOCKS_EXCLUDED(mu_);
+  // The UIDs of `read` that a commit since `since` named (Consumers::named): the batch's reads
+  // may have missed those claims' holders.
+  std::set<std::string> NamedSince(
+      uint64_t since, const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepare_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // The reads that began at `since` are over (decided on, failed or thrown).
+  void EndReads(uint64_t since) ABSL_LOCKS_EXCLUDED(mu_);
+  // Decides each claim of `read` from `consumers`, writes its spec and checkpoint entry, its
+  // answer to `out`, and re-writes the prepared claims the consumers change (UpdateShared).
+  void CommitFresh(const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
+                   const Consumers& consumers,
+                   std::map<std::string, absl::StatusOr<std::vector<PreparedDevice>>>& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepare_mu_);
   // CommonDevices and PodSetVariables over the pods the claims `read` are reserved for; a pair
   // of a claim whose pods could not all be read is nullopt in commons.
   Consumers ConsumersOf(const std::map<std::string, std::pair<ClaimRef, ClaimAllocation>>& read,
-                        absl::Time deadline);
+                        absl::Time deadline) ABSL_LOCKS_EXCLUDED(prepare_mu_);
   // Re-writes the prepared claims outside `batch` whose holders `consumers` changed: common
   // variables that are not right for one of their holders are withdrawn, and the variables a
   // holder's pod spec sets are left out of those that stay.
-  void UpdateShared(const Consumers& consumers, const std::set<std::string>& batch);
+  void UpdateShared(const Consumers& consumers, const std::set<std::string>& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepare_mu_);
   // The answer of a claim in the checkpoint; its CDI spec written again if it is gone.
   absl::StatusOr<std::vector<PreparedDevice>> AnswerKnown(const PreparedClaim& claim);
   // The claim's CDI spec: its HCAs checked in the snapshot and, with `require_usable`, usable now.
@@ -171,6 +201,9 @@ class Driver {
   absl::Status UnprepareOne(const ClaimRef& ref);
   // Serialises work on one claim UID.
   void LockClaim(const std::string& uid);
+  // Locks a prepared claim, waiting only while it stays prepared (the holder of an unprepared
+  // claim's lock may wait for prepare_mu_); false, without the lock, once it is not prepared.
+  bool LockIfPrepared(const std::string& uid);
   void UnlockClaim(const std::string& uid);
 
   const DriverConfig config_;
@@ -179,7 +212,8 @@ class Driver {
   node::Node& node_;
   ClaimStatusWriter* const status_;
 
-  // Held by a Prepare that reads claims: one at a time decides what the common variables say.
+  // Held by a Prepare while it decides what the common variables say and commits: no API read
+  // is made under it.
   absl::Mutex prepare_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   Checkpoint& checkpoint_ ABSL_GUARDED_BY(mu_);
@@ -187,6 +221,10 @@ class Driver {
   std::set<std::string> busy_ ABSL_GUARDED_BY(mu_);  // claim UIDs being worked on
   int unprepared_at_start_ ABSL_GUARDED_BY(mu_) = 0;
   absl::CondVar claim_done_;                          // a UID left busy_
+  uint64_t commits_ ABSL_GUARDED_BY(mu_) = 0;         // batches committed
+  // The last commit whose consumers named a claim ("ns/name"), while some batch is being read.
+  std::map<std::string, uint64_t> named_at_ ABSL_GUARDED_BY(mu_);
+  std::multiset<uint64_t> reads_since_ ABSL_GUARDED_BY(mu_);  // BeginReads of batches reading
 };
 
 }  // namespace rdp::dra

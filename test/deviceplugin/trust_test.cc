@@ -110,6 +110,19 @@ class TrustTest : public ::testing::Test {
     stub_ = kubelet_->PluginStub();
   }
 
+  // An exclusive plugin over `pods` (on `socket`, started here): no periodic List, the pod list known before
+  // it serves, and every call answered by the List it waits for, never by the wait's end; waits
+  // until every HCA is offered.
+  void StartExclusiveOver(FakePodResources& pods, const std::string& socket) {
+    ASSERT_TRUE(pods.Start().ok());
+    Config config = node_.MakeConfig(hca::Mode::kExclusive);
+    config.health_interval = kNever;
+    config.pod_resources_first_wait = kWait;
+    config.admission_wait = kWait;
+    StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
+    ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
+  }
+
   grpc::Status Allocate(const std::vector<std::string>& ids,
                         v1beta1::AllocateResponse* response) {
     v1beta1::AllocateRequest request;
@@ -608,22 +621,17 @@ TEST_F(TrustTest, AVerySlowPodListDoesNotHoldGetPreferredAllocation) {
   EXPECT_EQ(response.container_responses(0).deviceids_size(), 2);
 }
 
-// Exclusive Allocate checks withholding against a pod list that began after our registration
-// (every container another plugin admitted is in it; the kubelet skips GetPreferredAllocation
-// when the aligned set equals the request, so that call cannot be relied on to refresh it): here
-// the only list is the one from before the registration, and a shared container was admitted
-// since (Allocate used to read the list of the last health interval and hand the HCA out).
+// Exclusive Allocate checks withholding against a pod list that began after the call (the
+// kubelet skips GetPreferredAllocation when the aligned set equals the request, so that call
+// cannot be relied on to refresh it): here the only list is the one from before the
+// registration, and a shared container was admitted since.
 TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   const std::string socket = node_.dir().Sub("pr.sock");
   FakePodResources pods(socket);
   ASSERT_TRUE(pods.Start().ok());
   Config config = node_.MakeConfig(hca::Mode::kExclusive);
   config.health_interval = kNever;  // no periodic refresh
-  // The pod list is read before the plugin serves and registers, however slow the machine: a
-  // List begun after the registration shows every container admitted by then (the kubelet has
-  // one endpoint per resource), so Allocate rightly reuses it, and with the 100 ms default a
-  // start List that ran late made this test flaky (1 run in 4 under load).
-  config.pod_resources_first_wait = kWait;
+  config.pod_resources_first_wait = kWait;  // the pod list is known before the plugin serves
   StartAll(config, node_.Sources(NewGrpcPodResources(socket)));
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
   ASSERT_EQ(pods.list_calls(), 1) << "the pod list was read again after the registration";
@@ -633,6 +641,70 @@ TEST_F(TrustTest, ExclusiveAllocateReadsAFreshPodList) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << "an HCA a shared container sees was handed out";
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "withheld")) << refused.error_message();
+}
+
+// A List that began after our registration does not show every container the other mode's
+// plugin admits: the kubelet may have been allocating through it when we registered, and records
+// that container after our List. Each exclusive Allocate reads a List of its own: here, after a
+// List begun well after the registration, the other mode's plugin's container (holding an HCA
+// under its shared ID) appears, and Allocate of that HCA is refused as withheld. Before, a List
+// begun after the registration counted as fresh for every later Allocate, and the HCA was handed
+// out.
+TEST_F(TrustTest, ExclusiveAllocateAfterAListSinceRegistrationReadsAnotherList) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_NO_FATAL_FAILURE(StartExclusiveOver(pods, socket));
+  ASSERT_TRUE(plugin_->node().RefreshPodsAndWait(kWait)) << "no List after the registration";
+  const int lists = pods.list_calls();
+  v1beta1::AllocateResponse granted;
+  ASSERT_TRUE(Allocate({kPcis[0]}, &granted).ok()) << "nothing is withheld yet";
+  pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});  // admitted since
+  v1beta1::AllocateResponse response;
+  const grpc::Status refused = Allocate({kPcis[0]}, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an HCA a shared container sees was handed out";
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "withheld")) << refused.error_message();
+  EXPECT_EQ(pods.list_calls(), lists + 2) << "not one List per Allocate";
+}
+
+// One List per exclusive admission: the Allocate of the IDs the GetPreferredAllocation just
+// before it answered from a List begun after that call decides on that List (the kubelet admits
+// nothing between the two); an Allocate of other IDs, or a second Allocate, reads a List of its
+// own and sees the container the other mode's plugin admitted meanwhile. Two Lists per admission
+// made the kubelet's rate limit refuse the next admission's List (TestGPUAwarePlacement).
+TEST_F(TrustTest, AnAdmissionsAllocateSharesItsPreferredAllocationsList) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  FakePodResources pods(socket);
+  ASSERT_NO_FATAL_FAILURE(StartExclusiveOver(pods, socket));
+  auto prefer = [&]() -> std::string {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    v1beta1::PreferredAllocationResponse response;
+    const grpc::Status s =
+        stub_->GetPreferredAllocation(&context, PreferredRequest(kPcis, {}, 1), &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return s.ok() && response.container_responses_size() == 1 &&
+                   response.container_responses(0).deviceids_size() == 1
+               ? response.container_responses(0).deviceids(0)
+               : "";
+  };
+  const int lists = pods.list_calls();
+  const std::string first = prefer();
+  ASSERT_FALSE(first.empty());
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(Allocate({first}, &response).ok());
+  EXPECT_EQ(pods.list_calls(), lists + 1) << "not one List for the admission";
+
+  const std::string second = prefer();
+  ASSERT_FALSE(second.empty());
+  pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});
+  const std::string other = second == kPcis[1] ? kPcis[2] : kPcis[1];
+  EXPECT_EQ(Allocate({other}, &response).error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an Allocate of IDs the GetPreferredAllocation did not answer read no List";
+  EXPECT_EQ(pods.list_calls(), lists + 3);
+  EXPECT_EQ(Allocate({second}, &response).error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "an Allocate after the admission's Allocate read no List";
+  EXPECT_EQ(pods.list_calls(), lists + 4);
 }
 
 // The kubelet may call Allocate before its answer to our Register has reached us. A pod list read

@@ -21,23 +21,11 @@ using testing::kNode;
 using testing::kUid1;
 using testing::kUid2;
 using testing::kUid3;
+using testing::ReadJson;
+using testing::SpecDevice;
+using testing::SpecEnv;
 
 const ClaimRef kClaim{"ns", kUid1, "claim-1"};
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in, nullptr, false);
-}
-
-// The CDI device of the claim's request in its spec (null when there is none).
-nlohmann::json SpecDevice(DraNode& n, const std::string& uid, const std::string& request) {
-  const nlohmann::json spec = ReadJson(n.cdi().PathOf(uid));
-  for (const auto& d : spec["devices"]) {
-    if (d["name"] == CdiDeviceName(uid, request)) return d;
-  }
-  ADD_FAILURE() << "no device " << CdiDeviceName(uid, request) << " in " << spec.dump();
-  return nullptr;
-}
 
 // The device paths of a request's CDI device.
 std::vector<std::string> SpecPaths(DraNode& n, const std::string& uid,
@@ -45,18 +33,6 @@ std::vector<std::string> SpecPaths(DraNode& n, const std::string& uid,
   std::vector<std::string> out;
   const nlohmann::json device = SpecDevice(n, uid, request);
   for (const auto& d : device["containerEdits"]["deviceNodes"]) out.push_back(d["path"]);
-  return out;
-}
-
-// The env of a request's CDI device, KEY -> value.
-std::map<std::string, std::string> SpecEnv(DraNode& n, const std::string& uid,
-                                           const std::string& request = "hca") {
-  std::map<std::string, std::string> out;
-  const nlohmann::json device = SpecDevice(n, uid, request);
-  for (const auto& kv : device["containerEdits"]["env"]) {
-    const std::string s = kv.get<std::string>();
-    out[s.substr(0, s.find('='))] = s.substr(s.find('=') + 1);
-  }
   return out;
 }
 

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -179,6 +181,7 @@ class DraNode {
     config.node_name = kNode;
     config.api_timeout = absl::Seconds(1);
     config.kubelet_state = kubelet_state_;
+    if (configure_) configure_(config);
     ClaimReader& reader = reader_override_ ? *reader_override_ : reader_;
     driver_ = std::make_unique<Driver>(config, reader, *cdi_, *checkpoint_, *core_, status_);
     ASSERT_TRUE(driver_->Start().ok());
@@ -191,6 +194,8 @@ class DraNode {
   void SetReader(ClaimReader* r) { reader_override_ = r; }
   // Where the next NewDriver's driver writes claims' status.devices (not owned).
   void SetStatusWriter(ClaimStatusWriter* w) { status_ = w; }
+  // Changes the next NewDriver's driver config after the defaults above are set.
+  void Configure(std::function<void(DriverConfig&)> edit) { configure_ = std::move(edit); }
   // Discoveries of the node so far, the first included.
   int discoveries() const { return discoveries_; }
   // The node's topology read from sysfs now.
@@ -235,7 +240,37 @@ class DraNode {
   std::unique_ptr<Driver> driver_;
   ClaimStatusWriter* status_ = nullptr;
   ClaimReader* reader_override_ = nullptr;
+  std::function<void(DriverConfig&)> configure_;
   std::string kubelet_state_;
 };
+
+// The file at `path` as JSON (discarded when it is not).
+inline nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// The CDI device of the claim's request in its spec (null, and a test failure, when there is
+// none).
+inline nlohmann::json SpecDevice(DraNode& n, const std::string& uid, const std::string& request) {
+  const nlohmann::json spec = ReadJson(n.cdi().PathOf(uid));
+  for (const auto& d : spec["devices"]) {
+    if (d["name"] == CdiDeviceName(uid, request)) return d;
+  }
+  ADD_FAILURE() << "no device " << CdiDeviceName(uid, request) << " in " << spec.dump();
+  return nullptr;
+}
+
+// The env of a request's CDI device, KEY -> value.
+inline std::map<std::string, std::string> SpecEnv(DraNode& n, const std::string& uid,
+                                                  const std::string& request = "hca") {
+  std::map<std::string, std::string> out;
+  const nlohmann::json device = SpecDevice(n, uid, request);
+  for (const auto& kv : device["containerEdits"]["env"]) {
+    const std::string s = kv.get<std::string>();
+    out[s.substr(0, s.find('='))] = s.substr(s.find('=') + 1);
+  }
+  return out;
+}
 
 }  // namespace rdp::dra::testing

@@ -40,10 +40,12 @@ var qualityNodes = append([]string{"dgx-h100-like"}, syntheticNodes...)
 
 var hcaPolicies = []string{PolicyOurs, PolicyGreedyNUMA, PolicyKubeletDefault}
 
-// Our plugin lists pod-resources once per GetPreferredAllocation, and every 200 ms on its own
-// (--health-interval in ServeArgs); the kubelet serves 100 calls a second (burst 10) and
-// refuses the rest. The replay lets pods arrive at most this often, so that no list is refused
-// (a refused one would leave the plugin without the container's GPUs); it checks that none was.
+// Our plugin lists pod-resources once per admission (the GetPreferredAllocation's List, which
+// its Allocate shares, or the Allocate's own when the kubelet or the tap calls none), and every
+// 200 ms on its own (--health-interval in ServeArgs); the kubelet serves 100 calls a second
+// (burst 10) and refuses the rest. The replay lets pods arrive at most this often, under every
+// HCA policy, so that no list is refused (a refused one would leave the plugin without the
+// container's GPUs, or Allocate without the newest pod list); it checks that none was.
 const qualityArrivalsPerSecond = 50
 
 func envInt(t *testing.T, name string, def int) int {
@@ -199,11 +201,7 @@ func replay(t *testing.T, fixture, policy, hcaPolicy string, count int, seed uin
 		PolicyKubeletDefault: TapNoPreference}[hcaPolicy]
 	r := &qualityRun{t: t, hcaPolicy: hcaPolicy, gpuOf: map[string]GPU{}, hcaOf: map[string]HCA{},
 		tally: QualityTally{Fixture: fixture, Policy: policy, HCAPolicy: hcaPolicy, Rejected: map[string]int{}},
-		// Pacing only matters where GetPreferredAllocation lists pod-resources: ours.
-		pace: rate.NewLimiter(rate.Inf, 1)}
-	if hcaPolicy == PolicyOurs {
-		r.pace = rate.NewLimiter(qualityArrivalsPerSecond, 1)
-	}
+		pace:  rate.NewLimiter(qualityArrivalsPerSecond, 1)}
 	r.e = NewEnv(t, EnvOptions{Policy: policy, Scope: "container", Mode: "exclusive", Tap: true,
 		TapMode: mode, PackGPUs: true, XML: filepath.Join(repoRoot(), "test", "data", fixture+".xml")})
 	for _, g := range r.e.Node.GPUs {
