@@ -465,8 +465,11 @@ Driver::Consumers Driver::ConsumersOf(
       }
       consumers.push_back(*std::move(p));
     } else if (!absl::IsNotFound(p.status())) {  // a pod that is gone consumes nothing
-      Log()->warn("reading pod {}/{} failed, so its containers' other HCAs are not known: {}",
-                  pod.ns, pod.name, p.status().ToString());
+      // Pods not read by choice or refused by RBAC: the reader says so once for the node.
+      if (!absl::IsPermissionDenied(p.status())) {
+        Log()->warn("reading pod {}/{} failed, so its containers' other HCAs are not known: {}",
+                    pod.ns, pod.name, p.status().ToString());
+      }
       for (const std::string& uid : claims_of_pod[pod_uid]) unknown.insert(uid);
     }
   }

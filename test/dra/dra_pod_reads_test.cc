@@ -9,14 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "base/log.h"
 #include "dra/cdi.h"
 #include "dra/claim_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spdlog/sinks/ostream_sink.h"
 #include "test/dra/dra_node.h"
 #include "test/dra/fake_api.h"
+#include "test/support/log_lines.h"
 
 namespace rdp::dra {
 namespace {
@@ -36,28 +37,10 @@ constexpr char kRefused[] = "the API server refuses this driver's ServiceAccount
 constexpr char kAgain[] = "pods can be read again";
 
 // The lines the "dra" logger writes while this lives.
-class DraLog {
+class DraLog : public rdp::testing::LogLines {
  public:
-  DraLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    Logger("dra")->sinks().push_back(sink_);
-  }
-  ~DraLog() {
-    auto& sinks = Logger("dra")->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  // How many lines contain `text`.
-  int Count(const std::string& text) {
-    sink_->flush();
-    std::istringstream lines(out_.str());
-    int n = 0;
-    for (std::string line; std::getline(lines, line);) n += line.find(text) != std::string::npos;
-    return n;
-  }
-  std::string Text() { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  DraLog() : LogLines("dra") {}
+  std::string Text() const { return absl::StrJoin(lines(), "\n"); }
 };
 
 nlohmann::json Pod(const std::string& name, const std::string& uid, const std::string& node,
@@ -193,6 +176,8 @@ TEST_F(DRAPodReadsTest, ClaimsArePreparedWithoutThePodsAndTheLogSaysWhyOnce) {
     EXPECT_EQ(CommonNcclIbHca(n, kUid1), "");
     EXPECT_EQ(CommonNcclIbHca(n, kUid2), "");
     EXPECT_EQ(log.Count(c.line), 1) << log.Text();
+    EXPECT_EQ(log.Count("reading pod"), 0) << "a line per pod beside the one that says why: "
+                                           << log.Text();
   }
   // The same claims with the pods read: the common variables are set (what the two cases lack).
   FakeApiServer server;
