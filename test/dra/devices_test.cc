@@ -408,6 +408,38 @@ TEST(DRADevicesTest, AFailedHealthScanTaintsEveryHca) {
   EXPECT_TRUE(BuildDevices(*view, opts).empty());
 }
 
+// An HCA whose RDMA driver is away (the node core keeps it under its PCI address, without device
+// nodes) stays in the slice, tainted DriverNotBound; the others are not tainted. Without taints
+// it is not offered.
+TEST(DRADevicesTest, AnHcaWhoseDriverIsAwayStaysTaintedDriverNotBound) {
+  topology::Hca away = HealthyHca();
+  away.name = "mlx5_1";
+  away.place.pci = "0000:1b:00.0";
+  away.uverbs.clear();
+  away.umad.clear();
+  away.issm.clear();
+  away.char_devices.clear();
+  for (topology::Port& port : away.ports) port.state.clear();
+  auto view =
+      std::make_shared<node::View>(*ViewOf(topology::Topology({0}, {HealthyHca(), away}, {})));
+  view->driver_away = {"0000:1b:00.0"};
+  DeviceOptions opts;
+  opts.driver_name = "rdma.example.com";
+  const std::vector<json> devices = BuildDevices(*view, opts);
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_FALSE(devices[0].contains("taints")) << devices[0].dump();
+  const json want = json::array({{{"key", "rdma.example.com/unhealthy"},
+                                  {"value", "DriverNotBound"},
+                                  {"effect", "NoSchedule"}}});
+  EXPECT_EQ(devices[1]["taints"], want) << devices[1].dump();
+  const std::vector<DeviceHealth> health = DeviceHealthOf(*view, "node-a");
+  ASSERT_EQ(health.size(), 2u);
+  EXPECT_EQ(health[1].state, DeviceHealth::State::kUnhealthy);
+  EXPECT_THAT(health[1].message, ::testing::HasSubstr("its RDMA driver is not bound"));
+  opts.taints = false;
+  EXPECT_EQ(BuildDevices(*view, opts).size(), 1u);
+}
+
 // The health stream says the same: a held HCA is Unhealthy with the rule's reason, a degraded one
 // Healthy.
 TEST(DRADevicesTest, EarlyWarningInTheHealthStream) {
