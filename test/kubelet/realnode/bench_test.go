@@ -39,7 +39,8 @@ import (
 //   - node_overhead: the plugin pod's containers' cgroups (cpuacct.usage, memory.stat rss +
 //     mapped_file) over a window at rest with both metrics endpoints scraped every 15 s.
 //
-// RDP_REAL_NODE_BENCH_WINDOW (default 10m), RDP_REAL_NODE_BENCH_PODS (pods of each kind, default
+// The node's logs of each part (kubelet, containerd, the plugin's containers) are kept beside the
+// JSON, in OUT-logs/deviceplugin and OUT-logs/dra. RDP_REAL_NODE_BENCH_WINDOW (default 10m), RDP_REAL_NODE_BENCH_PODS (pods of each kind, default
 // 30) and RDP_REAL_NODE_BENCH_NRI_PODS (pods of 4 + 4 containers per condition, default 26)
 // shorten a run.
 func TestRealNodeBench(t *testing.T) {
@@ -50,7 +51,8 @@ func TestRealNodeBench(t *testing.T) {
 	window := envDuration(t, "RDP_REAL_NODE_BENCH_WINDOW", 10*time.Minute)
 	pods := envInt(t, "RDP_REAL_NODE_BENCH_PODS", 30)
 	nriPods := envInt(t, "RDP_REAL_NODE_BENCH_NRI_PODS", 26)
-	t.Setenv("RDP_REAL_NODE_HEALTH_INTERVAL", "") // the chart's default
+	t.Setenv("RDP_REAL_NODE_HEALTH_INTERVAL", "")      // the chart's default
+	logs := strings.TrimSuffix(out, ".json") + "-logs" // the node's logs of each part
 	r := benchReport{Conditions: map[string]any{
 		"pods_per_kind": pods, "nri_containers_per_kind_and_condition": nriPods * 4,
 		"overhead_window_s": window.Seconds(), "cpus": numCPU(), "load_average_at_start": loadAverage()}}
@@ -72,6 +74,7 @@ func TestRealNodeBench(t *testing.T) {
 		hcaPod := func(name string) *v1.Pod { return workloadPod(name, nil, ctr{name: "c", limits: hca(1)}) }
 		r.PodStart.DevicePluginP50, r.PodStart.DevicePluginP95 = c.podStartAdded("dp", pods, hcaPod, func() {})
 		r.NRICreate = c.nriCreate(nriPods)
+		c.saveLogs(logs + "/deviceplugin")
 	})
 	t.Run("DRA", func(t *testing.T) {
 		c := up(t, "--driver", "dra", "--mode", "exclusive", "--nri")
@@ -83,6 +86,7 @@ func TestRealNodeBench(t *testing.T) {
 			return p
 		}
 		r.PodStart.DRAP50, r.PodStart.DRAP95 = c.podStartAdded("dra", pods, hcaPod, c.waitNoClaims)
+		c.saveLogs(logs + "/dra")
 	})
 }
 
@@ -248,6 +252,38 @@ func (c *cluster) podStartAdded(mode string, n int, hcaPod func(string) *v1.Pod,
 	p95 := percentile(start[1], 95) - percentile(start[0], 95)
 	c.t.Logf("%s: added p50 %.1f ms, p95 %.1f ms", mode, p50, p95)
 	return round1(p50), round1(p95)
+}
+
+// saveLogs copies the node's logs (the kubelet's, containerd's, ...) and writes the plugin pod's
+// containers' logs (plugin-NAME.log) to dir, which outlives the node (the next up clears its
+// run directory), for reading where the time went.
+func (c *cluster) saveLogs(dir string) {
+	c.t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(c.run, "logs", "*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, filepath.Base(l)), b, 0o644)
+		}
+		if err != nil {
+			c.t.Error(err)
+		}
+	}
+	for _, p := range c.driverPods(c.driverDaemonSet()) {
+		for _, ctr := range p.Spec.Containers {
+			raw, err := c.client.CoreV1().Pods(pluginNS).GetLogs(p.Name, &v1.PodLogOptions{Container: ctr.Name, Timestamps: true}).Do(c.ctx()).Raw()
+			if err != nil {
+				c.t.Errorf("the log of %s/%s: %v", p.Name, ctr.Name, err)
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(dir, "plugin-"+ctr.Name+".log"), raw, 0o644); err != nil {
+				c.t.Error(err)
+			}
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -542,19 +578,28 @@ func (c *cluster) overhead(window time.Duration) overheadFigures {
 	}
 	var rssMax, rssSum, chargedMax float64
 	var samples int
+	var atMax []string // per container at the largest sample: its resident set in parts
 	sample := func() {
 		var rss, charged int64
-		for _, d := range memDirs {
+		var parts []string
+		for i, d := range memDirs {
+			var st map[string]int64
 			for _, pid := range strings.Fields(readFile(c.t, filepath.Join(d, "cgroup.procs"))) {
-				rss += vmRSS(pid)
+				st = procMemory(pid, st)
 			}
-			st := memStat(c.t, filepath.Join(d, "memory.stat"))
-			charged += st["total_rss"] + st["total_mapped_file"]
+			rss += st["VmRSS"]
+			parts = append(parts, fmt.Sprintf("%s: VmRSS %.1f MiB (anonymous %.1f, file %.1f), Pss %.1f MiB",
+				names[i], mib(st["VmRSS"]), mib(st["RssAnon"]), mib(st["RssFile"]), mib(st["Pss"])))
+			mst := memStat(c.t, filepath.Join(d, "memory.stat"))
+			charged += mst["total_rss"] + mst["total_mapped_file"]
 		}
-		mib := float64(rss) / (1 << 20)
-		rssMax = math.Max(rssMax, mib)
-		chargedMax = math.Max(chargedMax, float64(charged)/(1<<20))
-		rssSum += mib
+		total := mib(rss)
+		if total > rssMax {
+			atMax = parts
+		}
+		rssMax = math.Max(rssMax, total)
+		chargedMax = math.Max(chargedMax, mib(charged))
+		rssSum += total
 		samples++
 		for _, port := range ports {
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
@@ -567,9 +612,17 @@ func (c *cluster) overhead(window time.Duration) overheadFigures {
 			}
 		}
 	}
+	// Each container's long-running processes (the plugin, the NRI plugin): their own CPU time
+	// beside their cgroup's, which also counts what runs in the container for a while (the
+	// kubelet's exec probes).
 	var perCPU0 []int64
-	for _, d := range cpuDirs {
+	procs := make([]map[string]int64, len(cpuDirs))
+	for i, d := range cpuDirs {
 		perCPU0 = append(perCPU0, readInt(c.t, filepath.Join(d, "cpuacct.usage")))
+		procs[i] = map[string]int64{}
+		for _, pid := range strings.Fields(readFile(c.t, filepath.Join(d, "cgroup.procs"))) {
+			procs[i][pid] = cpuTicks(pid)
+		}
 	}
 	start, cpu0 := time.Now(), cpu()
 	sample()
@@ -588,9 +641,17 @@ func (c *cluster) overhead(window time.Duration) overheadFigures {
 	millicores := float64(used) / float64(elapsed.Nanoseconds()) * 1000
 	c.t.Logf("node overhead over %v: %.2f millicores, rss max %.1f MiB, mean %.1f MiB (%d samples); the cgroups' own rss + mapped_file at most %.1f MiB",
 		elapsed.Round(time.Second), millicores, rssMax, rssSum/float64(samples), samples, chargedMax)
+	for _, p := range atMax {
+		c.t.Logf("  at the largest: %s", p)
+	}
 	for i, d := range cpuDirs {
-		c.t.Logf("  container %s: %.2f millicores", names[i],
-			float64(readInt(c.t, filepath.Join(d, "cpuacct.usage"))-perCPU0[i])/float64(elapsed.Nanoseconds())*1000)
+		var ticks int64
+		for pid, t0 := range procs[i] {
+			ticks += cpuTicks(pid) - t0
+		}
+		c.t.Logf("  container %s: %.2f millicores, of which its processes running at the start %.2f (the rest: processes started in it since, e.g. exec probes)", names[i],
+			float64(readInt(c.t, filepath.Join(d, "cpuacct.usage"))-perCPU0[i])/float64(elapsed.Nanoseconds())*1000,
+			float64(ticks)*10/elapsed.Seconds())
 	}
 	return overheadFigures{CPUMillicores: round1(millicores), RSSMiB: round1(rssMax)}
 }
@@ -646,17 +707,41 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// vmRSS: the resident set of process pid in bytes (0 when it is gone).
-func vmRSS(pid string) int64 {
-	b, _ := os.ReadFile(filepath.Join("/proc", pid, "status"))
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+// procMemory adds process pid's VmRSS, RssAnon and RssFile (/proc/PID/status) and Pss
+// (smaps_rollup) to sum, in bytes (nothing for a process that is gone).
+func procMemory(pid string, sum map[string]int64) map[string]int64 {
+	if sum == nil {
+		sum = map[string]int64{}
+	}
+	for _, f := range []string{"status", "smaps_rollup"} {
+		b, _ := os.ReadFile(filepath.Join("/proc", pid, f))
+		for _, l := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if !ok || (k != "VmRSS" && k != "RssAnon" && k != "RssFile" && k != "Pss") {
+				continue
+			}
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
+			sum[k] += kb << 10
 		}
 	}
-	return 0
+	return sum
 }
+
+// cpuTicks: process pid's user + system time in clock ticks (USER_HZ, 100 a second), its
+// exited threads included; 0 when it is gone.
+func cpuTicks(pid string) int64 {
+	b, _ := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // after the command name
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return utime + stime
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
 func memStat(t *testing.T, path string) map[string]int64 {
 	t.Helper()
