@@ -19,6 +19,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/rdma-device-plugin/rdma-device-plugin/test/kubelet"
 )
 
 // TestRealNodeBench measures what the plugin adds where a user feels it, on the real node with
@@ -48,9 +50,9 @@ func TestRealNodeBench(t *testing.T) {
 	if out == "" {
 		t.Skip("RDP_REAL_NODE_BENCH names no output file (scripts/bench.sh --real-node sets it)")
 	}
-	window := envDuration(t, "RDP_REAL_NODE_BENCH_WINDOW", 10*time.Minute)
-	pods := envInt(t, "RDP_REAL_NODE_BENCH_PODS", 30)
-	nriPods := envInt(t, "RDP_REAL_NODE_BENCH_NRI_PODS", 26)
+	window := kubelet.EnvDuration(t, "RDP_REAL_NODE_BENCH_WINDOW", 10*time.Minute)
+	pods := kubelet.EnvInt(t, "RDP_REAL_NODE_BENCH_PODS", 30)
+	nriPods := kubelet.EnvInt(t, "RDP_REAL_NODE_BENCH_NRI_PODS", 26)
 	t.Setenv("RDP_REAL_NODE_HEALTH_INTERVAL", "")      // the chart's default
 	logs := strings.TrimSuffix(out, ".json") + "-logs" // the node's logs of each part
 	r := benchReport{Conditions: map[string]any{
@@ -113,30 +115,6 @@ type nriFigures struct {
 type overheadFigures struct {
 	CPUMillicores *float64 `json:"cpu_millicores"`
 	RSSMiB        *float64 `json:"rss_mib"`
-}
-
-func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		t.Fatalf("%s=%q: not a positive duration", name, v)
-	}
-	return d
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: not a positive integer", name, v)
-	}
-	return n
 }
 
 func numCPU() int {
