@@ -38,13 +38,14 @@ import (
 //     included) per container from containerd's log (nanoseconds), with our NRI plugin connected
 //     minus with containerd's NRI on and no plugin connected (the NRI container removed from the
 //     DaemonSet); containers without and with an HCA in the same pods.
-//   - node_overhead: the plugin pod's containers' cgroups (cpuacct.usage, memory.stat rss +
-//     mapped_file) over a window at rest with both metrics endpoints scraped every 15 s.
+//   - node_overhead: the plugin pod's containers over a window at rest with both metrics
+//     endpoints scraped every 15 s: their cgroups' cpuacct.usage, and the largest sum of their
+//     processes' VmRSS (what else it samples, it logs).
 //
 // The node's logs of each part (kubelet, containerd, the plugin's containers) are kept beside the
-// JSON, in OUT-logs/deviceplugin and OUT-logs/dra. RDP_REAL_NODE_BENCH_WINDOW (default 10m), RDP_REAL_NODE_BENCH_PODS (pods of each kind, default
-// 30) and RDP_REAL_NODE_BENCH_NRI_PODS (pods of 4 + 4 containers per condition, default 26)
-// shorten a run.
+// JSON, in OUT-logs/deviceplugin and OUT-logs/dra. RDP_REAL_NODE_BENCH_WINDOW (default 10m),
+// RDP_REAL_NODE_BENCH_PODS (pods of each kind, default 30) and RDP_REAL_NODE_BENCH_NRI_PODS
+// (pods of 4 + 4 containers per condition, default 26) shorten a run.
 func TestRealNodeBench(t *testing.T) {
 	out := os.Getenv("RDP_REAL_NODE_BENCH")
 	if out == "" {
@@ -166,7 +167,7 @@ func (c *cluster) checkDefaultHealthInterval() {
 // --- Pod start ---------------------------------------------------------------------------------
 
 // podStartAdded starts n pods that hcaPod makes and n plain ones (one container, no HCA),
-// interleaved and one at a time, each deleted (and settle run) before the next; it returns the
+// interleaved and one at a time, each deleted and settle called before the next; it returns the
 // HCA pods' p50 and p95 minus the plain pods' (ms), from the client's Create to the kubelet's
 // "Started" event, and logs where the time goes (kubelet events, containerd's CreateContainer).
 func (c *cluster) podStartAdded(mode string, n int, hcaPod func(string) *v1.Pod, settle func()) (*float64, *float64) {
