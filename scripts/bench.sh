@@ -19,6 +19,64 @@
 # (bench/scheduler_summary.py says what each key is). Needs Go >= 1.26; exits 77 without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# scripts/bench.sh --real-node [--window DURATION]: on the real node of scripts/real-node.sh (needs
+# root), what an HCA adds to a pod's start (device plugin and DRA), what our NRI plugin adds to
+# every container's creation, and what the plugin pod costs at rest over DURATION (default 10m);
+# writes <build>/bench/real-node.json (TestRealNodeBench, docs/benchmarks.md). One real node runs
+# on a machine at a time: it first waits (up to 20 min) for another checkout's to go down.
+if [[ ${1:-} == --real-node ]]; then
+  shift
+  window=10m
+  while (($#)); do
+    case $1 in
+      --window) [[ $# -ge 2 ]] || { echo "bench.sh: --window needs a duration (e.g. 10m)" >&2; exit 2; }
+                window=$2; shift 2 ;;
+      *) echo "usage: scripts/bench.sh --real-node [--window DURATION] (got '$1')" >&2; exit 2 ;;
+    esac
+  done
+  build=${BUILD_DIR:-build}
+  mkdir -p "$build/bench"
+  build=$(cd "$build" && pwd)
+  BUILD_DIR=$build scripts/real-node.sh build
+  if BUILD_DIR=$build scripts/real-node.sh kubectl get nodes >/dev/null 2>&1; then
+    echo "bench.sh: a real node of $build is up; scripts/real-node.sh down first" >&2
+    exit 1
+  fi
+  other_node() {  # a running kubelet, containerd or control plane of any checkout's real node
+    local p
+    for p in /proc/[0-9]*; do
+      [[ $(readlink "$p/exe" 2>/dev/null) =~ /real-node/bin/(kubelet|containerd|controlplane)$ ]] && return 0
+    done
+    return 1
+  }
+  deadline=$((SECONDS + 1200))
+  while other_node; do
+    ((SECONDS < deadline)) || { echo "bench.sh: another real node is still up after 20 min" >&2; exit 1; }
+    echo "bench.sh: waiting for another real node on this machine to go down" >&2
+    sleep 10
+  done
+  out=$build/bench/real-node.json
+  rm -f "$out"
+  echo "bench.sh: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)" >&2
+  rc=0
+  BUILD_DIR=$build RDP_REAL_NODE_BENCH=$out RDP_REAL_NODE_BENCH_WINDOW=$window \
+    test/kubelet/run.sh --real-node -run '^TestRealNodeBench$' -timeout 90m || rc=$?
+  [[ -f $out ]] && python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+budgets = {"pod_start_added_ms.deviceplugin_p95": 100, "pod_start_added_ms.dra_p95": 250,
+           "nri_create_us.no_hca_p99": 1000, "node_overhead.cpu_millicores": 5, "node_overhead.rss_mib": 32}
+for group in ("pod_start_added_ms", "nri_create_us", "node_overhead"):
+    for key, value in r.get(group, {}).items():
+        name = f"{group}.{key}"
+        budget = budgets.get(name)
+        verdict = "" if budget is None or value is None else ("ok" if value <= budget else "OVER")
+        print(f"{name:40} {value!s:>10} {'' if budget is None else budget!s:>8} {verdict}")
+PY
+  exit $rc
+fi
+
 quick=0
 scheduler=0
 case ${1:-} in

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -48,18 +47,6 @@ var hcaPolicies = []string{PolicyOurs, PolicyGreedyNUMA, PolicyKubeletDefault}
 // container's GPUs, or Allocate without the newest pod list); it checks that none was.
 const qualityArrivalsPerSecond = 50
 
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive number", name, v)
-	}
-	return n
-}
-
 func qualityFixtures(t *testing.T) []string {
 	v := os.Getenv(qualityFixturesEnv)
 	if v == "" || v == "all" {
@@ -98,8 +85,8 @@ func qualityFixtures(t *testing.T) []string {
 // walks a container's resources (Go map order) and are only reported: the table (logged, and
 // written to $RDP_QUALITY_TABLE) is docs/allocator.md's.
 func TestQualityReplay(t *testing.T) {
-	pods := envInt(t, qualityPodsEnv, 60)
-	seed := envInt(t, qualitySeedEnv, 1)
+	pods := EnvInt(t, qualityPodsEnv, 60)
+	seed := EnvInt(t, qualitySeedEnv, 1)
 	fixtures := qualityFixtures(t)
 	child := os.Getenv(isolatedEnv) != ""
 	if !child {
