@@ -31,6 +31,8 @@ import (
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	draplugin "k8s.io/kubernetes/pkg/kubelet/cm/dra/plugin"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+
+	"github.com/rdma-device-plugin/rdma-device-plugin/test/kubelet"
 )
 
 // TestDRALoad measures what DRA drivers cost the API server (docs/dra.md, "API load"). Run by
@@ -52,8 +54,8 @@ func TestDRALoad(t *testing.T) {
 	if os.Getenv("RDP_DRA_LOAD") == "" {
 		t.Skip("a benchmark run by hand: RDP_DRA_LOAD=1 (docs/dra.md, \"API load\")")
 	}
-	nodes := envInt(t, "RDP_DRA_LOAD_NODES", 50)
-	window := time.Duration(envInt(t, "RDP_DRA_LOAD_MINUTES", 10)) * time.Minute
+	nodes := kubelet.EnvInt(t, "RDP_DRA_LOAD_NODES", 50)
+	window := time.Duration(kubelet.EnvInt(t, "RDP_DRA_LOAD_MINUTES", 10)) * time.Minute
 	outage, err := time.ParseDuration(envOr("RDP_DRA_LOAD_OUTAGE", "60s"))
 	if err != nil {
 		t.Fatal(err)
@@ -169,14 +171,6 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	n, err := strconv.Atoi(envOr(name, strconv.Itoa(def)))
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: not a positive number", name, os.Getenv(name))
-	}
-	return n
 }
 
 // startBareAPIServer: etcd and the kube-apiserver as Start runs them, and nothing else (no

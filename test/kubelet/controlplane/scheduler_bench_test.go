@@ -92,8 +92,8 @@ func TestSchedulerBench(t *testing.T) {
 	if out == "" {
 		t.Skip("a benchmark: RDP_SCHED_BENCH_OUT=<file> (scripts/bench.sh --scheduler)")
 	}
-	nodes := envInt(t, "RDP_SCHED_BENCH_NODES", 1000)
-	pods := envInt(t, "RDP_SCHED_BENCH_PODS", 500)
+	nodes := kubelet.EnvInt(t, "RDP_SCHED_BENCH_NODES", 1000)
+	pods := kubelet.EnvInt(t, "RDP_SCHED_BENCH_PODS", 500)
 	setup := time.Now()
 	b := newSchedBench(t, nodes)
 	t.Logf("%d nodes, %d ResourceSlices set up in %v", nodes, 2*nodes, time.Since(setup).Round(time.Second))
