@@ -171,7 +171,7 @@ hcas=$("$binary" topology --json --sysfs-root "$node" --dev-root "$node" --log-l
 modes=$(python3 test/image/chart_run.py --image "$image" --out "$work/chart" \
     --host-path "/var/lib/kubelet/device-plugins=$kubelet/device-plugins" \
     --host-path "/var/lib/kubelet/pod-resources=$kubelet/pod-resources" \
-    --host-path "/sys=$node/sys" --host-path "/dev/infiniband=$node/dev/infiniband" \
+    --host-path "/sys=$node/sys" --host-path "/dev=$node/dev" \
     --host-path "/proc/driver=$node/proc/driver" --host-path "/var/run/nri=$work/nri" \
     --host-path "/var/run/rdma-device-plugin/allocations=$work/allocations" \
     <"$work/chart.yaml") ||
