@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The module graph, checked: which of our directories each module's sources may include.
 
-One foundation, three front doors (docs/development.md, Layout): base -> topology -> allocator; the foundation
+One foundation, three front doors (docs/development.md, Layout): base -> topology -> allocator;
+resources/ (the names HCAs are sold under and their selectors) on topology/; the foundation
 the doors stand on, hca/ (the node's HCAs and what makes one usable) -> metrics/, and serving/;
 kube/ (the Kubernetes API client) on base/ alone; the doors, deviceplugin/, dra/ (which uses
 kube/) and nri/ (the NRI plugin), which never include each other; check/; cmd/ wires them into the
@@ -17,12 +18,13 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OURS = {"base", "topology", "allocator", "proto", "hca", "serving", "metrics", "node", "kube",
+OURS = {"base", "topology", "resources", "allocator", "proto", "hca", "serving", "metrics", "node", "kube",
         "deviceplugin", "dra", "nri", "check", "cmd", "sim", "bench", "test"}
-FOUNDATION = {"base", "topology", "hca", "serving", "metrics", "node"}
+FOUNDATION = {"base", "topology", "resources", "hca", "serving", "metrics", "node"}
 ALLOWED = {
     "base": {"base"},
     "topology": {"base", "topology"},
+    "resources": {"base", "topology", "resources"},
     "allocator": {"base", "topology", "allocator"},
     "hca": {"base", "topology", "hca"},
     "serving": {"base", "serving"},

@@ -62,6 +62,21 @@ struct Hca {
   std::vector<std::string> umad;    // "umad0" per port that has one; often none on RoCE
   std::vector<std::string> issm;    // "issm0"
   std::vector<std::string> netdevs; // netdevs of the PCI function, sorted
+  // The netlink link type of netdevs[0] (sysfs net/<if>/type: 1 "ether", 32 "infiniband"; other
+  // types by number), "" when the function has no netdev.
+  std::string netdev_link_type;
+  // The PCI function's identity: vendor and device IDs as 4 lower-case hex digits without 0x
+  // ("15b3", "1021"), the bound driver ("mlx5_core"), the HCA's firmware version (fw_ver,
+  // "28.39.1002") and node GUID (node_guid, "b8ce:f603:00a1:b2c4"); "" when unknown.
+  std::string vendor;
+  std::string device;
+  std::string driver;
+  std::string firmware_version;
+  std::string node_guid;
+  // An SR-IOV virtual function's physical function (the physfn link), "0000:1a:00.0"; "" for a
+  // physical function or a bond. A VF is placed where its PF is (NUMA node, root, switch).
+  std::string physfn;
+  bool IsVirtualFunction() const { return !physfn.empty(); }
   std::vector<Port> ports;          // by port number
   // The character devices, uverbs first, then umad and issm, as node paths
   // ("/dev/infiniband/uverbs0": an Env reads them under the dev root; the path is also the host

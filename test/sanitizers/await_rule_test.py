@@ -14,7 +14,7 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-DIRS = ["base", "topology", "allocator", "hca", "serving", "metrics", "deviceplugin", "dra", "nri",
+DIRS = ["base", "topology", "resources", "allocator", "hca", "serving", "metrics", "deviceplugin", "dra", "nri",
         "check", "cmd", "sim", "bench", "test"]
 # The shim itself defines these functions.
 EXEMPT = {"test/sanitizers/tsan_absl_sync.cc"}
