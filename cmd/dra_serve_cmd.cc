@@ -21,6 +21,7 @@
 #include "dra/devices.h"
 #include "dra/kubelet_state.h"
 #include "dra/plugin.h"
+#include "dra/probe.h"
 #include "hca/hca.h"
 #include "kube/client.h"
 #include "node/node.h"
@@ -149,7 +150,15 @@ int Serve(const DraFlags& f, const Resolved& r) {
   run.metrics = r.metrics;
   run.node = &node->env();
   run.render_metrics = [&plugin] { return plugin.Metrics(); };
-  run.health = [&plugin] { return plugin.Health(); };
+  run.checks.healthz = [&plugin] { return plugin.Health(); };
+  // `probe --dra` and `probe --dra --ready`, in this process.
+  const dra::DraServerConfig& server = r.plugin.server;
+  run.checks.livez = [&server] {
+    return dra::Probe(server.kubelet_dir, server.driver_name, kProbeTimeout, /*ready=*/false);
+  };
+  run.checks.readyz = [&server] {
+    return dra::Probe(server.kubelet_dir, server.driver_name, kProbeTimeout, /*ready=*/true);
+  };
   return RunServer(run);
 }
 

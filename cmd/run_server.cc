@@ -36,7 +36,7 @@ int RunServer(const ServerRun& run) {
       out.Sample({{"version", RDP_VERSION}, {"subcommand", subcommand}}, 1);
       return out.Take() + run.render_metrics();
     };
-    auto started = metrics::MetricsHttpServer::Start(run.metrics, render, run.health);
+    auto started = metrics::MetricsHttpServer::Start(run.metrics, render, run.checks);
     if (!started.ok()) {
       log->error("cannot start: {}", std::string(started.status().message()));
       ::close(signals);

@@ -7,10 +7,15 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "metrics/http_server.h"
 #include "base/env.h"
 
 namespace rdp::cmd {
+
+// The deadline of one probe's check (the `probe` subcommand's default --timeout, in-process for
+// /livez and /readyz): under the chart's probe timeouts.
+inline constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 
 // A front door as the serving subcommands drive it.
 struct ServerRun {
@@ -31,8 +36,10 @@ struct ServerRun {
   // The node's trees (not owned; null: none): once started, the GPUDirect RDMA line is logged
   // from them (topology::ReadGpuDirect).
   Env* node = nullptr;
-  // What /healthz says (null: always ok), on the endpoint's threads as render_metrics.
-  std::function<absl::Status()> health;
+  // What /healthz, /livez and /readyz say (metrics::MetricsHttpServer::Checks), on the
+  // endpoint's threads as render_metrics. The chart's probes GET /livez and /readyz: each is the
+  // `probe` subcommand's check run in this process, so that no probe starts a process.
+  metrics::MetricsHttpServer::Checks checks;
 };
 
 // Blocks SIGTERM and SIGINT (before any thread starts), listens for metrics, starts `run`, waits,

@@ -16,6 +16,7 @@
 #include "cmd/run_server.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/plugin_server.h"
+#include "deviceplugin/probe.h"
 #include "hca/hca.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics.h"
@@ -94,6 +95,9 @@ int Serve(const Resolved& resolved) {
     plugin.node().WriteMetrics(out);
     return out.Take();
   };
+  // `probe`, in this process: GetDevicePluginOptions on our own socket.
+  run.checks.livez = [&config] { return deviceplugin::Probe(config.SocketPath(), kProbeTimeout); };
+  run.checks.readyz = run.checks.livez;
   return RunServer(run);
 }
 

@@ -130,11 +130,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     std::string_view address, Render render, Health health) {
   HttpOptions options;
   options.address = std::string(address);
-  return Start(options, std::move(render), std::move(health));
+  return Start(options, std::move(render), Checks{std::move(health), nullptr, nullptr});
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const HttpOptions& options, Render render, Health health) {
+    const HttpOptions& options, Render render, Checks checks) {
   if (absl::Status s = Validate(options); !s.ok()) return s;
   const std::string_view address = options.address;
   const absl::StatusOr<std::string> ports = ParseListenAddress(address);
@@ -146,7 +146,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (const std::size_t colon = ports->rfind(':'); colon != std::string::npos) {
     host = ports->substr(0, colon);
   }
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render), std::move(health), host));
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render), std::move(checks), host));
   std::vector<const char*> civet = {"listening_ports",    ports->c_str(),
                                     "num_threads",        threads.c_str(),
                                     "request_timeout_ms", timeout_ms.c_str(),
@@ -197,7 +197,10 @@ int MetricsHttpServer::Route(struct mg_connection* conn) {
   const auto* self = static_cast<const MetricsHttpServer*>(mg_get_user_data(mg_get_context(conn)));
   if (info == nullptr || info->local_uri == nullptr || self == nullptr) return 0;
   if (std::strcmp(info->local_uri, "/metrics") == 0) return self->HandleMetrics(conn);
-  if (std::strcmp(info->local_uri, "/healthz") == 0) return self->HandleHealthz(conn);
+  const char* uri = info->local_uri;
+  if (std::strcmp(uri, "/healthz") == 0) return HandleCheck(conn, uri, self->checks_.healthz, 200);
+  if (std::strcmp(uri, "/livez") == 0) return HandleCheck(conn, uri, self->checks_.livez, 404);
+  if (std::strcmp(uri, "/readyz") == 0) return HandleCheck(conn, uri, self->checks_.readyz, 404);
   return Reply(conn, 404, "text/plain", "GET /metrics or /healthz\n");
 }
 
@@ -213,14 +216,17 @@ int MetricsHttpServer::HandleMetrics(struct mg_connection* conn) const {
   return Reply(conn, 200, kExpositionContentType, body);
 }
 
-int MetricsHttpServer::HandleHealthz(struct mg_connection* conn) const {
-  if (!IsGet(conn)) return Reply(conn, 405, "text/plain", "GET /healthz\n");
-  const Health& health = health_;
+int MetricsHttpServer::HandleCheck(struct mg_connection* conn, const char* route,
+                                   const Health& check, int absent) {
+  if (!check && absent == 404) {
+    return Reply(conn, 404, "text/plain", absl::StrCat(route, ": not served by this door\n"));
+  }
+  if (!IsGet(conn)) return Reply(conn, 405, "text/plain", absl::StrCat("GET ", route, "\n"));
   absl::Status status;
   try {
-    if (health) status = health();
+    if (check) status = check();
   } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("checking health failed: ", e.what()));
+    status = absl::InternalError(absl::StrCat("checking ", route, " failed: ", e.what()));
   }
   if (!status.ok()) return Reply(conn, 503, "text/plain", std::string(status.message()) + "\n");
   return Reply(conn, 200, "text/plain", "ok\n");

@@ -1,7 +1,8 @@
 #pragma once
 
-// The HTTP endpoint of --metrics-address: GET /metrics (the text exposition a callback renders)
-// and GET /healthz ("ok", or 503 and why when a health callback says the process is not well),
+// The HTTP endpoint of --metrics-address: GET /metrics (the text exposition a callback renders),
+// GET /healthz ("ok", or 503 and why when a health callback says the process is not well) and,
+// where the door gives them, GET /livez and /readyz (what its liveness and readiness probes ask),
 // served by civetweb (Debian's libcivetweb) on a few threads of its
 // own, so that a scrape never runs on, nor waits for, a thread that serves the kubelet.
 // Connections are not kept alive: a scraper holds a worker thread only for one request, and a
@@ -52,6 +53,15 @@ class MetricsHttpServer {
   using Render = std::function<std::string()>;
   // OK: /healthz answers 200 "ok"; an error: 503 with its message.
   using Health = std::function<absl::Status()>;
+  // What the check routes answer, each alike: OK 200 "ok", an error 503 with its message. Null:
+  // /healthz always OK; /livez and /readyz not served (404). They run on civetweb's threads,
+  // possibly at once, and must outlive the server; a check that waits for anything does so with
+  // a deadline shorter than a probe's timeout.
+  struct Checks {
+    Health healthz;
+    Health livez;   // the kubelet's liveness (and startup) probe: an httpGet, no process started
+    Health readyz;  // its readiness probe
+  };
 
   // Listens on `address` (ParseListenAddress) and serves until destroyed. InvalidArgument for
   // a bad address, Unavailable when it cannot listen there (in use, not an address of this
@@ -61,10 +71,11 @@ class MetricsHttpServer {
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(std::string_view address,
                                                                    Render render,
                                                                    Health health = nullptr);
-  // The same with every option; InvalidArgument (Validate) names the flag of a bad one.
+  // The same with every option and check route; InvalidArgument (Validate) names the flag of a
+  // bad option.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const HttpOptions& options,
                                                                    Render render,
-                                                                   Health health = nullptr);
+                                                                   Checks checks = {});
   ~MetricsHttpServer();  // stops listening and waits for requests in flight
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
@@ -73,15 +84,17 @@ class MetricsHttpServer {
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
  private:
-  MetricsHttpServer(Render render, Health health, std::string host)
-      : render_(std::move(render)), health_(std::move(health)), host_(std::move(host)) {}
+  MetricsHttpServer(Render render, Checks checks, std::string host)
+      : render_(std::move(render)), checks_(std::move(checks)), host_(std::move(host)) {}
   // civetweb's begin_request: routes a request (set before the server starts).
   static int Route(struct mg_connection* conn);
   int HandleMetrics(struct mg_connection* conn) const;
-  int HandleHealthz(struct mg_connection* conn) const;
+  // One check route: `check` null answers `absent` (200 "ok" or 404).
+  static int HandleCheck(struct mg_connection* conn, const char* route, const Health& check,
+                         int absent);
 
   const Render render_;
-  const Health health_;
+  const Checks checks_;
   const std::string host_;
   int port_ = 0;
   mg_context* context_ = nullptr;

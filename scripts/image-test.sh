@@ -14,7 +14,7 @@
 #     (test/image/kubelet_standin.cc: Registration on kubelet.sock and pod-resources, real gRPC)
 #     takes the plugin's registration through the mounted device-plugins directory, follows
 #     ListAndWatch and makes GetPreferredAllocation and Allocate calls on the plugin's socket;
-#     the chart's liveness command (`probe`) answers inside the container; the process runs
+#     the chart's liveness probe (GET /livez, or the `probe` command) answers; the process runs
 #     with no capabilities, no new privileges and a read-only root; `topology --json` inside
 #     equals the host-built binary's; SIGTERM (podman stop) ends it with exit 0 and its socket
 #     removed;
@@ -231,8 +231,15 @@ for mode in $modes; do
     fail "$mode: the plugin in the container did not register, list and allocate"
   fi
 
-  # The chart's liveness command, inside.
-  out=$(pm exec "$name" "${probe[@]}" 2>&1) || fail "$mode: probe failed: $out"
+  # The chart's liveness probe: its command inside, or its GET in the container's network
+  # namespace as the kubelet sends it.
+  if [[ ${probe[0]} == exec ]]; then
+    out=$(pm exec "$name" "${probe[@]:1}" 2>&1) || fail "$mode: probe failed: $out"
+  else
+    pid=$(pm inspect -f '{{.State.Pid}}' "$name")
+    out=$(nsenter -t "$pid" -n curl -sS --fail-with-body --max-time 5 "${probe[1]}" 2>&1) ||
+      fail "$mode: probe GET ${probe[1]} failed: $out"
+  fi
   say "probe: $out"
 
   # The security context in effect: PID 1 is the plugin, with no capabilities, no new

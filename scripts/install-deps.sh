@@ -36,6 +36,8 @@ test_packages=(
   # with runc (crun refuses this machine's hybrid cgroups), and debootstrap for the Debian base
   # images (no registry needed)
   podman runc debootstrap
+  # its GET of the chart's liveness probe, in the container's network namespace (nsenter)
+  curl
   # promtool checks the /metrics exposition; a real Prometheus scrapes the plugin
   # (test/metrics/prometheus_test.py)
   prometheus

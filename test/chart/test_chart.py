@@ -271,10 +271,35 @@ def host_mounts(ds):
     return out
 
 
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+# Values under which the kubelet cannot GET the metrics port: the probes exec the probe command.
+NO_METRICS = {"metrics": {"enabled": False}}
+
+
 def probe_commands(ds):
     c = container(ds)
-    return {kind: c.get(kind, {}).get("exec", {}).get("command")
-            for kind in ("startupProbe", "livenessProbe", "readinessProbe")}
+    return {kind: c.get(kind, {}).get("exec", {}).get("command") for kind in PROBES}
+
+
+def probe_gets(ds):
+    """(path, port) of each probe's httpGet, None where it has none."""
+    c = container(ds)
+    out = {}
+    for kind in PROBES:
+        get = c.get(kind, {}).get("httpGet")
+        out[kind] = (get.get("path"), get.get("port")) if get else None
+    return out
+
+
+def check_probe_gets(r, ds, name):
+    """The probes GET /livez (startup, liveness) and /readyz (readiness) on the plugin's declared
+    metrics port, and exec nothing."""
+    ports = [p.get("name") for p in container(ds).get("ports", [])]
+    for kind, get in probe_gets(ds).items():
+        want = ("/readyz" if kind == "readinessProbe" else "/livez", "metrics")
+        r.check(name + f"{kind} GETs {want[0]} on the metrics port (no process started)",
+                get == want and "metrics" in ports and probe_commands(ds)[kind] is None,
+                f"{get} != {want}, ports {ports}")
 
 
 # ---- the checks ----------------------------------------------------------------------------
@@ -392,12 +417,7 @@ def check_mounts(r, ds, name):
 
 
 def check_probes(r, ds, name):
-    expected = ["rdma-device-plugin", "probe", f"--kubelet-dir={flag(ds, '--kubelet-dir')}",
-                f"--socket-name={flag(ds, '--socket-name')}"]
-    commands = probe_commands(ds)
-    for kind, command in commands.items():
-        r.check(name + f"{kind} probes the plugin's own socket", command == expected,
-                f"{command} != {expected}")
+    check_probe_gets(r, ds, name)
     c = container(ds)
     r.check(name + "liveness tolerates a kubelet restart (>= 2 misses)",
             c.get("livenessProbe", {}).get("failureThreshold", 0) >= 2)
@@ -406,8 +426,43 @@ def check_probes(r, ds, name):
             readiness.get("failureThreshold", 0) >= 3 and readiness.get("timeoutSeconds", 0) >= 2,
             str(readiness))
     for kind in ("livenessProbe", "readinessProbe"):
-        r.check(name + f"{kind} runs at most every 10 s (each probe starts a process)",
+        r.check(name + f"{kind} runs at most every 10 s",
                 c.get(kind, {}).get("periodSeconds", 0) >= 10, str(c.get(kind)))
+
+
+def check_probe_fallback(r, helm):
+    """Where the kubelet cannot GET /livez and /readyz (metrics off, behind the proxy, or an
+    access list that may refuse it), the probes exec the probe command on the plugin's own
+    socket (in DRA: the driver's sockets, and for readiness its registration), at most every
+    10 s: each starts a process."""
+    proxy = {"metrics": {"enabled": True, "proxy": {"enabled": True}}}
+    allow = {"metrics": {"enabled": True, "allow": ["10.0.0.0/8"]}}
+    for label, values in [("metrics off", NO_METRICS), ("proxy", proxy), ("allow", allow)]:
+        for door, extra in [("device plugin", {}), ("DRA", DRA_VALUES)]:
+            for mode, ds in sorted(by_mode(helm.template(dict(values, **extra))).items()):
+                name = f"probes/{label}/{door}/{mode}: "
+                if door == "DRA":
+                    expected = ["rdma-device-plugin", "probe", "--dra",
+                                f"--kubelet-dir={flag(ds, '--kubelet-dir')}",
+                                f"--driver-name={DRA_DRIVER}"]
+                else:
+                    expected = ["rdma-device-plugin", "probe",
+                                f"--kubelet-dir={flag(ds, '--kubelet-dir')}",
+                                f"--socket-name={flag(ds, '--socket-name')}"]
+                c = container(ds)
+                for kind, command in probe_commands(ds).items():
+                    want = expected + (["--ready"] if door == "DRA" and kind == "readinessProbe"
+                                       else [])
+                    r.check(name + f"{kind} execs the probe command", command == want
+                            and probe_gets(ds)[kind] is None, f"{command} != {want}")
+                    if kind != "startupProbe":
+                        r.check(name + f"{kind} runs at most every 10 s (each starts a process)",
+                                c.get(kind, {}).get("periodSeconds", 0) >= 10, str(c.get(kind)))
+    shared = by_mode(helm.template(dict(NO_METRICS, hostPaths={
+        "kubeletDevicePlugins": "/var/lib/k0s/kubelet/device-plugins"})))["shared"]
+    r.check("probes/metrics off: the probe command follows the kubelet dir",
+            probe_commands(shared)["livenessProbe"][2]
+            == "--kubelet-dir=/var/lib/k0s/kubelet/device-plugins", str(probe_commands(shared)))
 
 
 def check_default(r, helm):
@@ -698,9 +753,8 @@ def check_overrides(r, helm):
             and "/var/lib/k0s/kubelet/device-plugins" in host_mounts(shared)
             and flag(shared, "--pod-resources-socket")
             == "/var/lib/k0s/kubelet/pod-resources/kubelet.sock")
-    r.check("overrides: probes follow the kubelet dir",
-            probe_commands(shared)["livenessProbe"][2]
-            == "--kubelet-dir=/var/lib/k0s/kubelet/device-plugins")
+    r.check("overrides: probes GET the metrics port", probe_gets(shared)["livenessProbe"]
+            == ("/livez", "metrics"), str(probe_gets(shared)))
     r.check("overrides: procDriver \"\" drops the mount and --proc-root",
             "/proc/driver" not in host_mounts(shared) and "--proc-root" not in f)
     annotations = shared["spec"]["template"]["metadata"].get("annotations", {})
@@ -833,13 +887,7 @@ def check_dra(r, helm):
                 "files' directory are writable",
                 writable == sorted([f"{root}/plugins", f"{root}/plugins_registry",
                                     flag(ds, "--cdi-root"), ALLOCATIONS]), str(writable))
-        expected = ["rdma-device-plugin", "probe", "--dra", f"--kubelet-dir={root}",
-                    f"--driver-name={DRA_DRIVER}"]
-        for kind, command in probe_commands(ds).items():
-            want = expected + (["--ready"] if kind == "readinessProbe" else [])
-            r.check(name + f"{kind} probes the driver's sockets"
-                    + (" and its registration" if kind == "readinessProbe" else ""), command == want,
-                    f"{command} != {want}")
+        check_probe_gets(r, ds, name)
         sc = c.get("securityContext", {})
         r.check(name + "not privileged, no escalation, drops ALL",
                 sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False
@@ -1404,6 +1452,7 @@ def check_against_binary(r, helm, binary):
     docs = helm.template()
     for mode, ds in sorted(by_mode(docs).items()):
         unknown = sorted(set(flags(ds)) - accepted)
+        ds = by_mode(helm.template(NO_METRICS))[mode]  # the exec'd probe command
         r.check(f"binary/{mode}: every rendered flag is one serve accepts", not unknown,
                 str(unknown))
         command = probe_commands(ds)["livenessProbe"]
@@ -1416,6 +1465,7 @@ def check_against_binary(r, helm, binary):
             out[:300])
     for mode, ds in sorted(by_mode(helm.template(DRA_VALUES)).items()):
         unknown = sorted(set(flags(ds)) - dra_accepted)
+        ds = by_mode(helm.template(dict(NO_METRICS, **DRA_VALUES)))[mode]
         r.check(f"binary/DRA/{mode}: every rendered flag is one dra accepts", not unknown,
                 str(unknown))
         # The rendered command with its kubelet directory moved to an empty one: what answers
@@ -1468,7 +1518,8 @@ def main():
     r = Results()
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
-                  check_custom_label, check_overrides, check_rejections, check_notes,
+                  check_custom_label, check_overrides, check_probe_fallback, check_rejections,
+                  check_notes,
                   check_test_pod_modes, check_image_required, check_dra,
                   check_dra_least_privilege, check_metrics,
                   check_metrics_guard, check_dashboard, check_nri, check_allocation_files,

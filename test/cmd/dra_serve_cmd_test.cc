@@ -259,6 +259,41 @@ TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
   EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
 }
 
+// /livez and /readyz, which the chart's probes GET, are `probe --dra` and `probe --dra --ready`
+// run in the driver: live once its sockets answer, ready once the kubelet has registered it.
+TEST_F(DRAServeCmdTest, TheProbeRoutesAnswerAsTheProbeCommandDoes) {
+  std::vector<std::string> serve = {"dra"};
+  for (const std::string& a : Flags()) serve.push_back(a);
+  for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
+  rdp::testing::Child driver(RDP_BINARY, serve);
+  ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
+  std::smatch m;
+  const std::string out = driver.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(metrics: serving on (127\.0\.0\.1:\d+))")))
+      << out;
+  const std::string base = "http://" + m[1].str();
+  EXPECT_EQ(rdp::testing::HttpGet(base + "/livez").code, 200) << driver.output();
+  const rdp::testing::HttpResponse unready = rdp::testing::HttpGet(base + "/readyz");
+  EXPECT_EQ(unready.code, 503);
+  const int probe = RunBinary({"probe", "--dra", "--ready", "--kubelet-dir", kubelet_dir_,
+                               "--driver-name", kDriver});
+  EXPECT_EQ(probe, 1) << "the probe command and /readyz disagree: " << unready.body;
+
+  auto reg = pluginregistration::Registration::NewStub(serving::UnixChannel(RegSocket()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kTimeout));
+  pluginregistration::RegistrationStatus registered;
+  registered.set_plugin_registered(true);
+  pluginregistration::RegistrationStatusResponse ignored;
+  ASSERT_TRUE(reg->NotifyRegistrationStatus(&ctx, registered, &ignored).ok());
+  EXPECT_EQ(rdp::testing::HttpGet(base + "/readyz").code, 200) << driver.output();
+  EXPECT_EQ(RunBinary({"probe", "--dra", "--ready", "--kubelet-dir", kubelet_dir_,
+                       "--driver-name", kDriver}),
+            0);
+  driver.Signal(SIGTERM);
+  EXPECT_EQ(driver.Wait(kTimeout), 0) << driver.output();
+}
+
 // The kubelet's health stream in each version, for the test below.
 struct HealthV1 {
   using Service = ::v1::DRAResourceHealth;

@@ -100,6 +100,9 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"));
   EXPECT_EQ(rdp::testing::HttpGet("http://" + address + "/healthz").body, "ok\n");
+  // The chart's probes: `probe` on the plugin's own socket, run in the plugin.
+  EXPECT_EQ(rdp::testing::HttpGet("http://" + address + "/livez").body, "ok\n");
+  EXPECT_EQ(rdp::testing::HttpGet("http://" + address + "/readyz").body, "ok\n");
 
   // promtool (Debian's prometheus package, scripts/install-sources.sh) holds the scrape to the
   // format; without it, the checks above stand alone.

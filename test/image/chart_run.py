@@ -3,7 +3,8 @@
 
 Reads `helm template` output (stdin) and writes, for each DaemonSet, into --out:
   <mode>.run    podman run options, the image and the container's args (NUL-separated)
-  <mode>.probe  the liveness probe's exec command (NUL-separated)
+  <mode>.probe  the liveness probe, NUL-separated: "exec" and its command, or "http" and the URL
+                the kubelet GETs (the container's loopback and its named port's number)
   <mode>.vars   shell assignments: mode, socket, resource, shared_devices, plugin_dir (host),
                 pod_resources_socket (host), discovery (the serve flags `topology` also takes,
                 --sysfs-root, --dev-root, --topology-xml; space-separated), nri_socket (host;
@@ -149,6 +150,23 @@ def env(container, node_name):
     return opts
 
 
+def liveness(c):
+    """The liveness probe as image-test.sh runs it: ["exec", command...] or ["http", url]."""
+    probe = c["livenessProbe"]
+    if "exec" in probe:
+        return ["exec"] + probe["exec"]["command"]
+    get = probe.get("httpGet")
+    if not get:
+        raise ChartError(f"livenessProbe {sorted(probe)}: exec and httpGet are translated")
+    port = get["port"]
+    if isinstance(port, str):
+        named = [p["containerPort"] for p in c.get("ports", []) if p.get("name") == port]
+        if not named:
+            raise ChartError(f"livenessProbe: no container port named {port}")
+        port = named[0]
+    return ["http", f"http://127.0.0.1:{port}{get['path']}"]
+
+
 def daemonset(ds, image, host_paths, node_name):
     spec = ds["spec"]["template"]["spec"]
     unknown("pod spec", spec, POD_IGNORED)
@@ -162,7 +180,7 @@ def daemonset(ds, image, host_paths, node_name):
     mount_opts, table = mounts(c, spec.get("volumes") or [], host_paths)
     run = (security(spec.get("securityContext") or {}, c.get("securityContext") or {})
            + limits(c.get("resources") or {}) + env(c, node_name) + mount_opts + [image] + args)
-    probe = c["livenessProbe"]["exec"]["command"]
+    probe = liveness(c)
     mode = flag(args, "--mode") or "shared"
     kubelet_dir = flag(args, "--kubelet-dir")
     pod_resources = flag(args, "--pod-resources-socket")

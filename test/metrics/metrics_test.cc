@@ -140,6 +140,34 @@ TEST(MetricsHttpTest, ServesMetricsAndHealthzOnAnEphemeralPort) {
   EXPECT_THAT(std::string(clash.status().message()), HasSubstr("--metrics-address"));
 }
 
+// /livez and /readyz answer what the door's checks say, each its own, and are not served
+// where the door gives none: the kubelet's httpGet probes read them.
+TEST(MetricsHttpTest, TheProbeRoutesAnswerTheirOwnChecks) {
+  HttpOptions options;
+  options.address = "127.0.0.1:0";
+  std::atomic<bool> ready{false};
+  MetricsHttpServer::Checks checks;
+  checks.livez = [] { return absl::OkStatus(); };
+  checks.readyz = [&ready] {
+    return ready ? absl::OkStatus() : absl::UnavailableError("the kubelet has not registered us");
+  };
+  auto server = MetricsHttpServer::Start(options, [] { return std::string(); }, checks);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string base = "http://" + (*server)->address();
+  EXPECT_EQ(HttpGet(base + "/livez").code, 200);
+  rdp::testing::HttpResponse not_ready = HttpGet(base + "/readyz");
+  EXPECT_EQ(not_ready.code, 503);
+  EXPECT_EQ(not_ready.body, "the kubelet has not registered us\n");
+  ready = true;
+  EXPECT_EQ(HttpGet(base + "/readyz").code, 200);
+  EXPECT_EQ(HttpGet(base + "/healthz").code, 200);  // no healthz check: always ok
+
+  auto bare = MetricsHttpServer::Start(options, [] { return std::string(); });
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(HttpGet("http://" + (*bare)->address() + "/livez").code, 404);
+  EXPECT_EQ(HttpGet("http://" + (*bare)->address() + "/readyz").code, 404);
+}
+
 TEST(MetricsHttpTest, ParsesAccessLists) {
   EXPECT_EQ(*ParseAccessList({}), "");
   EXPECT_EQ(*ParseAccessList({"10.0.0.0/8", "192.168.1.7"}),

@@ -101,7 +101,7 @@ the label. The two select complementary sets of nodes, so each node runs exactly
 {{- end }}
 
 {{/*
-The probe command. Device-plugin mode: GetDevicePluginOptions on our own socket. DRA mode: GetInfo
+The probe command (exec'd where the metrics port cannot answer the probes). Device-plugin mode: GetDevicePluginOptions on our own socket. DRA mode: GetInfo
 on the driver's registration socket, then an empty NodeUnprepareResources on its DRA socket; the
 readiness probe (.ready) also wants the kubelet to have registered the driver. 1 s deadline each.
 */}}
@@ -118,6 +118,25 @@ readiness probe (.ready) also wants the kubelet to have registered the driver. 1
 {{- else }}
 - --kubelet-dir={{ .root.Values.hostPaths.kubeletDevicePlugins }}
 - --socket-name={{ include "rdp.socketName" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+A probe's handler. Where the plugin serves its metrics port to the kubelet (metrics on, no proxy,
+no access list that could refuse the kubelet), an httpGet of /livez (startup, liveness) or
+/readyz (.ready): the probe subcommand's own check, run in the plugin's process, so no probe
+starts a process in the container. Otherwise the probe subcommand, exec'd.
+*/}}
+{{- define "rdp.probeHandler" -}}
+{{- $m := .root.Values.metrics }}
+{{- if and $m.enabled (not $m.proxy.enabled) (empty $m.allow) }}
+httpGet:
+  path: {{ ternary "/readyz" "/livez" (.ready | default false) }}
+  port: metrics
+{{- else }}
+exec:
+  command:
+    {{- include "rdp.probeCommand" . | nindent 4 }}
 {{- end }}
 {{- end }}
 
