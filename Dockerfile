@@ -61,7 +61,7 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
 # nothing run. `podman build --platform linux/arm64 --target runtime-copied` (scripts/image-test.sh
 # with an arm64 bookworm-slim made by debootstrap --foreign as RDP_RUNTIME_BASE).
 FROM --platform=$TARGETPLATFORM ${RDP_RUNTIME_BASE} AS runtime-copied
-ARG RDP_VERSION=0.14.0
+ARG RDP_VERSION=0.15.0
 COPY --from=build /out/libs/ /
 COPY --from=build /out/rdma-device-plugin /usr/bin/rdma-device-plugin
 LABEL org.opencontainers.image.title="rdma-device-plugin" \
@@ -72,7 +72,7 @@ ENTRYPOINT ["/usr/bin/rdma-device-plugin"]
 CMD ["serve"]
 
 FROM --platform=$TARGETPLATFORM debian:${DEBIAN_RELEASE}-slim AS runtime
-ARG RDP_VERSION=0.14.0
+ARG RDP_VERSION=0.15.0
 # Exactly the runtime packages of the libraries the binary links (libc6, libgcc-s1 and
 # libstdc++6 are already in the base image); apt brings their own dependencies.
 RUN apt-get update \
