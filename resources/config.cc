@@ -100,8 +100,10 @@ absl::StatusOr<std::string> String(const Reader& r, const std::string& path, con
 absl::StatusOr<int> Int(const Reader& r, const std::string& path, const DocNode& node, int min,
                         int max) {
   int value = 0;
-  if (node.kind != DocNode::Kind::kScalar || !absl::SimpleAtoi(node.scalar, &value) ||
-      value < min || value > max) {
+  if (node.kind != DocNode::Kind::kScalar) {
+    return r.Error(path, node, absl::StrCat("must be an integer in ", min, "..", max));
+  }
+  if (!absl::SimpleAtoi(node.scalar, &value) || value < min || value > max) {
     return r.Error(path, node,
                    absl::StrCat("'", node.scalar, "' is not an integer in ", min, "..", max));
   }
