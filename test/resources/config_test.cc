@@ -127,11 +127,21 @@ TEST_F(ConfigFileTest, ANameAloneIsTheNodesPhysicalFunctions) {
 // Each bad value of our format: the message names the key path, the line and what is wrong.
 struct BadCase {
   const char* what;
-  const char* yaml;
+  std::string yaml;
   const char* key;   // the key path the message names
   int line;          // the line it names
   const char* why;   // and why
 };
+
+// One resource, rdma/a, with one more key: `line` (line 3 of the file).
+std::string WithKey(const std::string& line) {
+  return "resources:\n  - name: rdma/a\n    " + line + "\n";
+}
+
+// One resource, rdma/a, whose selector's one key is `line` (line 4 of the file).
+std::string WithSelector(const std::string& line) {
+  return WithKey("selector:\n      " + line);
+}
 
 class OurFormatRefusesTest : public ConfigFileTest,
                              public ::testing::WithParamInterface<BadCase> {};
@@ -164,54 +174,40 @@ INSTANTIATE_TEST_SUITE_P(
                 "resources:\n  - name: rdma/a\n  - name: rdma/b\n    selector:\n"
                 "      linkLayers: [Ethernet, IB]\n",
                 "resources[1].selector.linkLayers[1]", 5, "'IB' is not InfiniBand or Ethernet"},
-        BadCase{"VirtualFunctions",
-                "resources:\n  - name: rdma/a\n    selector:\n      virtualFunctions: yes\n",
+        BadCase{"VirtualFunctions", WithSelector("virtualFunctions: yes"),
                 "resources[0].selector.virtualFunctions", 4,
                 "'yes' is not exclude, include or only"},
-        BadCase{"VendorWith0x",
-                "resources:\n  - name: rdma/a\n    selector:\n      vendors: [\"0x15b3\"]\n",
+        BadCase{"VendorWith0x", WithSelector("vendors: [\"0x15b3\"]"),
                 "resources[0].selector.vendors[0]", 4, "without 0x, e.g. '15b3'"},
-        BadCase{"DeviceIdNotHex",
-                "resources:\n  - name: rdma/a\n    selector:\n      deviceIDs: [10x1]\n",
+        BadCase{"DeviceIdNotHex", WithSelector("deviceIDs: [10x1]"),
                 "resources[0].selector.deviceIDs[0]", 4, "'10x1' is not 4 hex digits"},
-        BadCase{"DeviceIdTooLong",
-                "resources:\n  - name: rdma/a\n    selector:\n      deviceIDs: [\"10211\"]\n",
+        BadCase{"DeviceIdTooLong", WithSelector("deviceIDs: [\"10211\"]"),
                 "resources[0].selector.deviceIDs[0]", 4, "'10211' is not 4 hex digits"},
-        BadCase{"NegativeNuma",
-                "resources:\n  - name: rdma/a\n    selector:\n      numaNodes: [0, -1]\n",
+        BadCase{"NegativeNuma", WithSelector("numaNodes: [0, -1]"),
                 "resources[0].selector.numaNodes[1]", 4, "'-1' is not a NUMA node"},
-        BadCase{"NumaNotANumber",
-                "resources:\n  - name: rdma/a\n    selector:\n      numaNodes: [one]\n",
+        BadCase{"NumaNotANumber", WithSelector("numaNodes: [one]"),
                 "resources[0].selector.numaNodes[0]", 4, "'one' is not a NUMA node"},
-        BadCase{"PciAddress",
-                "resources:\n  - name: rdma/a\n    selector:\n      pciAddresses: [1a:00]\n",
+        BadCase{"PciAddress", WithSelector("pciAddresses: [1a:00]"),
                 "resources[0].selector.pciAddresses[0]", 4, "'1a:00' is not a PCI address"},
-        BadCase{"SharedDevicesZero", "resources:\n  - name: rdma/a\n    sharedDevices: 0\n",
-                "resources[0].sharedDevices", 3, "'0' is not an integer in 1..100000"},
-        BadCase{"SharedDevicesTooMany",
-                "resources:\n  - name: rdma/a\n    sharedDevices: 100001\n",
+        BadCase{"SharedDevicesZero", WithKey("sharedDevices: 0"), "resources[0].sharedDevices", 3,
+                "'0' is not an integer in 1..100000"},
+        BadCase{"SharedDevicesTooMany", WithKey("sharedDevices: 100001"),
                 "resources[0].sharedDevices", 3, "'100001' is not an integer in 1..100000"},
-        BadCase{"SharedDevicesNotANumber",
-                "resources:\n  - name: rdma/a\n    sharedDevices: many\n",
+        BadCase{"SharedDevicesNotANumber", WithKey("sharedDevices: many"),
                 "resources[0].sharedDevices", 3, "'many' is not an integer"},
-        BadCase{"ListWhereAnIntegerIsExpected",
-                "resources:\n  - name: rdma/a\n    sharedDevices: [4]\n",
+        BadCase{"ListWhereAnIntegerIsExpected", WithKey("sharedDevices: [4]"),
                 "resources[0].sharedDevices", 3, "must be an integer in 1..100000"},
-        BadCase{"ScalarWhereAListIsExpected",
-                "resources:\n  - name: rdma/a\n    selector:\n      linkLayers: Ethernet\n",
+        BadCase{"ScalarWhereAListIsExpected", WithSelector("linkLayers: Ethernet"),
                 "resources[0].selector.linkLayers", 4, "must be a list; write [Ethernet]"},
-        BadCase{"MappingWhereAListIsExpected",
-                "resources:\n  - name: rdma/a\n    selector:\n      drivers:\n        a: b\n",
+        BadCase{"MappingWhereAListIsExpected", WithSelector("drivers:\n        a: b"),
                 "resources[0].selector.drivers", 4, "must be a list"},
         BadCase{"ResourcesNotAList", "resources:\n  name: rdma/a\n", "resources", 1,
                 "must be a list"},
         BadCase{"NoResources", "resources: []\n", "resources", 1,
                 "must list at least one resource"},
-        BadCase{"EmptyString",
-                "resources:\n  - name: rdma/a\n    selector:\n      drivers: [\"\"]\n",
+        BadCase{"EmptyString", WithSelector("drivers: [\"\"]"),
                 "resources[0].selector.drivers[0]", 4, "must be a non-empty string"},
-        BadCase{"KeyTwice", "resources:\n  - name: rdma/a\n    name: rdma/b\n",
-                "resources[0].name", 3, "is given twice"}),
+        BadCase{"KeyTwice", WithKey("name: rdma/b"), "resources[0].name", 3, "is given twice"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.what); });
 
 TEST_F(ConfigFileTest, AMissingResourcesKeyIsRefused) {
