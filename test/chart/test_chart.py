@@ -1464,7 +1464,8 @@ def check_resource_device_classes(r, helm):
                  f'(has({OWN}.driver) && {OWN}.driver in ["mlx5_core"])',
                  f'(has({OWN}.linkLayer) && {OWN}.linkLayer in ["Ethernet"])',
                  f'(has({OWN}.hcaName) && {OWN}.hcaName.matches("^(?:mlx5_[^,]*)$"))',
-                 f'(has({OWN}.netdevs) && {OWN}.netdevs.matches("(?:^|,)(?:ens[^,]*np[^,])(?:,|$)"))',
+                 f'(has({OWN}.netdevs) && '
+                 f'{OWN}.netdevs.matches("(?:^|,)(?:ens[^,]*np[^,])(?:,|$)"))',
                  f'(has({STD}.pciBusID) && ({STD}.pciBusID == "0000:2b:00.0" || '
                  f'{STD}.pciBusID.endsWith(":2c:00.0")))']:
         r.check(f"resources/DRA: rdma/storage's CEL has {term[:60]}...", term in storage, storage)
