@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "allocator/allocator.h"
+#include "resources/config.h"
 
 namespace rdp::deviceplugin {
 
@@ -25,7 +26,7 @@ std::string Config::KubeletSocketPath() const {
 namespace {
 
 // Every advertised ID must be one allocator::SharedIndex reads.
-constexpr int kMaxSharedDevices = 100000;
+using resources::kMaxSharedDevices;
 static_assert(kMaxSharedDevices <= static_cast<int>(allocator::kMaxSharedIndex));
 
 absl::Status Bad(const std::string& flag, const std::string& value, const std::string& why) {
@@ -40,10 +41,8 @@ bool IsDir(const std::string& path) {
 }  // namespace
 
 absl::Status Validate(const Config& c) {
-  const auto slash = c.resource_name.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == c.resource_name.size() ||
-      c.resource_name.find('/', slash + 1) != std::string::npos) {
-    return Bad("--resource-name", c.resource_name, "must be <domain>/<name>, e.g. rdma/hca");
+  if (absl::Status st = resources::ValidateResourceName(c.resource_name); !st.ok()) {
+    return Bad("--resource-name", c.resource_name, std::string(st.message()));
   }
   if (c.shared_devices < 1 || c.shared_devices > kMaxSharedDevices) {
     return Bad("--shared-devices", std::to_string(c.shared_devices),

@@ -9,7 +9,8 @@ kube/) and nri/ (the NRI plugin), which never include each other; check/; cmd/ w
 product binary. sim/ (test doubles and the development tools' binary with its own main: the demo,
 node fixtures) and test/ are not product: no product library nor cmd/ includes them. In
 the product, hwloc.h is included by topology/internal/ only (bench/ loads hwloc itself for its
-floor), and topology/internal/ by topology/ (and tests). curl is included by kube/ only (and its
+floor), topology/internal/ by topology/ (and tests), resources/internal/ (the config file's
+parser) by resources/ (and tests). curl is included by kube/ only (and its
 tests, test/kube/), in every directory of ours, tests and benchmarks included.
 Exit 0 when every include keeps to this, 1 with one line per include that does not.
 """
@@ -63,6 +64,8 @@ def main():
                     bad.append(f"{rel}: includes {inc} ({module}/ may include {sorted(allowed)})")
                 if inc.startswith("topology/internal/") and module != "topology":
                     bad.append(f"{rel}: includes {inc} (internal to topology/)")
+                if inc.startswith("resources/internal/") and module != "resources":
+                    bad.append(f"{rel}: includes {inc} (internal to resources/)")
                 if inc == "hwloc.h" and module != "bench" and not rel.startswith("topology/internal/"):
                     bad.append(f"{rel}: includes hwloc.h (only topology/internal/ does)")
     for top in sorted(OURS):

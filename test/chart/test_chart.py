@@ -12,6 +12,8 @@ Helm is taken from --helm when that file exists, else from PATH (scripts/get-hel
 """
 
 import argparse
+import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -43,7 +45,7 @@ KNOWN_FLAGS = {
     "--health-interval", "--node-name", "--exclusive-label", "--log-level", "--gpu-resources",
     "--gpu-classes", "--gpu-vendors", "--admission-window", "--metrics-address",
     "--allocation-dir", "--degraded-symbol-errors", "--degraded-link-downed", "--degraded-window",
-    "--flap-count", "--flap-window", "--flap-stable",
+    "--flap-count", "--flap-window", "--flap-stable", "--config",
 }
 
 # The flags `rdma-device-plugin nri` accepts (cmd/nri_cmd.cc).
@@ -60,6 +62,11 @@ KNOWN_DRA_FLAGS = {
 }
 DRA_DRIVER = "rdma.network.alibabacloud.com"
 DRA_VALUES = {"driver": "dra"}
+# The driver's attributes and the standard ones, as a DeviceClass's CEL reads them.
+OWN = f'device.attributes["{DRA_DRIVER}"]'
+STD = 'device.attributes["resource.kubernetes.io"]'
+# A physical function: no virtualFunction attribute, or false (templates/_resources.tpl).
+NOT_VF = f"!(has({OWN}.virtualFunction) && {OWN}.virtualFunction)"
 # hostPaths.allocations' default: --allocation-dir (/etc/rdma/allocation.json's host files).
 ALLOCATIONS = "/var/run/rdma-device-plugin/allocations"
 
@@ -915,10 +922,10 @@ def check_dra(r, helm):
                                              "namespace": NAMESPACE}], str(bindings))
     classes = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "DeviceClass"}
     every = classes.get("hca." + DRA_DRIVER, {})
-    r.check("DRA: a DeviceClass selecting every device of the driver, for claims, no extended "
+    r.check("DRA: a DeviceClass selecting the driver's physical NICs, for claims, no extended "
             "resource", every.get("apiVersion") == "resource.k8s.io/v1"
             and every.get("spec", {}).get("selectors") == [
-                {"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]
+                {"cel": {"expression": f'device.driver == "{DRA_DRIVER}" && {NOT_VF}'}}]
             and "extendedResourceName" not in every.get("spec", {}), str(classes))
     # A device-plugin shared unit gives every HCA, one DRA device one HCA: rdma/hca is served by
     # exclusive-mode devices only (docs/dra.md, "Shared mode").
@@ -926,7 +933,7 @@ def check_dra(r, helm):
     r.check("DRA: the extended resource's DeviceClass selects exclusive-mode devices only",
             len(classes) == 2 and exclusive.get("apiVersion") == "resource.k8s.io/v1"
             and exclusive.get("spec", {}).get("selectors") == [
-                {"cel": {"expression": f'device.driver == "{DRA_DRIVER}" && '
+                {"cel": {"expression": f'device.driver == "{DRA_DRIVER}" && {NOT_VF} && '
                                        f'device.attributes["{DRA_DRIVER}"].mode == "exclusive"'}}]
             and exclusive["spec"].get("extendedResourceName") == "rdma/hca", str(classes))
     r.check("DRA: the helm test pod (rdma/hca through the DeviceClass)", len(test_pods(docs)) == 1)
@@ -1367,6 +1374,197 @@ def check_notes(r, helm):
             "nodes without the label run no plugin" in exclusive_only)
 
 
+# Two resources in the config file's format (docs/config.md): compute rails and storage NICs.
+TWO_RESOURCES = [
+    {"name": "rdma/hca", "selector": {"linkLayers": ["infiniband"], "numaNodes": [0, 1]}},
+    {"name": "rdma/storage", "sharedDevices": 64,
+     "selector": {"vendors": ["15B3"], "deviceIDs": ["1021"], "drivers": ["mlx5_core"],
+                  "linkLayers": ["Ethernet"], "hcaNames": ["mlx5_*"], "netdevs": ["ens*np?"],
+                  "pciAddresses": ["0000:2B:00.0", "2c:00.0"],
+                  "virtualFunctions": "include"}},
+]
+CONFIG_PATH = "/etc/rdma-device-plugin/config.yaml"
+
+
+def config_maps(docs):
+    return {d["metadata"]["name"]: d for d in docs if d.get("kind") == "ConfigMap"}
+
+
+def check_config_mount(r, ds, name, path, config_map):
+    """--config=<path>, the volume `config` of ConfigMap `config_map` mounted read-only there."""
+    mount = mounts_by_name(ds).get("config", {})
+    volume = volumes_by_name(ds).get("config", {})
+    r.check(name + f"--config={path}", flag(ds, "--config") == path, str(flags(ds)))
+    r.check(name + "the config's directory is mounted read-only",
+            mount.get("mountPath") == os.path.dirname(path) and mount.get("readOnly") is True,
+            str(mount))
+    r.check(name + f"from the ConfigMap {config_map}",
+            volume.get("configMap", {}).get("name") == config_map, str(volume))
+
+
+def check_resources(r, helm):
+    """rdmaResources: the ConfigMap holds them as the config file, each DaemonSet mounts it,
+    passes --config and rolls when it changes; rdmaConfigMap mounts a ConfigMap of one's own;
+    nothing of it without them; the template's own checks and the schema refuse bad values."""
+    fullname = f"{RELEASE}-rdma-device-plugin"
+    docs = helm.template({"rdmaResources": TWO_RESOURCES})
+    cm = config_maps(docs).get(f"{fullname}-config", {})
+    text = cm.get("data", {}).get("config.yaml", "")
+    r.check("resources: the ConfigMap holds the config file, resources as given",
+            yaml.safe_load(text) == {"resources": TWO_RESOURCES}, text)
+    checksum = hashlib.sha256(text.rstrip("\n").encode()).hexdigest()
+    for mode, ds in sorted(by_mode(docs).items()):
+        name = f"resources/{mode}: "
+        check_config_mount(r, ds, name, CONFIG_PATH, f"{fullname}-config")
+        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        r.check(name + "the pods carry the config's sha256",
+                annotations.get("checksum/config") == checksum, str(annotations))
+        r.check(name + "--resource-name is still given (the default the config replaces)",
+                flag(ds, "--resource-name") == "rdma/hca", str(flags(ds)))
+    changed = [dict(TWO_RESOURCES[0]), dict(TWO_RESOURCES[1], sharedDevices=32)]
+    other = {ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+             for ds in by_mode(helm.template({"rdmaResources": changed})).values()}
+    r.check("resources: another config, another checksum (the DaemonSets roll)",
+            len(other) == 1 and checksum not in other, str(other))
+
+    docs = helm.template()
+    r.check("resources: none given: no ConfigMap of the config",
+            f"{fullname}-config" not in config_maps(docs), str(sorted(config_maps(docs))))
+    for mode, ds in sorted(by_mode(docs).items()):
+        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        r.check(f"resources/default/{mode}: no --config, config volume or checksum",
+                "--config" not in flags(ds) and "config" not in volumes_by_name(ds)
+                and "checksum/config" not in annotations, str(flags(ds)))
+
+    docs = helm.template({"rdmaConfigMap": {"name": "rdma-devices"}})
+    r.check("resources: rdmaConfigMap renders no ConfigMap of its own",
+            f"{fullname}-config" not in config_maps(docs), str(sorted(config_maps(docs))))
+    for mode, ds in sorted(by_mode(docs).items()):
+        check_config_mount(r, ds, f"resources/rdmaConfigMap/{mode}: ",
+                           "/etc/rdma-device-plugin/config.json", "rdma-devices")
+
+    for label, values, message in [
+            ("both rdmaResources and rdmaConfigMap",
+             {"rdmaResources": TWO_RESOURCES, "rdmaConfigMap": {"name": "rdma-devices"}},
+             "rdmaResources and rdmaConfigMap.name are both set"),
+            ("rdmaConfigMap with driver: dra",
+             dict(DRA_VALUES, rdmaConfigMap={"name": "rdma-devices"}),
+             "rdmaConfigMap is for driver: deviceplugin"),
+            ("a resource name twice",
+             {"rdmaResources": [{"name": "rdma/hca"}, {"name": "rdma/x"}, {"name": "rdma/hca"}]},
+             "rdmaResources[2].name rdma/hca: rdmaResources[0] has the same name"),
+            ("two names with one DeviceClass name",
+             {"rdmaResources": [{"name": "rdma/a.b"}, {"name": "rdma/a_b"}]},
+             "(or the same DeviceClass name, rdma-a-b)")]:
+        rc, _, err = helm.run(["template", RELEASE], values)
+        r.check(f"resources: refuses {label}", rc != 0 and message in err,
+                f"rc={rc} {err.strip()[:300]}")
+    for label, resource in [
+            ("an unknown selector key", {"name": "rdma/a", "selector": {"linkLayer": ["IB"]}}),
+            ("an unknown link layer", {"name": "rdma/a", "selector": {"linkLayers": ["IB"]}}),
+            ("a vendor with 0x", {"name": "rdma/a", "selector": {"vendors": ["0x15b3"]}}),
+            ("virtualFunctions: all", {"name": "rdma/a", "selector": {"virtualFunctions": "all"}}),
+            ("a PCI address without a function", {"name": "rdma/a",
+                                                  "selector": {"pciAddresses": ["1a:00"]}}),
+            ("a negative NUMA node", {"name": "rdma/a", "selector": {"numaNodes": [-1]}}),
+            ("sharedDevices 0", {"name": "rdma/a", "sharedDevices": 0}),
+            ("a name without a domain", {"name": "hca"}),
+            ("a scalar where a list is expected", {"name": "rdma/a",
+                                                   "selector": {"drivers": "mlx5_core"}})]:
+        rc, _, err = helm.run(["template", RELEASE], {"rdmaResources": [resource]})
+        r.check(f"resources: schema rejects {label}", rc != 0 and SCHEMA_ERROR in err,
+                f"rc={rc} {err.strip()[:300]}")
+
+
+def cel_regexes(expression, attribute):
+    """The regexes of `<attribute>.matches("...")` in a CEL expression, as Python strings."""
+    return [json.loads(m) for m in
+            re.findall(re.escape(attribute) + r'\.matches\(("(?:[^"\\]|\\.)*")\)', expression)]
+
+
+def check_resource_device_classes(r, helm):
+    """driver: dra with rdmaResources: one DeviceClass per resource (and one extended-resource
+    class each), whose CEL is the resource's selector over the driver's attributes; globs become
+    anchored regexes that match what fnmatch matches, never across a netdevs comma."""
+    docs = helm.template(dict(DRA_VALUES, rdmaResources=TWO_RESOURCES))
+    classes = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "DeviceClass"}
+    r.check("resources/DRA: the default class, and two classes and two extended classes",
+            sorted(classes) == sorted(f"{c}.{DRA_DRIVER}" for c in [
+                "hca", "rdma-hca", "rdma-storage", "rdma-hca-exclusive",
+                "rdma-storage-exclusive"]), str(sorted(classes)))
+    r.check("resources/DRA: no config file in DRA mode (the classes carry the selectors)",
+            not config_maps(docs) and all("--config" not in flags(ds)
+                                          for ds in by_mode(docs).values()))
+
+    def expression(name):
+        spec = classes.get(f"{name}.{DRA_DRIVER}", {}).get("spec", {})
+        return spec.get("selectors", [{}])[0].get("cel", {}).get("expression", "")
+
+    hca = (f'device.driver == "{DRA_DRIVER}" && {NOT_VF} && '
+           f'(has({OWN}.linkLayer) && {OWN}.linkLayer in ["InfiniBand"]) && '
+           f'(has({STD}.numaNode) && {STD}.numaNode in [0, 1])')
+    r.check("resources/DRA: rdma/hca's CEL: physical, InfiniBand (canonical case), NUMA 0 or 1",
+            expression("rdma-hca") == hca, expression("rdma-hca"))
+    storage = expression("rdma-storage")
+    for term in [f'device.driver == "{DRA_DRIVER}"',
+                 f'(has({OWN}.pciVendorID) && {OWN}.pciVendorID in ["15b3"])',
+                 f'(has({OWN}.pciDeviceID) && {OWN}.pciDeviceID in ["1021"])',
+                 f'(has({OWN}.driver) && {OWN}.driver in ["mlx5_core"])',
+                 f'(has({OWN}.linkLayer) && {OWN}.linkLayer in ["Ethernet"])',
+                 f'(has({OWN}.hcaName) && {OWN}.hcaName.matches("^(?:mlx5_[^,]*)$"))',
+                 f'(has({OWN}.netdevs) && '
+                 f'{OWN}.netdevs.matches("(?:^|,)(?:ens[^,]*np[^,])(?:,|$)"))',
+                 f'(has({STD}.pciBusID) && ({STD}.pciBusID == "0000:2b:00.0" || '
+                 f'{STD}.pciBusID.endsWith(":2c:00.0")))']:
+        r.check(f"resources/DRA: rdma/storage's CEL has {term[:60]}...", term in storage, storage)
+    r.check("resources/DRA: rdma/storage includes VFs (no virtualFunction term)",
+            "virtualFunction" not in storage, storage)
+    for res in ("rdma/hca", "rdma/storage"):
+        slug = res.replace("/", "-")
+        spec = classes.get(f"{slug}-exclusive.{DRA_DRIVER}", {}).get("spec", {})
+        r.check(f"resources/DRA: {res}'s extended class: its selector, exclusive mode only",
+                spec.get("extendedResourceName") == res
+                and expression(f"{slug}-exclusive") == expression(slug) + " && "
+                f'{OWN}.mode == "exclusive"', str(spec))
+
+    only = helm.template(dict(DRA_VALUES, rdmaResources=[
+        {"name": "rdma/vf", "selector": {"virtualFunctions": "only"}}]))
+    vf = [d["spec"]["selectors"][0]["cel"]["expression"] for d in only
+          if d.get("kind") == "DeviceClass" and d["metadata"]["name"] == f"rdma-vf.{DRA_DRIVER}"]
+    r.check("resources/DRA: virtualFunctions only: VFs only",
+            vf == [f'device.driver == "{DRA_DRIVER}" && '
+                   f'(has({OWN}.virtualFunction) && {OWN}.virtualFunction)'], str(vf))
+
+    # Globs as the template translates them, evaluated as RE2 would (Python's re agrees on
+    # these constructs) against fnmatch, the device plugin's own matcher.
+    globs = ["mlx5_*", "ens?f*np*", "ib[0-3]", "ib[!0]", "a.b*", "x+y(z)", "*"]
+    names = ["mlx5_0", "mlx5_10", "mlx4_0", "ens1f0np0", "ens10f0np0", "ensXf1np1", "ib0", "ib3",
+             "ib4", "ib10", "a.bc", "axbc", "x+y(z)", "xxy(z)", "",
+             # Two that no glob above matches, but "ens?f*np*" would across their comma.
+             "ens1f0", "xnp0"]
+    values = dict(DRA_VALUES, rdmaResources=[{"name": f"rdma/g{i}", "selector": {
+        "hcaNames": [g], "netdevs": [g]}} for i, g in enumerate(globs)])
+    docs = helm.template(values)
+    by_name = {d["metadata"]["name"]: d["spec"]["selectors"][0]["cel"]["expression"]
+               for d in docs if d.get("kind") == "DeviceClass"}
+    for i, glob in enumerate(globs):
+        expr = by_name.get(f"rdma-g{i}.{DRA_DRIVER}", "")
+        hca_re = cel_regexes(expr, f"{OWN}.hcaName")
+        netdev_re = cel_regexes(expr, f"{OWN}.netdevs")
+        if not r.check(f"resources/DRA: glob {glob!r} becomes one regex per attribute",
+                       len(hca_re) == 1 and len(netdev_re) == 1, expr):
+            continue
+        wrong = [n for n in names
+                 if bool(re.search(hca_re[0], n)) != fnmatch.fnmatchcase(n, glob)]
+        r.check(f"resources/DRA: hcaName regex {hca_re[0]!r} matches as fnmatch {glob!r}",
+                not wrong, str(wrong))
+        wrong = [(a, b) for a in names for b in names if a and b
+                 if bool(re.search(netdev_re[0], f"{a},{b}"))
+                 != (fnmatch.fnmatchcase(a, glob) or fnmatch.fnmatchcase(b, glob))]
+        r.check(f"resources/DRA: netdevs regex {netdev_re[0]!r} matches an item, not across ','",
+                not wrong, str(wrong[:5]))
+
+
 def policies(docs):
     """{name: (ValidatingAdmissionPolicy, its binding or None)}."""
     bindings = {d["spec"]["policyName"]: d for d in docs
@@ -1519,8 +1717,8 @@ def main():
     try:
         checks = [check_lint, check_default, check_rdma_node_requirements, check_single_mode,
                   check_custom_label, check_overrides, check_probe_fallback, check_rejections,
-                  check_notes,
-                  check_test_pod_modes, check_image_required, check_dra,
+                  check_notes, check_test_pod_modes, check_image_required, check_dra,
+                  check_resources, check_resource_device_classes,
                   check_dra_least_privilege, check_metrics,
                   check_metrics_guard, check_dashboard, check_nri, check_allocation_files,
                   check_no_architecture]
