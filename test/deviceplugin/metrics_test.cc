@@ -120,7 +120,7 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_info{hca=\"mlx5_2\",pci=\"0000:9a:00.0\","
                       "numa_node=\"1\",pcie_root=\"pci0000:97\",pcie_switch=\"\","
-                      "link_layer=\"InfiniBand\",mode=\"exclusive\"} 1"));
+                      "link_layer=\"InfiniBand\",mode=\"exclusive\",vf=\"false\",pf=\"\"} 1"));
   // No pod-resources source: no allocation is known.
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 0"));
   EXPECT_THAT(text, Not(HasSubstr("rdma_device_plugin_hca_allocated{")));
