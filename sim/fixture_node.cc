@@ -1,5 +1,6 @@
 #include "sim/fixture_node.h"
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -48,6 +49,8 @@ absl::StatusOr<topology::TopologyPtr> WithRolesVfs(const topology::Topology& nod
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   std::ofstream file(path);
   file << text;
   return file.flush() ? absl::OkStatus() : absl::InternalError("cannot write " + path);
@@ -74,12 +77,17 @@ absl::StatusOr<FixtureNode> LayOutNode(const std::string& dir, const std::string
 std::vector<std::string> NamedNodes() { return {kDefaultNode, kRolesNode}; }
 
 absl::StatusOr<FixtureNode> LayOutNamedNode(const std::string& dir, const std::string& name) {
+  return LayOutNamedNodeAt(name, dir + "/" + name + ".xml", dir + "/node");
+}
+
+absl::StatusOr<FixtureNode> LayOutNamedNodeAt(const std::string& name, const std::string& xml,
+                                              const std::string& root) {
   const bool roles = name == kRolesNode;
   if (name != kDefaultNode && !roles) {
     return absl::InvalidArgumentError("no node named '" + name + "' (known: " +
                                       absl::StrJoin(NamedNodes(), ", ") + ")");
   }
-  FixtureNode node{dir + "/" + name + ".xml", dir + "/node", nullptr};
+  FixtureNode node{xml, root, nullptr};
   const std::string& text = roles ? BundledRolesNodeXml() : BundledNodeXml();
   if (text.empty()) return absl::NotFoundError("node " + name + " was not bundled at build time");
   if (absl::Status s = WriteFile(node.xml, text); !s.ok()) return s;

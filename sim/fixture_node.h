@@ -40,5 +40,8 @@ std::vector<std::string> NamedNodes();
 // The named node under <dir>/node, its XML written to <dir>/<name>.xml first. InvalidArgument
 // naming `name` and the known names when it is none of NamedNodes().
 absl::StatusOr<FixtureNode> LayOutNamedNode(const std::string& dir, const std::string& name);
+// The same with the XML written to `xml` and the trees laid out under `root`.
+absl::StatusOr<FixtureNode> LayOutNamedNodeAt(const std::string& name, const std::string& xml,
+                                              const std::string& root);
 
 }  // namespace rdp::sim

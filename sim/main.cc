@@ -94,7 +94,8 @@ void AddFixtureCommand(CLI::App& app) {
   CLI::Option* node = sub->add_option(
       "--node", flags->node,
       "A bundled node by name instead (" + NodeNames() +
-          "): its XML is written to DIR/<name>.xml, pass it as --topology-xml");
+          "): its XML is written to DIR/<name>.xml and printed after DIR; pass it as "
+          "--topology-xml");
   xml->excludes(node);
   sub->add_option("--out", flags->out, "Directory to write sys/ and dev/ under")->required();
   sub->add_option("--log-level", flags->log_level, "trace, debug, info, warn, error or off")
@@ -107,8 +108,8 @@ void AddFixtureCommand(CLI::App& app) {
       Exit(kExitUsage);
     }
     if (!flags->node.empty()) {
-      // The node goes to DIR/node beside DIR/<name>.xml; DIR itself is the root to pass.
-      auto node = LayOutNamedNode(flags->out, flags->node);
+      auto node = LayOutNamedNodeAt(flags->node, flags->out + "/" + flags->node + ".xml",
+                                    flags->out);
       if (!node.ok()) {
         std::cerr << "rdma-device-plugin-sim fixture: cannot lay out node " << flags->node
                   << " under " << flags->out << ": " << node.status().message() << "\n";

@@ -241,13 +241,23 @@ TEST(DiscoveryParseTest, HexLists) {
   EXPECT_FALSE(ParseHexList("123456789").ok());
 }
 
+// dgx-h100-like.xml laid out under `node`, and the options that discover it from both.
+DiscoveryOptions LaidOutDgxH100Like(SysfsFixture& node) {
+  TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
+  EXPECT_TRUE(xml_only);
+  if (xml_only) EXPECT_TRUE(node.AddTopology(*xml_only).ok());
+  DiscoveryOptions o;
+  o.topology_xml = TestData("dgx-h100-like.xml");
+  o.sysfs_root = node.sysfs_root();
+  o.dev_root = node.dev_root();
+  return o;
+}
+
 // sysfs gives the HCAs (names, uverbs, ports), hwloc gives the tree, matched by PCI address.
 TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   testing::TempDir dir;
   SysfsFixture node(dir.path());
-  TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
-  ASSERT_TRUE(xml_only);
-  ASSERT_TRUE(node.AddTopology(*xml_only).ok());
+  const DiscoveryOptions o = LaidOutDgxH100Like(node);
   // An HCA that hwloc does not know: still listed, placed from sysfs.
   FixtureHca extra;
   extra.name = "mlx5_9";
@@ -257,11 +267,6 @@ TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   extra.bridges = {"0000:e0:01.0"};
   ASSERT_TRUE(node.AddHca(extra).ok());
   ASSERT_TRUE(node.SetPortState("mlx5_3", 1, "DOWN").ok());
-
-  DiscoveryOptions o;
-  o.topology_xml = TestData("dgx-h100-like.xml");
-  o.sysfs_root = dir.path();
-  o.dev_root = dir.path();
   TopologyPtr t = Load(o);
   ASSERT_TRUE(t);
   ASSERT_EQ(t->hcas().size(), 10u);
@@ -289,9 +294,7 @@ TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
 TEST(DiscoveryMergeTest, VirtualFunctionTakesItsPfsPlacement) {
   testing::TempDir dir;
   SysfsFixture node(dir.path());
-  TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
-  ASSERT_TRUE(xml_only);
-  ASSERT_TRUE(node.AddTopology(*xml_only).ok());
+  const DiscoveryOptions o = LaidOutDgxH100Like(node);
   FixtureHca vf;
   vf.name = "mlx5_9";
   vf.pci = "0000:1a:00.1";
@@ -302,11 +305,6 @@ TEST(DiscoveryMergeTest, VirtualFunctionTakesItsPfsPlacement) {
                     "sys/bus/pci/devices/0000:1a:00.1/numa_node",
                 std::ios::trunc)
       << "-1\n";
-
-  DiscoveryOptions o;
-  o.topology_xml = TestData("dgx-h100-like.xml");
-  o.sysfs_root = dir.path();
-  o.dev_root = dir.path();
   TopologyPtr t = Load(o);
   ASSERT_TRUE(t);
   ASSERT_EQ(t->hcas().size(), 10u);
@@ -325,8 +323,8 @@ TEST(DiscoveryMergeTest, VirtualFunctionTakesItsPfsPlacement) {
   EXPECT_FALSE(pf.IsVirtualFunction());
 
   // A health scan that finds the VF new after a failed discovery places it by its PF as well.
-  TopologyPtr without_vf = std::make_shared<const Topology>(Topology::WithNumaNodes(
-      xml_only->all_numa_nodes(), {pf}, xml_only->gpus()));
+  TopologyPtr without_vf = std::make_shared<const Topology>(
+      Topology::WithNumaNodes(t->all_numa_nodes(), {pf}, t->gpus()));
   auto raw = ReadSysfsHcas(dir.path(), dir.path());
   ASSERT_TRUE(raw.ok()) << raw.status();
   TopologyPtr rescued = WithScannedHcas(*without_vf, *raw);
