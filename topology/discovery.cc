@@ -63,8 +63,8 @@ void PlaceFromTree(std::vector<Hca>& hcas, const TreeIndex& tree, const std::vec
 }
 
 // An SR-IOV VF sits where its PF sits: the PF's NUMA node, root and bridges, with its own
-// address. The PF's placement comes from `placed` (an HCA of this snapshot already placed) or,
-// for a PF that is no HCA (its RDMA device unbound), from hwloc's tree; a VF whose PF is in
+// address. The PF's placement is that of the PF's HCA in `hcas` (placed already) or, for a PF
+// that is no HCA (its RDMA device unbound), hwloc's for it in `tree`; a VF whose PF is in
 // neither keeps its own. hwloc exports often leave VFs out, and the kernel hangs a VF's
 // directory beside its PF's anyway.
 void PlaceVirtualFunctions(std::vector<Hca>& hcas, const TreeIndex& tree,
