@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dra/kernel_pci.h"
 #include "hca/hca.h"
@@ -92,6 +93,16 @@ nlohmann::json Attributes(const topology::Hca& hca, const DeviceOptions& opts) {
   attrs[own + "allPortsActive"] = {{"bool", hca.AllPortsActive()}};
   attrs[own + "mode"] = {{"string", std::string(hca::ModeName(opts.mode))}};
   if (opts.gpudirect_rdma) attrs[own + "gpuDirectRDMA"] = {{"bool", *opts.gpudirect_rdma}};
+  // The identity a DeviceClass tells NICs apart by; PutString leaves out a value that is not
+  // known (""), as for every string attribute.
+  PutString(attrs, own + "pciVendorID", hca.vendor);
+  PutString(attrs, own + "pciDeviceID", hca.device);
+  PutString(attrs, own + "driver", hca.driver);
+  PutString(attrs, own + "netdevs", absl::StrJoin(hca.netdevs, ","));
+  PutString(attrs, own + "firmwareVersion", hca.firmware_version);
+  PutString(attrs, own + "nodeGUID", hca.node_guid);
+  attrs[own + "virtualFunction"] = {{"bool", hca.IsVirtualFunction()}};
+  PutString(attrs, own + "physicalFunction", hca.physfn);
   return attrs;
 }
 

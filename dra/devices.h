@@ -104,7 +104,22 @@ std::string DegradedTaintKey(std::string_view driver_name);
 //                                    dma-buf; topology/gpudirect.h); left out when not known.
 //                                    A claim that needs it selects
 //                                    device.attributes["<driver>"].gpuDirectRDMA
+//   <driver>/pciVendorID     string  the PCI vendor ID, 4 hex digits without 0x: "15b3"
+//   <driver>/pciDeviceID     string  the PCI device ID: "1021" (ConnectX-7), "101e" (its VF)
+//   <driver>/driver          string  the bound kernel driver: "mlx5_core"
+//   <driver>/netdevs         string  the PCI function's netdevs, sorted, comma-separated:
+//                                    "ens3f0np0"; left out when it has none
+//   <driver>/firmwareVersion string  the HCA's fw_ver: "28.39.1002"
+//   <driver>/nodeGUID        string  the HCA's node_guid: "b8ce:f603:00a1:b2c4"
+//   <driver>/virtualFunction bool    an SR-IOV VF (it has a physfn); VFs are published like PFs,
+//                                    so a DeviceClass that wants PFs alone selects
+//                                    !device.attributes["<driver>"].virtualFunction
+//   <driver>/physicalFunction string a VF's PF, "0000:1a:00.0"; left out on a PF
+//     These identity attributes come from sysfs (topology::Hca); from an XML alone, driver,
+//     firmwareVersion and physicalFunction are not known and left out.
 // A string longer than the API's 64 characters is left out rather than make the slice invalid.
+// A device carries at most 20 attributes (3 standard, 17 of our own) and no capacity: the API
+// allows 32 attributes and capacities per device.
 //
 // Health: an HCA that node.Verdict finds unusable (its own state, the early-warning rule, a
 // failed health scan) carries the taint

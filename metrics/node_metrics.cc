@@ -207,7 +207,8 @@ void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, PortCounterCache& 
              &hca::EarlyWarningStatus::held);
   out.Family(Name("hca_info"),
              "Where each present HCA sits: NUMA node, PCIe root and switch, link layer of its "
-             "first port, and the plugin's mode. Always 1.",
+             "first port, and the plugin's mode; vf \"true\" and pf its PF's address for an "
+             "SR-IOV virtual function. Always 1.",
              Exposition::Type::kInfo);
   if (node.topology) {
     for (const topology::Hca& h : node.topology->hcas()) {
@@ -218,7 +219,9 @@ void WriteNodeMetrics(const NodeMetricsInput& node, Env& env, PortCounterCache& 
                   {"pcie_root", h.place.pcie_root},
                   {"pcie_switch", h.place.Switch()},
                   {"link_layer", h.ports.empty() ? "" : h.ports.front().link_layer},
-                  {"mode", hca::ModeName(node.mode)}},
+                  {"mode", hca::ModeName(node.mode)},
+                  {"vf", h.IsVirtualFunction() ? "true" : "false"},
+                  {"pf", h.physfn}},
                  1);
     }
   }

@@ -259,10 +259,13 @@ int RunDemo(const DemoOptions& options, std::ostream& out) {
   out << "rdma-device-plugin demo in " << dir << ": " << options.plugin_binary
       << " serving a fixture node to this process, which plays the kubelet\n";
   absl::Status status;
-  absl::StatusOr<FixtureNode> node = LayOutNode(dir, options.topology_xml);
+  const std::string name = options.node.empty() ? NamedNodes().front() : options.node;
+  absl::StatusOr<FixtureNode> node = options.topology_xml.empty()
+                                         ? LayOutNamedNode(dir, name)
+                                         : LayOutNode(dir, options.topology_xml);
   if (node.ok()) {
     out << "node fixture: "
-        << (options.topology_xml.empty() ? "bundled dgx-h100-like" : options.topology_xml)
+        << (options.topology_xml.empty() ? "bundled " + name : options.topology_xml)
         << ", " << node->topology->hcas().size() << " HCAs, " << node->topology->gpus().size()
         << " GPUs, fake sysfs and /dev under " << node->root << "\n";
     for (const char* mode : {"exclusive", "shared"}) {

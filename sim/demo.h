@@ -14,7 +14,8 @@ namespace rdp::sim {
 
 struct DemoOptions {
   std::string plugin_binary;  // the rdma-device-plugin to run (required)
-  std::string topology_xml;   // empty: the bundled dgx-h100-like node
+  std::string topology_xml;   // empty: the bundled node named `node`
+  std::string node;           // a name of NamedNodes() (sim/fixture_node.h); empty: the default
   std::string work_dir;       // empty: a fresh directory under $TMPDIR, removed at the end
   // After exclusive mode's allocations, print what a Prometheus scrape of the plugin returns
   // (docs/metrics.md), with pod-resources showing the demo's containers holding their HCAs. The

@@ -28,6 +28,15 @@ std::string Beside(const std::string& name) {
 // Ends a subcommand's callback with an exit code (CLI11's idiom; main turns it into the code).
 [[noreturn]] void Exit(int code) { throw CLI::RuntimeError(code); }
 
+// "dgx-h100-like (default), dgx-roles"
+std::string NodeNames() {
+  std::string out;
+  for (const std::string& name : NamedNodes()) {
+    out += (out.empty() ? name + " (default)" : ", " + name);
+  }
+  return out;
+}
+
 void SetLogLevelOrExit(const std::string& command, const std::string& level) {
   if (!SetLogLevel(level)) {
     std::cerr << "rdma-device-plugin-sim " << command << ": unknown --log-level '" << level
@@ -42,9 +51,12 @@ void AddDemoCommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "demo",
       "Run rdma-device-plugin against a fixture node, this process playing the kubelet");
-  sub->add_option("--topology-xml", options->topology_xml,
-                  "hwloc XML of the node to simulate (default: the bundled dgx-h100-like node)")
-      ->envname("RDP_TOPOLOGY_XML");
+  CLI::Option* xml =
+      sub->add_option("--topology-xml", options->topology_xml,
+                      "hwloc XML of the node to simulate (default: the bundled dgx-h100-like node)")
+          ->envname("RDP_TOPOLOGY_XML");
+  sub->add_option("--node", options->node, "A bundled node by name: " + NodeNames())
+      ->excludes(xml);
   sub->add_option("--work-dir", options->work_dir,
                   "Directory for the fake node and sockets (default: a temporary one, removed)");
   sub->add_flag("--metrics", options->metrics,
@@ -67,23 +79,45 @@ void AddDemoCommand(CLI::App& app) {
 void AddFixtureCommand(CLI::App& app) {
   struct Flags {
     std::string topology_xml;
+    std::string node;
     std::string out;
     std::string log_level = "info";
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* sub = app.add_subcommand(
       "fixture",
-      "Lay out fake sysfs and /dev trees for a node export: pass DIR as --sysfs-root and "
-      "--dev-root");
-  sub->add_option("--topology-xml", flags->topology_xml, "hwloc XML export of the node")
-      ->envname("RDP_TOPOLOGY_XML")
-      ->required();
+      "Lay out fake sysfs and /dev trees for a node export or a bundled node: pass DIR as "
+      "--sysfs-root and --dev-root");
+  CLI::Option* xml =
+      sub->add_option("--topology-xml", flags->topology_xml, "hwloc XML export of the node")
+          ->envname("RDP_TOPOLOGY_XML");
+  CLI::Option* node = sub->add_option(
+      "--node", flags->node,
+      "A bundled node by name instead (" + NodeNames() +
+          "): its XML is written to DIR/<name>.xml and printed after DIR; pass it as "
+          "--topology-xml");
+  xml->excludes(node);
   sub->add_option("--out", flags->out, "Directory to write sys/ and dev/ under")->required();
   sub->add_option("--log-level", flags->log_level, "trace, debug, info, warn, error or off")
       ->envname("RDP_LOG_LEVEL")
       ->capture_default_str();
   sub->callback([flags] {
     SetLogLevelOrExit("fixture", flags->log_level);
+    if (flags->topology_xml.empty() == flags->node.empty()) {
+      std::cerr << "rdma-device-plugin-sim fixture: give --topology-xml or --node\n";
+      Exit(kExitUsage);
+    }
+    if (!flags->node.empty()) {
+      auto node = LayOutNamedNodeAt(flags->node, flags->out + "/" + flags->node + ".xml",
+                                    flags->out);
+      if (!node.ok()) {
+        std::cerr << "rdma-device-plugin-sim fixture: cannot lay out node " << flags->node
+                  << " under " << flags->out << ": " << node.status().message() << "\n";
+        Exit(node.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : 1);
+      }
+      std::cout << node->root << "\n" << node->xml << "\n";
+      return;
+    }
     if (auto node = LayOutXml(flags->topology_xml, flags->out); !node.ok()) {
       std::cerr << "rdma-device-plugin-sim fixture: cannot lay out " << flags->topology_xml
                 << " under " << flags->out << ": " << node.status().message() << "\n";

@@ -109,7 +109,20 @@ SysfsFixture::Laid* SysfsFixture::Find(const std::string& name) {
   return nullptr;
 }
 
-absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
+absl::Status SysfsFixture::AddHca(const FixtureHca& given) {
+  FixtureHca hca = given;
+  Laid* pf = nullptr;
+  if (!hca.physfn.empty()) {
+    for (Laid& l : laid_) {
+      if (l.hca.pci == hca.physfn) pf = &l;
+    }
+    if (pf == nullptr) {
+      return absl::NotFoundError("VF " + hca.pci + ": no PF " + hca.physfn + " laid out");
+    }
+    hca.pcie_root = pf->hca.pcie_root;
+    hca.bridges = pf->hca.bridges;
+    hca.numa = pf->hca.numa;
+  }
   RDP_RETURN_IF_ERROR(OneEntry("HCA name", hca.name));
   RDP_RETURN_IF_ERROR(OneEntry("PCIe root", hca.pcie_root));
   RDP_RETURN_IF_ERROR(OneEntry("PCI address", hca.pci));
@@ -123,16 +136,32 @@ absl::Status SysfsFixture::AddHca(const FixtureHca& hca) {
 
   Laid laid{hca, dev_dir.string(), -1, {}};
   RDP_RETURN_IF_ERROR(Write(dev_dir / "numa_node", std::to_string(hca.numa)));
-  RDP_RETURN_IF_ERROR(Write(dev_dir / "vendor", "0x15b3"));
-  RDP_RETURN_IF_ERROR(Write(dev_dir / "device", "0x1021"));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "vendor", "0x" + hca.vendor));
+  RDP_RETURN_IF_ERROR(Write(dev_dir / "device", "0x" + hca.device));
   RDP_RETURN_IF_ERROR(Write(dev_dir / "class", "0x020700"));
   RDP_RETURN_IF_ERROR(Symlink(dev_dir, sys / "bus" / "pci" / "devices" / hca.pci));
+  if (!hca.driver.empty()) {
+    RDP_RETURN_IF_ERROR(OneEntry("driver", hca.driver));
+    const fs::path driver = sys / "bus" / "pci" / "drivers" / hca.driver;
+    RDP_RETURN_IF_ERROR(Mkdir(driver));
+    RDP_RETURN_IF_ERROR(Symlink(driver, dev_dir / "driver"));
+    RDP_RETURN_IF_ERROR(Symlink(dev_dir, driver / hca.pci));
+  }
+  if (pf != nullptr) {
+    const fs::path virtfn = fs::path(pf->device_dir) / fmt::format("virtfn{}", pf->virtfns++);
+    RDP_RETURN_IF_ERROR(Symlink(pf->device_dir, dev_dir / "physfn"));
+    RDP_RETURN_IF_ERROR(Symlink(dev_dir, virtfn));
+    laid.virtfn_link = virtfn.string();
+  }
+  const bool infiniband = !hca.ports.empty() && hca.ports.front().link_layer == "InfiniBand";
   // Each netdev with a hardware address made from the function's address and the netdev's
   // index, so that it is stable and differs between netdevs: "0000:1a:00.0", 0 ->
   // "02:00:00:1a:00:00" (a locally administered address).
   for (std::size_t i = 0; i < hca.netdevs.size(); ++i) {
     RDP_RETURN_IF_ERROR(Mkdir(dev_dir / "net" / hca.netdevs[i]));
     RDP_RETURN_IF_ERROR(Write(dev_dir / "net" / hca.netdevs[i] / "address", NetdevAddress(hca.pci, i)));
+    // ARPHRD_INFINIBAND or ARPHRD_ETHER, as the kernel prints net/<if>/type.
+    RDP_RETURN_IF_ERROR(Write(dev_dir / "net" / hca.netdevs[i] / "type", infiniband ? "32" : "1"));
   }
   RDP_RETURN_IF_ERROR(LayOutRdma(laid));
   laid_.push_back(std::move(laid));
@@ -147,6 +176,9 @@ absl::Status SysfsFixture::LayOutRdma(Laid& laid) {
   laid.mads.clear();
   const fs::path ib = dev_dir / "infiniband" / hca.name;
   RDP_RETURN_IF_ERROR(Symlink(dev_dir, ib / "device"));
+  RDP_RETURN_IF_ERROR(Write(ib / "fw_ver", hca.firmware_version));
+  RDP_RETURN_IF_ERROR(
+      Write(ib / "node_guid", hca.node_guid.empty() ? FixtureNodeGuid(hca.pci) : hca.node_guid));
   for (const FixturePort& p : hca.ports) {
     const fs::path pd = ib / "ports" / std::to_string(p.number);
     RDP_RETURN_IF_ERROR(Write(pd / "state", fmt::format("{}: {}", PortStateNumber(p.state), p.state)));
@@ -301,6 +333,11 @@ absl::Status SysfsFixture::RemoveHca(const std::string& name) {
   std::error_code ec;
   if (l->bound) RemoveRdma(*l);
   fs::remove(fs::path(root_) / "sys" / "bus" / "pci" / "devices" / l->hca.pci, ec);
+  if (!l->hca.driver.empty()) {
+    fs::remove(fs::path(root_) / "sys" / "bus" / "pci" / "drivers" / l->hca.driver / l->hca.pci,
+               ec);
+  }
+  if (!l->virtfn_link.empty()) fs::remove(l->virtfn_link, ec);
   fs::remove_all(l->device_dir, ec);
   if (ec) return absl::InternalError("remove " + l->device_dir + ": " + ec.message());
   laid_.erase(laid_.begin() + (l - laid_.data()));
@@ -345,6 +382,13 @@ std::string NetdevAddress(const std::string& pci, std::size_t index) {
                      device & 0xff, function & 0xff, index & 0xff);
 }
 
+std::string FixtureNodeGuid(const std::string& pci) {
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  if (std::sscanf(pci.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &function) != 4) return "";
+  return fmt::format("b8ce:f6{:02x}:{:04x}:{:04x}", domain & 0xff, bus & 0xffff,
+                     ((device & 0xff) << 8) | (function & 0xff));
+}
+
 absl::Status SysfsFixture::AddGpu(const topology::Gpu& gpu) {
   RDP_RETURN_IF_ERROR(OneEntry("PCI address", gpu.place.pci));
   const fs::path sys = fs::path(root_) / "sys";
@@ -377,7 +421,15 @@ absl::Status SysfsFixture::AddNumaNodes(const std::vector<topology::NumaNode>& n
 absl::Status SysfsFixture::AddTopology(const topology::Topology& topology) {
   for (const topology::Gpu& g : topology.gpus()) RDP_RETURN_IF_ERROR(AddGpu(g));
   RDP_RETURN_IF_ERROR(AddNumaNodes(topology.all_numa_nodes()));
+  std::vector<const topology::Hca*> pfs_first;
   for (const topology::Hca& h : topology.hcas()) {
+    if (!h.IsVirtualFunction()) pfs_first.push_back(&h);
+  }
+  for (const topology::Hca& h : topology.hcas()) {
+    if (h.IsVirtualFunction()) pfs_first.push_back(&h);
+  }
+  for (const topology::Hca* hca : pfs_first) {
+    const topology::Hca& h = *hca;
     FixtureHca f;
     f.name = h.name;
     f.pci = h.place.pci;
@@ -385,6 +437,15 @@ absl::Status SysfsFixture::AddTopology(const topology::Topology& topology) {
     f.pcie_root = LaidOutRoot(h.place);
     for (const topology::Bridge& b : h.place.bridges) f.bridges.push_back(b.pci);
     f.netdevs = h.netdevs;
+    const auto known = [](std::string& field, const std::string& value) {
+      if (!value.empty()) field = value;
+    };
+    known(f.vendor, h.vendor);
+    known(f.device, h.device);
+    known(f.driver, h.driver);
+    known(f.firmware_version, h.firmware_version);
+    known(f.node_guid, h.node_guid);
+    f.physfn = h.physfn;
     f.ports.clear();
     for (const topology::Port& p : h.ports) {
       FixturePort fp;

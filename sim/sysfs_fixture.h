@@ -10,7 +10,12 @@
 //   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/counters/<counter>
 //   R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{gids,gid_attrs/types,gid_attrs/ndevs}/<i>
 //   R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
-//   R/sys/devices/.../<pci>/net/<netdev>/
+//   R/sys/devices/.../<pci>/driver -> ../../../bus/pci/drivers/<driver>
+//   R/sys/bus/pci/drivers/<driver>/<pci> -> ../../../../devices/.../<pci>
+//   R/sys/devices/.../<pci>/infiniband/<name>/{fw_ver,node_guid}
+//   R/sys/devices/.../<vf pci>/physfn -> ../<pf pci>, R/sys/devices/.../<pf pci>/virtfnN -> ../<vf pci>
+//     (an SR-IOV VF, beside its PF)
+//   R/sys/devices/.../<pci>/net/<netdev>/{address,type}
 //   R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,dev,device -> ../../../<pci>}
 //   R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port,dev}
 //   R/sys/devices/virtual/misc/rdma_cm/dev, R/sys/class/misc/rdma_cm -> ...
@@ -81,8 +86,26 @@ struct FixtureHca {
   std::vector<std::string> bridges; // bridge BDFs from the root port down to the parent
   std::vector<FixturePort> ports = {FixturePort{}};
   bool umad = true;                 // one umadN + issmN per port (RoCE hosts often have none)
+  // Each with net/<if>/type: 32 (infiniband) when the first port's link layer is InfiniBand,
+  // else 1 (ether).
   std::vector<std::string> netdevs;
+  // The PCI function's identity: vendor and device (written "0x15b3"), the driver its `driver`
+  // link names (sys/bus/pci/drivers/<driver>); the RDMA device's fw_ver and node_guid ("": one
+  // made from the PCI address, FixtureNodeGuid).
+  std::string vendor = "15b3";
+  std::string device = "1021";      // ConnectX-7; its VFs are "101e"
+  std::string driver = "mlx5_core";
+  std::string firmware_version = "28.39.1002";
+  std::string node_guid;
+  // An SR-IOV VF: its PF's PCI address. The PF must be laid out first; the VF is laid out beside
+  // it (its root, bridges and numa_node; pcie_root, bridges and numa here are not used), with a
+  // `physfn` link to the PF and the PF's next `virtfnN` link to it.
+  std::string physfn;
 };
+
+// The node GUID the fixture gives the RDMA device of `pci` when FixtureHca::node_guid is "":
+// "0000:1a:00.1" -> "b8ce:f600:001a:0001" (domain's low byte, bus, device, function).
+std::string FixtureNodeGuid(const std::string& pci);
 
 // What a node says about GPUDirect RDMA (topology/gpudirect.h), laid out by
 // SysfsFixture::AddGpuDirect under the same root (R/sys, R/proc; pass the root as --proc-root).
@@ -108,7 +131,8 @@ class SysfsFixture {
   std::string sysfs_root() const { return root_; }  // pass as --sysfs-root
   std::string dev_root() const { return root_; }    // pass as --dev-root
 
-  // Lays out one HCA; uverbs/umad/issm numbers are assigned in call order.
+  // Lays out one HCA (a VF when hca.physfn is set: NotFound unless its PF is laid out);
+  // uverbs/umad/issm numbers are assigned in call order.
   absl::Status AddHca(const FixtureHca& hca);
   // Writes R/dev/infiniband/rdma_cm.
   absl::Status AddRdmaCm();
@@ -137,8 +161,9 @@ class SysfsFixture {
   // Writes node<N>/cpulist of every NUMA node whose CPUs are known or that has none.
   absl::Status AddNumaNodes(const std::vector<topology::NumaNode>& nodes);
 
-  // Lays out every HCA of a snapshot (placement, ports, netdevs) plus rdma_cm, its GPUs and its
-  // NUMA nodes; used to turn an hwloc XML fixture into a full node.
+  // Lays out every HCA of a snapshot (placement, ports, netdevs, the identity it knows: the
+  // fixture's defaults for what it does not; its VFs after the PFs) plus rdma_cm, its GPUs and
+  // its NUMA nodes; used to turn an hwloc XML fixture into a full node.
   absl::Status AddTopology(const topology::Topology& topology);
 
  private:
@@ -148,6 +173,8 @@ class SysfsFixture {
     int uverbs = -1;
     std::vector<int> mads;   // umad/issm index per port
     bool bound = false;      // its RDMA device is laid out
+    int virtfns = 0;         // a PF's virtfnN links laid out
+    std::string virtfn_link; // a VF: its PF's virtfnN link to it
   };
   Laid* Find(const std::string& name);
   // The RDMA device of `laid`'s PCI function, with the next uverbs and umad/issm numbers.

@@ -62,6 +62,33 @@ void PlaceFromTree(std::vector<Hca>& hcas, const TreeIndex& tree, const std::vec
   }
 }
 
+// An SR-IOV VF sits where its PF sits: the PF's NUMA node, root and bridges, with its own
+// address. The PF's placement is that of the PF's HCA in `hcas` (placed already) or, for a PF
+// that is no HCA (its RDMA device unbound), hwloc's for it in `tree`; a VF whose PF is in
+// neither keeps its own. hwloc exports often leave VFs out, and the kernel hangs a VF's
+// directory beside its PF's anyway.
+void PlaceVirtualFunctions(std::vector<Hca>& hcas, const TreeIndex& tree,
+                           const std::vector<int>& cpuless) {
+  std::map<std::string, PciPlacement> pfs;
+  for (const Hca& h : hcas) {
+    if (!h.IsVirtualFunction()) pfs.emplace(h.place.pci, h.place);
+  }
+  for (Hca& h : hcas) {
+    if (!h.IsVirtualFunction()) continue;
+    PciPlacement pf;
+    if (auto it = pfs.find(h.physfn); it != pfs.end()) {
+      pf = it->second;
+    } else if (auto t = tree.find(h.physfn); t != tree.end()) {
+      pf = t->second->place;
+      pf.numa = DeviceNuma(h.place.numa, t->second->locality, cpuless);
+    } else {
+      continue;
+    }
+    pf.pci = h.place.pci;
+    h.place = std::move(pf);
+  }
+}
+
 // Every NUMA node a device sits on is a node of the snapshot, even one the tree does not list
 // (an XML whose locality names a node it has no object for: found by fuzz_hwloc_xml).
 void AddDeviceNodes(std::vector<NumaNode>& numa, const std::vector<Hca>& hcas,
@@ -153,6 +180,7 @@ absl::StatusOr<TopologyPtr> Discoverer::Discover() {
     DropDuplicatePci(hcas, "HCA", [](const Hca& h) { return h.name; });
   } else {
     PlaceFromTree(hcas, by_pci, cpuless);
+    PlaceVirtualFunctions(hcas, by_pci, cpuless);
   }
 
   std::vector<Gpu> gpus;
@@ -179,8 +207,13 @@ TopologyPtr WithScannedHcas(const Topology& last, std::vector<Hca> scanned) {
   const std::vector<int> cpuless = CpulessIds(last.all_numa_nodes());
   for (Hca& h : scanned) {
     const int known = last.HcaIndex(h.place.pci);
+    const int pf = h.IsVirtualFunction() ? last.HcaIndex(h.physfn) : -1;
     if (known >= 0) {
       h.place = last.hcas()[known].place;
+    } else if (pf >= 0) {  // a new VF: where its PF is
+      std::string pci = std::move(h.place.pci);
+      h.place = last.hcas()[pf].place;
+      h.place.pci = std::move(pci);
     } else {
       h.place.numa = DeviceNuma(h.place.numa, {}, cpuless);
     }

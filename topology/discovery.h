@@ -59,6 +59,10 @@ class Discoverer {
   Discoverer(const Discoverer&) = delete;
   Discoverer& operator=(const Discoverer&) = delete;
 
+  // HCAs come from sysfs (ReadSysfsHcas) placed by hwloc's tree, an SR-IOV VF where its PF is
+  // (NUMA node, root, bridges; its own address); with an XML and no sysfs_root, from the XML's
+  // OpenFabrics devices (vendor, device and node_guid from the XML; driver, firmware_version,
+  // netdev_link_type and physfn unknown: an export does not say which function is a VF).
   // Errors (absl::InvalidArgument / NotFound naming the path) when a root is missing or
   // unreadable, the XML is malformed or absent, or hwloc fails to load. A single broken device
   // (dangling symlink, unreadable port) is skipped with a warning instead. Logs every HCA found
@@ -87,6 +91,10 @@ absl::StatusOr<TopologyPtr> Discover(const DiscoveryOptions& options);
 // HCAs from sysfs alone (no hwloc), read through `env`: /sys/class/infiniband and friends, and
 // their device nodes under /dev/infiniband (Hca::char_devices holds those node paths).
 // Placement comes from the resolved sysfs path (pcie_root; bridges unknown) and numa_node.
+// Identity: vendor and device from the PCI function's vendor/device ("0x15b3" -> "15b3"), driver
+// and physfn from the basenames of its driver and physfn links, fw_ver and node_guid of the RDMA
+// device, netdev_link_type from net/<netdevs[0]>/type; a file that cannot be read leaves its
+// field "" and never skips the HCA.
 // NotFound naming the path when /sys is not there; an empty list when the node has no RDMA
 // devices. Broken devices are skipped with a warning. Never throws.
 absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(Env& env);
@@ -101,7 +109,8 @@ std::string HcaFingerprint(const std::vector<Hca>& hcas);
 
 // The snapshot to go on with when a health scan saw the HCAs change and the discovery that
 // should follow failed: the scanned HCAs (ReadSysfsHcas) placed as `last` placed those it had
-// (hwloc's PCIe path, the CPU NUMA node of their locality), a new one as sysfs places it, with
+// (hwloc's PCIe path, the CPU NUMA node of their locality), a new VF where `last` placed its PF,
+// another new one as sysfs places it, with
 // the kernel's numa_node unless `last` knows that node has no CPUs (then unknown); `last`'s NUMA
 // nodes (those without CPUs too) and GPUs. Without it, the raw scan would put an HCA on a node of
 // GPU memory and forget every PCIe path until a discovery succeeds.

@@ -66,6 +66,13 @@ nlohmann::ordered_json ToJson(const Topology& t) {
     }
     j["ports"] = std::move(ports);
     j["healthy"] = h.AllPortsActive();
+    j["vendor"] = OrNull(h.vendor);
+    j["device"] = OrNull(h.device);
+    j["driver"] = OrNull(h.driver);
+    j["firmware_version"] = OrNull(h.firmware_version);
+    j["node_guid"] = OrNull(h.node_guid);
+    j["vf"] = h.IsVirtualFunction();
+    j["pf"] = OrNull(h.physfn);
     hcas.push_back(std::move(j));
   }
   out["hcas"] = std::move(hcas);
@@ -93,8 +100,9 @@ std::string RenderMatrix(const Topology& t) {
     for (std::size_t g = 0; g < t.gpus().size(); ++g) {
       out += fmt::format("{:<6}", PathClassName(t.Path(i, g)));
     }
-    out += fmt::format("{:<6}{:<12}{}{}\n", NumaText(h.place.numa), OrNA(h.place.pcie_root),
-                       h.place.pci, h.AllPortsActive() ? "" : "  (not every port ACTIVE)");
+    out += fmt::format("{:<6}{:<12}{}{}{}\n", NumaText(h.place.numa), OrNA(h.place.pcie_root),
+                       h.place.pci, h.IsVirtualFunction() ? "  (VF of " + h.physfn + ")" : "",
+                       h.AllPortsActive() ? "" : "  (not every port ACTIVE)");
   }
   if (t.hcas().empty()) out += "(no RDMA devices)\n";
   out += "\n";
@@ -124,7 +132,10 @@ std::string RenderDot(const Topology& t) {
         [OrNA(p.pcie_root)][p.Switch()].push_back(label);
   };
   for (const Gpu& g : t.gpus()) add(g.place, "GPU " + g.place.pci);
-  for (const Hca& h : t.hcas()) add(h.place, h.name + "\\n" + h.place.pci);
+  for (const Hca& h : t.hcas()) {
+    add(h.place, h.name + "\\n" + h.place.pci +
+                     (h.IsVirtualFunction() ? "\\nVF of " + h.physfn : std::string()));
+  }
   std::string out = "graph topology {\n  node [shape=box];\n";
   int cluster = 0;
   for (const auto& [numa, roots] : tree) {

@@ -119,6 +119,53 @@ std::vector<Port> ReadPorts(Env& env, const std::string& ports_dir, const std::s
   return ports;
 }
 
+// The basename of what `link` points to ("/sys/bus/pci/drivers/mlx5_core" -> "mlx5_core"); ""
+// when it does not resolve.
+std::string LinkTargetName(Env& env, const std::string& link) {
+  const std::optional<std::string> target = env.Resolve(link);
+  return target ? target->substr(target->rfind('/') + 1) : "";
+}
+
+// "0x15B3" (how sysfs prints a PCI ID) -> "15b3"; "" unless it is 1 to 4 hex digits.
+std::string PciId(const std::optional<std::string>& text) {
+  if (!text) return "";
+  std::string digits = *text;
+  if (digits.rfind("0x", 0) == 0 || digits.rfind("0X", 0) == 0) digits = digits.substr(2);
+  std::uint32_t v = 0;
+  if (digits.empty() || digits.size() > 4 || !absl::SimpleHexAtoi(digits, &v)) return "";
+  std::string out;
+  AppendHex(out, v, 4);
+  return out;
+}
+
+// The netlink type of a netdev (sysfs net/<if>/type, ARPHRD_*): 1 "ether", 32 "infiniband",
+// another number as it is; "" when it cannot be read.
+std::string LinkTypeName(const std::optional<std::string>& text) {
+  int type = 0;
+  if (!text || !absl::SimpleAtoi(*text, &type)) return "";
+  if (type == 1) return "ether";
+  if (type == 32) return "infiniband";
+  return std::to_string(type);
+}
+
+// The identity of the HCA's PCI function (vendor, device, driver, physfn), of its netdev and of
+// the RDMA device (fw_ver, node_guid). A file that cannot be read leaves its field "".
+void ReadIdentity(Env& env, const std::string& device_dir, const std::string& ibdir, Hca& hca) {
+  hca.vendor = PciId(ReadAttribute(env, Join(device_dir, "vendor")));
+  hca.device = PciId(ReadAttribute(env, Join(device_dir, "device")));
+  hca.driver = LinkTargetName(env, Join(device_dir, "driver"));
+  if (const std::string pf = LinkTargetName(env, Join(device_dir, "physfn")); !pf.empty()) {
+    hca.physfn = NormalizePci(pf).value_or("");
+  }
+  hca.firmware_version = ReadAttribute(env, Join(ibdir, "fw_ver")).value_or("");
+  hca.node_guid = ReadAttribute(env, Join(ibdir, "node_guid")).value_or("");
+  if (!hca.netdevs.empty()) {
+    hca.netdev_link_type =
+        LinkTypeName(ReadAttribute(env, Join(Join(Join(device_dir, "net"), hca.netdevs.front()),
+                                             "type")));
+  }
+}
+
 }  // namespace
 
 std::string PcieRootFromDevicePath(const std::string& resolved) {
@@ -164,6 +211,7 @@ absl::StatusOr<std::vector<Hca>> ReadSysfsHcas(Env& env) {
     }
     hca.ports = ReadPorts(env, Join(ibdir, "ports"), name);
     hca.netdevs = env.ListDir(Join(*resolved, "net"), /*dirs_only=*/false);
+    ReadIdentity(env, *resolved, ibdir, hca);
     if (auto it = verbs.find(name); it != verbs.end()) hca.uverbs = it->second.front().second;
     if (auto it = mads.find(name); it != mads.end()) {
       for (const auto& [port, entry] : it->second) {

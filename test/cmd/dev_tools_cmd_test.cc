@@ -47,6 +47,34 @@ TEST(DevToolsCmdTest, FixtureLaysOutTheNodeOfAnExport) {
   EXPECT_TRUE(fs::exists(out + "/dev/infiniband/rdma_cm"));
 }
 
+// --node: a bundled node by name, its XML written beside the trees; dgx-roles has 10 HCAs, two
+// of them VFs with a physfn link.
+TEST(DevToolsCmdTest, FixtureLaysOutANamedNode) {
+  TempDir dir;
+  const std::string out = dir.Sub("roles");
+  Child fixture(RDP_BINARY, {"fixture", "--node", "dgx-roles", "--out", out, "--log-level", "warn"});
+  ASSERT_EQ(fixture.Wait(kTimeout), 0) << fixture.output();
+  EXPECT_EQ(fixture.stdout_text(), out + "\n" + out + "/dgx-roles.xml\n");
+  EXPECT_TRUE(fs::exists(out + "/dgx-roles.xml"));
+  int hcas = 0;
+  for (const auto& entry : fs::directory_iterator(out + "/sys/class/infiniband")) {
+    hcas += entry.is_symlink();
+  }
+  EXPECT_EQ(hcas, 10);
+  EXPECT_EQ(fs::read_symlink(out + "/sys/bus/pci/devices/0000:15:00.1/physfn").filename(),
+            "0000:15:00.0");
+  // An unknown name is a usage error naming the known ones; --node and --topology-xml exclude
+  // each other.
+  Child unknown(RDP_BINARY, {"fixture", "--node", "dgx-nope", "--out", out});
+  EXPECT_EQ(unknown.Wait(kTimeout), 2);
+  EXPECT_THAT(unknown.output(), HasSubstr("dgx-roles"));
+  EXPECT_EQ(testing::RunToEnd(RDP_BINARY,
+                              {"fixture", "--node", "dgx-roles", "--topology-xml",
+                               TestData("dgx-h100-like.xml"), "--out", out},
+                              kTimeout),
+            2);
+}
+
 // test/kubelet's BinaryWritesFixtures asks `fixture --help` for --out.
 TEST(DevToolsCmdTest, HelpIsTheToolsOwn) {
   Child help(RDP_BINARY, {"fixture", "--help"});

@@ -112,6 +112,15 @@ TEST_F(DRASlicesCmdTest, PrintsTheDgxH100LikeNodesSlices) {
     EXPECT_EQ(a[Own("allPortsActive")]["bool"], true);
     EXPECT_EQ(a[Own("mode")]["string"], "exclusive");
     EXPECT_TRUE(a.contains(Own("uverbs")));
+    // The identity the fixture lays out for every HCA (sim/sysfs_fixture.h).
+    EXPECT_EQ(a[Own("pciVendorID")]["string"], "15b3") << name;
+    EXPECT_EQ(a[Own("pciDeviceID")]["string"], "1021") << name;
+    EXPECT_EQ(a[Own("driver")]["string"], "mlx5_core") << name;
+    EXPECT_EQ(a[Own("firmwareVersion")]["string"], "28.39.1002") << name;
+    EXPECT_TRUE(a.contains(Own("nodeGUID"))) << name;
+    EXPECT_TRUE(a.contains(Own("netdevs"))) << name;
+    EXPECT_EQ(a[Own("virtualFunction")]["bool"], false) << name;
+    EXPECT_FALSE(a.contains(Own("physicalFunction"))) << name;
     if (a[Own("hcaName")]["string"] == "mlx5_bond_0") {
       EXPECT_EQ(root, "pci0000:c8");
       EXPECT_FALSE(a.contains(Own("pcieSwitch")));
@@ -127,6 +136,42 @@ TEST_F(DRASlicesCmdTest, PrintsTheDgxH100LikeNodesSlices) {
                                           "pci0000:c8"}));
   ASSERT_EQ(by_switch.size(), 4u);
   for (const auto& [sw, names] : by_switch) EXPECT_EQ(names.size(), 2u) << sw;
+}
+
+// The node with roles (sim::LayOutNamedNode "dgx-roles"): every function is published, the two
+// VFs of the first compute NIC marked, with their PF and its placement.
+TEST_F(DRASlicesCmdTest, TheNodeWithRolesPublishesItsVfsMarked) {
+  const auto laid = sim::LayOutNamedNode(dir_.path(), "dgx-roles");
+  ASSERT_TRUE(laid.ok()) << laid.status();
+  const std::vector<json> devices =
+      Devices(Slices({"--topology-xml", laid->xml, "--sysfs-root", laid->root, "--dev-root",
+                      laid->root, "--log-level", "warn", "--node-name", "node-a"}));
+  ASSERT_EQ(devices.size(), 10u);
+  std::map<std::string, json> by_name;
+  for (const json& d : devices) by_name[d["name"]] = d["attributes"];
+  const json& pf = by_name["hca-0000-15-00-0"];
+  int vfs = 0, ethernet = 0;
+  for (const auto& [name, a] : by_name) {
+    const bool vf = a[Own("virtualFunction")]["bool"];
+    if (a[Own("linkLayer")]["string"] == "Ethernet") {
+      ++ethernet;
+      EXPECT_THAT(a[Own("netdevs")]["string"].get<std::string>(), HasSubstr("np")) << name;
+    }
+    if (!vf) {
+      EXPECT_EQ(a[Own("pciDeviceID")]["string"], "1021") << name;
+      continue;
+    }
+    ++vfs;
+    EXPECT_EQ(a[Own("physicalFunction")]["string"], "0000:15:00.0") << name;
+    EXPECT_EQ(a[Own("pciDeviceID")]["string"], "101e") << name;
+    EXPECT_EQ(a[std::string(kStd) + "pcieRoot"], pf[std::string(kStd) + "pcieRoot"]) << name;
+    EXPECT_EQ(a[std::string(kStd) + "numaNode"], pf[std::string(kStd) + "numaNode"]) << name;
+    EXPECT_EQ(a[Own("pcieSwitch")], pf[Own("pcieSwitch")]) << name;
+  }
+  EXPECT_EQ(vfs, 2);
+  EXPECT_EQ(ethernet, 4);
+  EXPECT_EQ(by_name["hca-0000-15-00-1"][Own("netdevs")]["string"], "ibp21s0f1");
+  EXPECT_FALSE(by_name["hca-0000-15-00-2"].contains(Own("netdevs"))) << "a VF without a netdev";
 }
 
 // test/data/README.md: two-level-switches has, per root, a top switch over two leaf switches of

@@ -120,7 +120,7 @@ TEST_F(NodeMetricsTest, CountersHealthAndInfo) {
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_info{hca=\"mlx5_2\",pci=\"0000:9a:00.0\","
                       "numa_node=\"1\",pcie_root=\"pci0000:97\",pcie_switch=\"\","
-                      "link_layer=\"InfiniBand\",mode=\"exclusive\"} 1"));
+                      "link_layer=\"InfiniBand\",mode=\"exclusive\",vf=\"false\",pf=\"\"} 1"));
   // No pod-resources source: no allocation is known.
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 0"));
   EXPECT_THAT(text, Not(HasSubstr("rdma_device_plugin_hca_allocated{")));
@@ -207,6 +207,36 @@ TEST(NodeMetricsPortsTest, HealthPerPort) {
       text, "rdma_device_plugin_port_active{hca=\"mlx5_0\",pci=\"0000:1a:00.0\",port=\"2\"} 0"));
   EXPECT_TRUE(HasLine(
       text, "rdma_device_plugin_port_active{hca=\"mlx5_1\",pci=\"0000:3a:00.0\",port=\"1\"} 1"));
+}
+
+// hca_info shows an SR-IOV VF as one: vf="true" and its PF's address, where its PF sits.
+TEST(NodeMetricsInfoTest, AVirtualFunctionIsMarkedWithItsPf) {
+  auto cards = testing::FourCards();
+  sim::FixtureHca vf;
+  vf.name = "mlx5_4";
+  vf.pci = "0000:1a:00.1";
+  vf.physfn = cards[0].pci;
+  vf.device = "101e";
+  cards.push_back(vf);
+  testing::TestNode node(cards);
+  NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  metrics::Exposition out;
+  state.WriteMetrics(out);
+  const std::string text = out.Take();
+  bool pf_seen = false, vf_seen = false;
+  for (const std::string& line : Lines(text)) {
+    if (line.rfind("rdma_device_plugin_hca_info{hca=\"mlx5_0\"", 0) == 0) {
+      pf_seen = true;
+      EXPECT_THAT(line, HasSubstr(",vf=\"false\",pf=\"\"} 1")) << line;
+    }
+    if (line.rfind("rdma_device_plugin_hca_info{hca=\"mlx5_4\"", 0) == 0) {
+      vf_seen = true;
+      EXPECT_THAT(line, HasSubstr("pci=\"0000:1a:00.1\""));
+      EXPECT_THAT(line, HasSubstr(",vf=\"true\",pf=\"" + cards[0].pci + "\"} 1")) << line;
+    }
+  }
+  EXPECT_TRUE(pf_seen && vf_seen) << text;
 }
 
 TEST_F(NodeMetricsTest, MissingCountersHaveNoSeriesAndHotplugRediscovers) {

@@ -39,6 +39,12 @@ topology::Hca HealthyHca() {
   h.ports = {{1, "ACTIVE", "LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"},
              {2, "ACTIVE", "LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"}};
   h.char_devices = {{"/dev/infiniband/uverbs0", true}};
+  h.netdevs = {"ibp26s0"};
+  h.vendor = "15b3";
+  h.device = "1021";
+  h.driver = "mlx5_core";
+  h.firmware_version = "28.39.1002";
+  h.node_guid = "b8ce:f603:001a:0000";
   return h;
 }
 
@@ -72,10 +78,67 @@ TEST(DRADevicesTest, AHealthyHcasAttributes) {
       {Own("uverbs"), {{"string", "uverbs0"}}},
       {Own("allPortsActive"), {{"bool", true}}},
       {Own("mode"), {{"string", "exclusive"}}},
+      {Own("pciVendorID"), {{"string", "15b3"}}},
+      {Own("pciDeviceID"), {{"string", "1021"}}},
+      {Own("driver"), {{"string", "mlx5_core"}}},
+      {Own("netdevs"), {{"string", "ibp26s0"}}},
+      {Own("firmwareVersion"), {{"string", "28.39.1002"}}},
+      {Own("nodeGUID"), {{"string", "b8ce:f603:001a:0000"}}},
+      {Own("virtualFunction"), {{"bool", false}}},
   };
   EXPECT_EQ(d["attributes"], want) << d.dump(2);
   EXPECT_FALSE(d.contains("taints"));
   EXPECT_FALSE(d.contains("allowMultipleAllocations"));
+}
+
+// A VF is published, marked, with its PF; a function's netdevs joined by commas.
+TEST(DRADevicesTest, AVirtualFunctionIsMarkedWithItsPf) {
+  topology::Hca vf = HealthyHca();
+  vf.name = "mlx5_8";
+  vf.place.pci = "0000:1a:00.1";
+  vf.physfn = "0000:1a:00.0";
+  vf.device = "101e";
+  vf.netdevs = {"ibp26s0f1", "ibp26s0f1.8001"};
+  const json d = One(vf);
+  EXPECT_EQ(d["name"], "hca-0000-1a-00-1");
+  const json& attrs = d["attributes"];
+  EXPECT_EQ(attrs[Own("virtualFunction")], json({{"bool", true}}));
+  EXPECT_EQ(attrs[Own("physicalFunction")], json({{"string", "0000:1a:00.0"}}));
+  EXPECT_EQ(attrs[Own("pciDeviceID")], json({{"string", "101e"}}));
+  EXPECT_EQ(attrs[Own("netdevs")], json({{"string", "ibp26s0f1,ibp26s0f1.8001"}}));
+  EXPECT_FALSE(One(HealthyHca())["attributes"].contains(Own("physicalFunction")));
+}
+
+// An identity that is not known (an XML-only node, a file that could not be read) is left out,
+// never published empty; virtualFunction is always there.
+TEST(DRADevicesTest, UnknownIdentityIsLeftOut) {
+  topology::Hca h = HealthyHca();
+  h.vendor.clear();
+  h.device.clear();
+  h.driver.clear();
+  h.firmware_version.clear();
+  h.node_guid.clear();
+  h.netdevs.clear();
+  const json attrs = One(h)["attributes"];
+  for (const char* name : {"pciVendorID", "pciDeviceID", "driver", "netdevs", "firmwareVersion",
+                           "nodeGUID", "physicalFunction"}) {
+    EXPECT_FALSE(attrs.contains(Own(name))) << name << " in " << attrs.dump();
+  }
+  EXPECT_EQ(attrs[Own("virtualFunction")], json({{"bool", false}}));
+}
+
+// The API allows 32 attributes and capacities per device: a device with every attribute known
+// (a VF, GPUDirect known, under a switch) stays within it.
+TEST(DRADevicesTest, EveryAttributeKnownStaysWithinTheApisLimit) {
+  topology::Hca vf = HealthyHca();
+  vf.physfn = "0000:1a:00.0";
+  vf.place.pci = "0000:1a:00.1";
+  DeviceOptions opts;
+  opts.gpudirect_rdma = true;
+  const json d = One(vf, opts);
+  EXPECT_EQ(d["attributes"].size(), 20u) << d.dump(2);
+  EXPECT_FALSE(d.contains("capacity"));
+  EXPECT_LE(d["attributes"].size(), 32u);
 }
 
 TEST(DRADevicesTest, GpuDirectRdmaWhenKnown) {

@@ -251,6 +251,39 @@ func createErr(t *testing.T, s resourceapi.ResourceSlice) (*resourceinternal.Res
 	return obj, rest.BeforeCreate(resourceslice.Strategy, ctx, obj)
 }
 
+// The node with roles (`fixture --node dgx-roles`: compute, storage and two SR-IOV VFs): its
+// slices, every identity attribute of every device and the VFs' physicalFunction, pass the API
+// server's validation, and the VFs are published marked.
+func TestDRARolesNodeSlicesValidate(t *testing.T) {
+	bin := draBinary(t)
+	dir := t.TempDir()
+	if out, err := exec.Command(bin, "fixture", "--node", "dgx-roles", "--out", dir, "--log-level", "warn").CombinedOutput(); err != nil {
+		t.Fatalf("fixture --node dgx-roles: %v\n%s", err, out)
+	}
+	slices := draSlices(t, bin, "--topology-xml", filepath.Join(dir, "dgx-roles.xml"), "--sysfs-root", dir,
+		"--dev-root", dir, "--log-level", "warn", "--node-name", draNodeName)
+	devices, vfs := 0, 0
+	for _, s := range slices {
+		obj, err := createErr(t, s)
+		if err != nil {
+			t.Errorf("slice %s is refused: %v", s.Name, err)
+			continue
+		}
+		for _, d := range obj.Spec.Devices {
+			devices++
+			if vf := d.Attributes[draDriver+"/virtualFunction"].BoolValue; vf != nil && *vf {
+				vfs++
+				if pf := d.Attributes[draDriver+"/physicalFunction"].StringValue; pf == nil || *pf != "0000:15:00.0" {
+					t.Errorf("VF %s: physicalFunction %v, want 0000:15:00.0", d.Name, pf)
+				}
+			}
+		}
+	}
+	if devices != 10 || vfs != 2 {
+		t.Errorf("%d devices of which %d VFs, want 10 and 2", devices, vfs)
+	}
+}
+
 // Every slice the binary prints for every fixture, in both modes, with a custom driver name and
 // with an unhealthy HCA, passes the API server's validation for a create, and loses nothing to
 // the feature gates' field dropping (taints, allowMultipleAllocations).

@@ -51,7 +51,10 @@ type HCA struct {
 	Ports     []int
 	PortState map[int]string // ACTIVE, DOWN, ...
 	Netdevs   []string
-	NoPorts   bool // the XML had no Port<N>State: one default InfiniBand port
+	NoPorts   bool   // the XML had no Port<N>State: one default InfiniBand port
+	Vendor    string // PCI vendor ID of its function, "15b3"
+	Device    string // PCI device ID, "1021"
+	NodeGUID  string // the export's NodeGUID; "" when it has none
 }
 
 // Ethernet reports whether the HCA is RoCE, decided as topology/sysfs_fixture.cc decides it:
@@ -306,8 +309,12 @@ func (w *walker) pciDevice(o xmlObject, numa int, root string, bridges []string)
 			netdevs = append(netdevs, c.Name)
 		case "3":
 			h := HCA{Name: c.Name, PCI: o.BusID, NUMA: numa, PCIeRoot: root,
-				Bridges: bridges, PortState: map[int]string{}}
+				Bridges: bridges, PortState: map[int]string{}, Vendor: vendor,
+				Device: strings.TrimPrefix(id, vendor+":")}
 			for _, in := range c.Infos {
+				if in.Name == "NodeGUID" {
+					h.NodeGUID = in.Value
+				}
 				var port int
 				if _, err := fmt.Sscanf(in.Name, "Port%dState", &port); err == nil &&
 					strings.HasSuffix(in.Name, "State") {
@@ -400,7 +407,10 @@ func (n *Node) HCAByPCI(pci string) (HCA, bool) {
 //	R/sys/devices/<pcie_root>/<bridge>/.../<pci>/{numa_node,vendor,device,class}
 //	R/sys/devices/.../<pci>/infiniband/<name>/ports/<n>/{state,phys_state,link_layer,rate}
 //	R/sys/devices/.../<pci>/infiniband/<name>/device -> ../../../<pci>
-//	R/sys/devices/.../<pci>/net/<netdev>/
+//	R/sys/devices/.../<pci>/driver -> ../../../bus/pci/drivers/mlx5_core
+//	R/sys/bus/pci/drivers/mlx5_core/<pci> -> ../../../../devices/.../<pci>
+//	R/sys/devices/.../<pci>/infiniband/<name>/{fw_ver,node_guid}
+//	R/sys/devices/.../<pci>/net/<netdev>/{address,type}
 //	R/sys/devices/.../<pci>/infiniband_verbs/uverbsN/{ibdev,dev,device -> ../../../<pci>}
 //	R/sys/devices/.../<pci>/infiniband_mad/{umadN,issmN}/{ibdev,port,dev}
 //	R/sys/devices/virtual/misc/rdma_cm/dev, R/sys/class/misc/rdma_cm -> ...
@@ -519,15 +529,34 @@ func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
 	s.devDirs[h.Name] = devDir
 	s.Mads[h.Name] = nil
 	files := map[string]string{
-		"numa_node": strconv.Itoa(h.NUMA), "vendor": "0x15b3", "device": "0x1021", "class": "0x020700",
+		"numa_node": strconv.Itoa(h.NUMA), "vendor": "0x" + h.Vendor, "device": "0x" + h.Device,
+		"class": "0x020700",
 	}
 	for f, c := range files {
 		if err := writeFile(filepath.Join(devDir, f), c); err != nil {
 			return err
 		}
 	}
+	// The driver every HCA of the C++ fixture is bound to (sim/sysfs_fixture.h's defaults).
+	driver := filepath.Join(sys, "bus", "pci", "drivers", "mlx5_core")
+	if err := symlink(driver, filepath.Join(devDir, "driver")); err != nil {
+		return err
+	}
+	if err := symlink(devDir, filepath.Join(driver, h.PCI)); err != nil {
+		return err
+	}
 	ib := filepath.Join(devDir, "infiniband", h.Name)
 	if err := symlink(devDir, filepath.Join(ib, "device")); err != nil {
+		return err
+	}
+	guid := h.NodeGUID
+	if guid == "" {
+		guid = fixtureNodeGUID(h.PCI)
+	}
+	if err := writeFile(filepath.Join(ib, "fw_ver"), "28.39.1002"); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(ib, "node_guid"), guid); err != nil {
 		return err
 	}
 	linkLayer := "InfiniBand"
@@ -570,6 +599,13 @@ func (s *Sysfs) addHCA(h HCA, nextUverbs, nextMad *int) error {
 			return err
 		}
 		if err := writeFile(filepath.Join(devDir, "net", nd, "address"), netdevAddress(h.PCI, i)); err != nil {
+			return err
+		}
+		linkType := "32" // ARPHRD_INFINIBAND
+		if h.Ethernet() {
+			linkType = "1" // ARPHRD_ETHER
+		}
+		if err := writeFile(filepath.Join(devDir, "net", nd, "type"), linkType); err != nil {
 			return err
 		}
 	}
@@ -657,6 +693,7 @@ func (s *Sysfs) RemoveHCA(name string) error {
 				filepath.Join(devIB, fmt.Sprintf("%s%d", kind, m)))
 		}
 	}
+	paths = append(paths, filepath.Join(sys, "bus", "pci", "drivers", "mlx5_core", s.hcas[name].PCI))
 	for _, p := range append(paths, dir) {
 		if err := os.RemoveAll(p); err != nil {
 			return err
@@ -751,6 +788,15 @@ func Minus(a, b []string) []string {
 // netdevAddress: the hardware address the binary's fixture gives netdev `index` of the PCI
 // function `pci` (sim/sysfs_fixture.cc NetdevAddress): "0000:1a:00.0", 0 -> "02:00:00:1a:00:00",
 // a locally administered address.
+// fixtureNodeGUID is sim::FixtureNodeGuid: "0000:1a:00.1" -> "b8ce:f600:001a:0001".
+func fixtureNodeGUID(pci string) string {
+	var domain, bus, device, function int
+	if _, err := fmt.Sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &device, &function); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("b8ce:f6%02x:%04x:%04x", domain&0xff, bus&0xffff, (device&0xff)<<8|function&0xff)
+}
+
 func netdevAddress(pci string, index int) string {
 	var domain, bus, device, function uint
 	if n, _ := fmt.Sscanf(pci, "%x:%x:%x.%x", &domain, &bus, &device, &function); n != 4 {

@@ -244,6 +244,46 @@ func TestQualityNodes(t *testing.T) {
 	sameAsGenerator(t, "gen_quality_nodes.py", syntheticNodes)
 }
 
+// The node with roles (test/data/gen_roles_node.py) as its export holds it: 4 compute and 4
+// storage functions (its VFs are laid out by `fixture --node dgx-roles` alone), read as the
+// plugin reads it and laid out as the binary lays it out. Not among allXMLs: the DRA replay's
+// claim counts are over the nodes there.
+func TestRolesNode(t *testing.T) {
+	xml := filepath.Join(repoRoot(), "test", "data", "dgx-roles.xml")
+	n, err := LoadNode(xml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [3]int{len(n.NUMANodes), len(n.GPUs), len(n.HCAs)}; got != [3]int{2, 8, 8} {
+		t.Errorf("NUMA nodes, GPUs, HCAs = %v, want [2 8 8]", got)
+	}
+	ethernet := 0
+	for _, h := range n.HCAs {
+		if h.Ethernet() {
+			ethernet++
+		}
+	}
+	if ethernet != 4 {
+		t.Errorf("%d Ethernet functions, want 4", ethernet)
+	}
+	sameAsGenerator(t, "gen_roles_node.py", []string{"dgx-roles"})
+	bin := binaryPath()
+	if !BinaryWritesFixtures(bin) {
+		t.Skipf("%s has no `fixture` subcommand", bin)
+	}
+	agree(t, bin, xml)
+	goRoot, binRoot := filepath.Join(t.TempDir(), "go"), filepath.Join(t.TempDir(), "bin")
+	if _, err := WriteSysfs(goRoot, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteSysfsWithBinary(bin, binRoot, n); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := treeListing(t, goRoot), treeListing(t, binRoot); strings.Join(a, "\n") != strings.Join(b, "\n") {
+		t.Errorf("layouts differ\nonly in Go's: %v\nonly in the binary's: %v", Minus(a, b), Minus(b, a))
+	}
+}
+
 // sameAsGenerator checks that test/data/<name>.xml is what the generator writes, for each name.
 func sameAsGenerator(t *testing.T, generator string, names []string) {
 	t.Helper()

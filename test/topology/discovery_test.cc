@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "test/support/temp_dir.h"
 #include "test/topology/load.h"
+#include "sim/fixture_node.h"
 #include "sim/sysfs_fixture.h"
 
 namespace rdp::topology {
@@ -240,13 +241,23 @@ TEST(DiscoveryParseTest, HexLists) {
   EXPECT_FALSE(ParseHexList("123456789").ok());
 }
 
+// dgx-h100-like.xml laid out under `node`, and the options that discover it from both.
+DiscoveryOptions LaidOutDgxH100Like(SysfsFixture& node) {
+  TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
+  EXPECT_TRUE(xml_only);
+  if (xml_only) EXPECT_TRUE(node.AddTopology(*xml_only).ok());
+  DiscoveryOptions o;
+  o.topology_xml = TestData("dgx-h100-like.xml");
+  o.sysfs_root = node.sysfs_root();
+  o.dev_root = node.dev_root();
+  return o;
+}
+
 // sysfs gives the HCAs (names, uverbs, ports), hwloc gives the tree, matched by PCI address.
 TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   testing::TempDir dir;
   SysfsFixture node(dir.path());
-  TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
-  ASSERT_TRUE(xml_only);
-  ASSERT_TRUE(node.AddTopology(*xml_only).ok());
+  const DiscoveryOptions o = LaidOutDgxH100Like(node);
   // An HCA that hwloc does not know: still listed, placed from sysfs.
   FixtureHca extra;
   extra.name = "mlx5_9";
@@ -256,11 +267,6 @@ TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   extra.bridges = {"0000:e0:01.0"};
   ASSERT_TRUE(node.AddHca(extra).ok());
   ASSERT_TRUE(node.SetPortState("mlx5_3", 1, "DOWN").ok());
-
-  DiscoveryOptions o;
-  o.topology_xml = TestData("dgx-h100-like.xml");
-  o.sysfs_root = dir.path();
-  o.dev_root = dir.path();
   TopologyPtr t = Load(o);
   ASSERT_TRUE(t);
   ASSERT_EQ(t->hcas().size(), 10u);
@@ -281,6 +287,142 @@ TEST(DiscoveryMergeTest, SysfsOverXmlTree) {
   EXPECT_FALSE(e.place.bridges_known);
   EXPECT_EQ(PathByPci(*t, "0000:e1:00.0", "0000:be:00.0"), PathClass::kNODE);
   EXPECT_EQ(PathByPci(*t, "0000:1a:00.0", "0000:19:00.0"), PathClass::kPIX);
+}
+
+// An SR-IOV VF that hwloc's export does not hold, and whose own numa_node the kernel does not
+// know, sits where its PF sits: the PF's NUMA node, root and switch, its own address.
+TEST(DiscoveryMergeTest, VirtualFunctionTakesItsPfsPlacement) {
+  testing::TempDir dir;
+  SysfsFixture node(dir.path());
+  const DiscoveryOptions o = LaidOutDgxH100Like(node);
+  FixtureHca vf;
+  vf.name = "mlx5_9";
+  vf.pci = "0000:1a:00.1";
+  vf.physfn = "0000:1a:00.0";
+  vf.device = "101e";
+  ASSERT_TRUE(node.AddHca(vf).ok());
+  std::ofstream(std::filesystem::path(dir.path()) /
+                    "sys/bus/pci/devices/0000:1a:00.1/numa_node",
+                std::ios::trunc)
+      << "-1\n";
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 10u);
+  const Hca& pf = t->hcas()[t->HcaIndex("0000:1a:00.0")];
+  const Hca& got = t->hcas()[t->HcaIndex("0000:1a:00.1")];
+  EXPECT_EQ(got.name, "mlx5_9");
+  EXPECT_EQ(got.physfn, "0000:1a:00.0");
+  EXPECT_EQ(got.place.pci, "0000:1a:00.1");
+  EXPECT_EQ(got.place.numa, 0);
+  EXPECT_EQ(got.place.numa, pf.place.numa);
+  EXPECT_EQ(got.place.pcie_root, "pci0000:15");
+  EXPECT_TRUE(got.place.bridges_known);
+  EXPECT_EQ(got.place.Switch(), "0000:16:00.0");
+  EXPECT_EQ(PathByPci(*t, "0000:1a:00.1", "0000:18:00.0"), PathClass::kPIX);
+  EXPECT_EQ(PathByPci(*t, "0000:1a:00.1", "0000:3a:00.0"), PathClass::kNODE);
+  EXPECT_FALSE(pf.IsVirtualFunction());
+
+  // A health scan that finds the VF new after a failed discovery places it by its PF as well.
+  TopologyPtr without_vf = std::make_shared<const Topology>(
+      Topology::WithNumaNodes(t->all_numa_nodes(), {pf}, t->gpus()));
+  auto raw = ReadSysfsHcas(dir.path(), dir.path());
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  TopologyPtr rescued = WithScannedHcas(*without_vf, *raw);
+  const Hca& rescued_vf = rescued->hcas()[rescued->HcaIndex("0000:1a:00.1")];
+  EXPECT_EQ(rescued_vf.place.Switch(), "0000:16:00.0");
+  EXPECT_EQ(rescued_vf.place.numa, 0);
+  EXPECT_EQ(rescued_vf.place.pci, "0000:1a:00.1");
+}
+
+// The node with roles (sim::LayOutNamedNode "dgx-roles"): discovery fills every identity field,
+// tells the compute, storage and VF functions apart and places each.
+TEST(DiscoveryMergeTest, NodeWithRoles) {
+  testing::TempDir dir;
+  auto laid = sim::LayOutNamedNode(dir.path(), "dgx-roles");
+  ASSERT_TRUE(laid.ok()) << laid.status();
+  DiscoveryOptions o;
+  o.topology_xml = laid->xml;
+  o.sysfs_root = laid->root;
+  o.dev_root = laid->root;
+  TopologyPtr t = Load(o);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->hcas().size(), 10u);
+  EXPECT_EQ(t->gpus().size(), 8u);
+  int compute = 0, storage = 0, vfs = 0;
+  for (std::size_t i = 0; i < t->hcas().size(); ++i) {
+    const Hca& h = t->hcas()[i];
+    SCOPED_TRACE(h.name);
+    EXPECT_EQ(h.vendor, "15b3");
+    EXPECT_EQ(h.driver, "mlx5_core");
+    EXPECT_EQ(h.firmware_version, "28.39.1002");
+    EXPECT_FALSE(h.node_guid.empty());
+    EXPECT_FALSE(h.uverbs.empty());
+    ASSERT_EQ(h.ports.size(), 1u);
+    EXPECT_EQ(h.device, h.IsVirtualFunction() ? "101e" : "1021");
+    if (h.IsVirtualFunction()) {
+      ++vfs;
+      EXPECT_EQ(h.physfn, "0000:15:00.0");
+      EXPECT_EQ(h.place.numa, 0);
+      EXPECT_EQ(h.place.Switch(), t->hcas()[t->HcaIndex("0000:15:00.0")].place.Switch());
+      EXPECT_EQ(h.ports[0].link_layer, "InfiniBand");
+    } else if (h.ports[0].link_layer == "InfiniBand") {
+      ++compute;
+      EXPECT_EQ(h.netdev_link_type, "infiniband");
+      // On a switch with two GPUs.
+      int pix = 0;
+      for (std::size_t g = 0; g < t->gpus().size(); ++g) pix += t->Path(i, g) == PathClass::kPIX;
+      EXPECT_EQ(pix, 2);
+      EXPECT_NE(h.place.Switch(), "");
+    } else {
+      ++storage;
+      EXPECT_EQ(h.ports[0].link_layer, "Ethernet");
+      EXPECT_EQ(h.netdev_link_type, "ether");
+      ASSERT_EQ(h.netdevs.size(), 1u);
+      EXPECT_THAT(h.netdevs[0], ::testing::MatchesRegex("ens[37]f[01]np[01]"));
+      EXPECT_EQ(h.place.Switch(), "");
+    }
+  }
+  EXPECT_EQ(compute, 4);
+  EXPECT_EQ(storage, 4);
+  EXPECT_EQ(vfs, 2);
+  const Hca& vf0 = t->hcas()[t->HcaIndex("0000:15:00.1")];
+  EXPECT_EQ(vf0.name, "mlx5_8");
+  EXPECT_THAT(vf0.netdevs, ElementsAre("ibp21s0f1"));
+  const Hca& vf1 = t->hcas()[t->HcaIndex("0000:15:00.2")];
+  EXPECT_EQ(vf1.name, "mlx5_9");
+  EXPECT_TRUE(vf1.netdevs.empty());
+  EXPECT_EQ(vf1.netdev_link_type, "");
+  // What LayOutNamedNode says the node is, discovery finds.
+  ASSERT_EQ(laid->topology->hcas().size(), t->hcas().size());
+  for (std::size_t i = 0; i < t->hcas().size(); ++i) {
+    EXPECT_EQ(laid->topology->hcas()[i].name, t->hcas()[i].name);
+    EXPECT_EQ(laid->topology->hcas()[i].physfn, t->hcas()[i].physfn);
+  }
+
+  // From the XML alone: the eight PFs, with what an export holds of their identity.
+  TopologyPtr xml_only = Load([&] {
+    DiscoveryOptions x;
+    x.topology_xml = laid->xml;
+    return x;
+  }());
+  ASSERT_TRUE(xml_only);
+  ASSERT_EQ(xml_only->hcas().size(), 8u);
+  for (const Hca& h : xml_only->hcas()) {
+    EXPECT_EQ(h.vendor, "15b3") << h.name;
+    EXPECT_EQ(h.device, "1021") << h.name;
+    EXPECT_FALSE(h.node_guid.empty()) << h.name;
+    EXPECT_EQ(h.driver, "") << h.name;
+    EXPECT_FALSE(h.IsVirtualFunction()) << h.name;
+  }
+}
+
+TEST(DiscoveryMergeTest, UnknownNamedNodeIsRefusedNamingTheKnownOnes) {
+  testing::TempDir dir;
+  auto laid = sim::LayOutNamedNode(dir.path(), "dgx-nope");
+  ASSERT_FALSE(laid.ok());
+  EXPECT_EQ(laid.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(laid.status().message(), HasSubstr("dgx-nope"));
+  EXPECT_THAT(laid.status().message(), HasSubstr("dgx-roles"));
 }
 
 // An HCA placed below the DGX-2's NVSwitch PLX switch, a second-level switch of the outer one.

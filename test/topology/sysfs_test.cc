@@ -217,6 +217,108 @@ TEST_F(SysfsTest, BrokenDevicesAreSkippedOthersKept) {
   EXPECT_FALSE((*hcas)[1].AllPortsActive());
 }
 
+// The PCI function's and the RDMA device's identity, as the kernel shows them.
+TEST_F(SysfsTest, IdentityOfEachHca) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  FixtureHca roce = IbHca("mlx5_1", "0000:1b:00.0", 0);
+  roce.ports[0].link_layer = "Ethernet";
+  roce.netdevs = {"ens3f0np0"};
+  roce.device = "101D";  // sysfs prints lower case; the reader normalises either
+  roce.firmware_version = "22.36.1010";
+  roce.node_guid = "b8ce:f603:00a1:b2c4";
+  ASSERT_TRUE(node_.AddHca(roce).ok());
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 2u);
+  const Hca& ib = (*hcas)[0];
+  EXPECT_EQ(ib.vendor, "15b3");
+  EXPECT_EQ(ib.device, "1021");
+  EXPECT_EQ(ib.driver, "mlx5_core");
+  EXPECT_EQ(ib.firmware_version, "28.39.1002");
+  EXPECT_EQ(ib.node_guid, sim::FixtureNodeGuid("0000:1a:00.0"));
+  EXPECT_EQ(ib.node_guid, "b8ce:f600:001a:0000");
+  EXPECT_EQ(ib.netdev_link_type, "infiniband");
+  EXPECT_EQ(ib.physfn, "");
+  EXPECT_FALSE(ib.IsVirtualFunction());
+  const Hca& eth = (*hcas)[1];
+  EXPECT_EQ(eth.device, "101d");
+  EXPECT_EQ(eth.firmware_version, "22.36.1010");
+  EXPECT_EQ(eth.node_guid, "b8ce:f603:00a1:b2c4");
+  EXPECT_EQ(eth.netdev_link_type, "ether");
+}
+
+// An SR-IOV VF: a PCI function with a physfn link to its PF (and the PF's virtfnN link to it),
+// an RDMA device of its own, here without a netdev.
+TEST_F(SysfsTest, VirtualFunctionNamesItsPf) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  FixtureHca vf;
+  vf.name = "mlx5_2";
+  vf.pci = "0000:1a:00.1";
+  vf.physfn = "0000:1a:00.0";
+  vf.device = "101e";
+  ASSERT_TRUE(node_.AddHca(vf).ok());
+  const fs::path pf_dir = fs::path(dir_.path()) / "sys/devices/pci0000:1a/0000:1a:01.0/0000:1a:00.0";
+  EXPECT_EQ(fs::canonical(pf_dir / "virtfn0"), fs::canonical(pf_dir.parent_path() / "0000:1a:00.1"));
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 2u);
+  const Hca* got = ByName(*hcas, "mlx5_2");
+  ASSERT_NE(got, nullptr);
+  EXPECT_TRUE(got->IsVirtualFunction());
+  EXPECT_EQ(got->physfn, "0000:1a:00.0");
+  EXPECT_EQ(got->device, "101e");
+  EXPECT_EQ(got->uverbs, "uverbs1");
+  EXPECT_TRUE(got->netdevs.empty());
+  EXPECT_EQ(got->netdev_link_type, "") << "no netdev, no link type";
+  EXPECT_EQ(got->place.pcie_root, "pci0000:1a") << "laid out beside its PF";
+  EXPECT_FALSE(ByName(*hcas, "mlx5_0")->IsVirtualFunction());
+  // A VF whose PF is not laid out is refused by the fixture, naming both.
+  vf.name = "mlx5_3";
+  vf.pci = "0000:1c:00.1";
+  vf.physfn = "0000:1c:00.0";
+  const absl::Status no_pf = node_.AddHca(vf);
+  EXPECT_EQ(no_pf.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(no_pf.message(), HasSubstr("0000:1c:00.0"));
+}
+
+// Every identity file missing, unreadable as a number or dangling: the fields are "", the HCA
+// is listed with everything else it has.
+TEST_F(SysfsTest, MissingIdentityFilesLeaveFieldsEmpty) {
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
+  ASSERT_TRUE(node_.AddHca(IbHca("mlx5_1", "0000:1b:00.0", 0)).ok());
+  const fs::path dev = fs::path(dir_.path()) / "sys/devices/pci0000:1a/0000:1a:01.0/0000:1a:00.0";
+  for (const char* file : {"vendor", "driver", "infiniband/mlx5_0/fw_ver",
+                           "infiniband/mlx5_0/node_guid", "net/ib0/type"}) {
+    ASSERT_TRUE(fs::remove(dev / file)) << file;
+  }
+  std::ofstream(dev / "device", std::ios::trunc) << "0xnot-hex\n";
+  // A physfn link that dangles (its PF went away mid-scan): not a VF.
+  fs::create_symlink("../0000:1a:07.0", dev / "physfn");
+  auto hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  ASSERT_EQ(hcas->size(), 2u);
+  const Hca& got = (*hcas)[0];
+  EXPECT_EQ(got.name, "mlx5_0");
+  EXPECT_EQ(got.vendor, "");
+  EXPECT_EQ(got.device, "");
+  EXPECT_EQ(got.driver, "");
+  EXPECT_EQ(got.firmware_version, "");
+  EXPECT_EQ(got.node_guid, "");
+  EXPECT_EQ(got.netdev_link_type, "");
+  EXPECT_FALSE(got.IsVirtualFunction());
+  EXPECT_EQ(got.uverbs, "uverbs0");
+  EXPECT_TRUE(got.AllPortsActive());
+  EXPECT_THAT(got.netdevs, ElementsAre("ib0"));
+  // The other HCA is whole; a link type other than Ethernet or InfiniBand is its number.
+  EXPECT_EQ((*hcas)[1].driver, "mlx5_core");
+  std::ofstream(fs::path(dir_.path()) / "sys/devices/pci0000:1b/0000:1b:01.0/0000:1b:00.0/net/ib1/type",
+                std::ios::trunc)
+      << "772\n";
+  hcas = ReadSysfsHcas(node_.sysfs_root(), node_.dev_root());
+  ASSERT_TRUE(hcas.ok()) << hcas.status();
+  EXPECT_EQ((*hcas)[1].netdev_link_type, "772");
+}
+
 TEST_F(SysfsTest, HugeAttributeIsBounded) {
   ASSERT_TRUE(node_.AddHca(IbHca("mlx5_0", "0000:1a:00.0", 0)).ok());
   std::ofstream(fs::path(dir_.path()) /

@@ -225,7 +225,13 @@ Hca HcaFromOsdev(hwloc_obj_t os, hwloc_obj_t pcidev, const PciPlacement& place) 
   Hca hca;
   hca.name = os->name ? os->name : "";
   hca.place = place;
+  AppendHex(hca.vendor, pcidev->attr->pcidev.vendor_id, 4);
+  AppendHex(hca.device, pcidev->attr->pcidev.device_id, 4);
   for (unsigned i = 0; i < os->infos_count; ++i) {
+    if (os->infos[i].name && os->infos[i].value &&
+        std::strcmp(os->infos[i].name, "NodeGUID") == 0) {
+      hca.node_guid = os->infos[i].value;
+    }
     const int port = PortOfStateInfo(os->infos[i].name);
     if (port > 0) {
       Port p;
