@@ -245,7 +245,9 @@ TEST(DiscoveryParseTest, HexLists) {
 DiscoveryOptions LaidOutDgxH100Like(SysfsFixture& node) {
   TopologyPtr xml_only = LoadXml("dgx-h100-like.xml");
   EXPECT_TRUE(xml_only);
-  if (xml_only) EXPECT_TRUE(node.AddTopology(*xml_only).ok());
+  if (xml_only) {
+    EXPECT_TRUE(node.AddTopology(*xml_only).ok());
+  }
   DiscoveryOptions o;
   o.topology_xml = TestData("dgx-h100-like.xml");
   o.sysfs_root = node.sysfs_root();
