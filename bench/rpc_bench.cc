@@ -168,6 +168,7 @@ Rig* GetRig(hca::Mode mode, int hcas, bool with_allocation_dir = false) {
   rig->kubelet = std::make_unique<KubeletSim>(config.kubelet_dir);
   rig->kubelet->Start().IgnoreError();
   rig->plugin = std::make_unique<PluginServer>(config, std::move(sources),
+                                               std::vector<resources::Resource>{},
                                                std::vector<grpc::Service*>{&rig->floor});
   if (!rig->plugin->Start().ok()) std::abort();
   rig->kubelet->WaitForRegistration(0, absl::Seconds(10));
@@ -175,7 +176,7 @@ Rig* GetRig(hca::Mode mode, int hcas, bool with_allocation_dir = false) {
   std::shared_ptr<grpc::Channel> channel = serving::UnixChannel(config.SocketPath());
   rig->stub = v1beta1::DevicePlugin::NewStub(channel);
   rig->floor_stub = bench::PayloadFloor::NewStub(channel);
-  for (const auto& d : rig->plugin->node().Devices().devices) rig->ids.push_back(d.id);
+  for (const auto& d : rig->plugin->node().resource().Devices().devices) rig->ids.push_back(d.id);
   EmptyRoundTripNs(*rig->stub, 500);  // warm the connection
   return rig.get();
 }
@@ -449,7 +450,7 @@ AdmissionRig* GetAdmissionRig() {
     if (!r->plugin->Start().ok()) std::abort();
     r->kubelet->WaitForRegistration(0, absl::Seconds(10));
     r->stub = r->kubelet->PluginStub();
-    for (const auto& d : r->plugin->node().Devices().devices) r->ids.push_back(d.id);
+    for (const auto& d : r->plugin->node().resource().Devices().devices) r->ids.push_back(d.id);
     return r;
   }();
   return rig;

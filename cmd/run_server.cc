@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/cord.h"
+
 #include "base/log.h"
 #include "cmd/discovery_flags.h"
 #include "metrics/http_server.h"
@@ -14,6 +16,20 @@
 #include "topology/gpudirect.h"
 
 namespace rdp::cmd {
+
+namespace {
+
+constexpr char kRefusal[] = "type.googleapis.com/rdp.Refusal";
+
+}  // namespace
+
+absl::Status Refusal(const absl::Status& why) {
+  absl::Status out = why;
+  out.SetPayload(kRefusal, absl::Cord("refused"));
+  return out;
+}
+
+bool IsRefusal(const absl::Status& status) { return status.GetPayload(kRefusal).has_value(); }
 
 int RunServer(const ServerRun& run) {
   const auto log = Logger(run.logger);
@@ -44,6 +60,13 @@ int RunServer(const ServerRun& run) {
     }
     endpoint = std::move(*started);
     log->info("metrics: serving on {}", endpoint->address());
+  }
+  if (absl::Status s = run.prepare ? run.prepare() : absl::OkStatus(); !s.ok()) {
+    log->error("cannot start: {}", std::string(s.message()));
+    endpoint.reset();
+    run.stop();
+    ::close(signals);
+    return IsRefusal(s) ? kExitUsage : 1;
   }
   if (absl::Status s = run.start(); !s.ok()) {
     log->error("cannot start: {}", s.ToString());

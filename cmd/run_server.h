@@ -20,6 +20,10 @@ inline constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 // A front door as the serving subcommands drive it.
 struct ServerRun {
   std::string logger;  // the module whose logger says what happens ("server", "dra")
+  // Null, or run before `start` once the metrics endpoint listens: learns what is to be served
+  // (discovers the node) and checks the configuration against it. Its error ends the run before
+  // anything is served (after `stop`): kExitUsage when it is a Refusal, 1 otherwise.
+  std::function<absl::Status()> prepare;
   // Serves and registers; an error ends the run with exit 1 (after `stop`).
   std::function<absl::Status()> start;
   // Blocks until the signalfd `signal_fd` is readable (OK) or the server cannot go on (its error).
@@ -42,12 +46,17 @@ struct ServerRun {
   metrics::MetricsHttpServer::Checks checks;
 };
 
+// A configuration this node refuses (two exclusive resources selecting one HCA): `why`, marked
+// so that RunServer exits kExitUsage for it. IsRefusal tells it from any other error.
+absl::Status Refusal(const absl::Status& why);
+bool IsRefusal(const absl::Status& status);
+
 // Blocks SIGTERM and SIGINT (before any thread starts), listens for metrics, starts `run`, waits,
 // stops. Returns the exit code: 0 after a stop signal; 1 when it could not start or a background
 // thread could not go on (so that the kubelet restarts the pod rather than it serving stale
-// state); kExitUsage when the metrics endpoint cannot listen on its address, before anything
-// started (a plugin that registered and then exited would be restarted into a loop of
-// registrations).
+// state); kExitUsage when the metrics endpoint cannot listen on its address or `prepare` refused
+// the configuration, before anything started (a plugin that registered and then exited would be
+// restarted into a loop of registrations).
 int RunServer(const ServerRun& run);
 
 }  // namespace rdp::cmd

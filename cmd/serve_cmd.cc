@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "base/log.h"
@@ -20,6 +21,8 @@
 #include "hca/hca.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics.h"
+#include "resources/resources.h"
+#include "topology/topology.h"
 
 namespace rdp::cmd {
 namespace {
@@ -77,17 +80,32 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
   return Resolved{c, *http};
 }
 
-int Serve(const Resolved& resolved) {
+// Serves `served` (empty: the one resource of the flags, --resource-name on --socket-name),
+// each its own device plugin over one node. `refuse` (null: nothing to refuse) runs once the node
+// is discovered, before anything is served: the place where resources that cannot be served
+// together on this node (an HCA two exclusive resources select) are refused, its error ending
+// serve with kExitUsage. One resource from flags alone has nothing to refuse.
+int Serve(const Resolved& resolved, std::vector<resources::Resource> served,
+          const deviceplugin::PluginServer::ResourceCheck& refuse) {
   const deviceplugin::Config& config = resolved.config;
-  deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config));
+  deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config),
+                                    std::move(served));
   const std::shared_ptr<Env> node = NewNodeEnv(config.Roots());
   ServerRun run;
   run.node = node.get();
   run.logger = "server";
+  run.prepare = [&plugin, &refuse]() -> absl::Status {
+    if (!refuse) return plugin.Prepare();
+    return plugin.Prepare([&refuse](const std::vector<resources::Resource>& resources,
+                                    const topology::Topology& topology) {
+      absl::Status s = refuse(resources, topology);
+      return s.ok() ? s : Refusal(s);
+    });
+  };
   run.start = [&plugin] { return plugin.Start(); };
   run.wait = [&plugin](int signals) { return plugin.Wait(signals); };
   run.stop = [&plugin] { plugin.Stop(); };
-  run.stopped = "stopped; removed " + config.SocketPath();
+  run.stopped = "stopped; removed " + absl::StrJoin(plugin.SocketPaths(), ", ");
   run.metrics = resolved.metrics;
   // NodeState::WriteMetrics reads a snapshot: the kubelet's RPCs never wait for a scrape.
   run.render_metrics = [&plugin] {
@@ -171,7 +189,7 @@ void AddServeCommand(CLI::App& app) {
       Logger("server")->error("{}", std::string(config.status().message()));
       Exit(kExitUsage);
     }
-    if (int code = Serve(*config); code != 0) Exit(code);
+    if (int code = Serve(*config, {}, nullptr); code != 0) Exit(code);
   });
 }
 

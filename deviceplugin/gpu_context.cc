@@ -58,7 +58,8 @@ void UpdateFirstSeen(const PodList& pods, const std::vector<std::string>& gpu_re
 
 GpuSelection GpuContextFor(const PodList& pods,
                            const std::map<std::string, absl::Time>& first_seen, absl::Time now,
-                           const Config& config, const std::map<std::string, std::string>& gpu_ids,
+                           const Config& config, const std::string& resource,
+                           const std::map<std::string, std::string>& gpu_ids,
                            const topology::Topology& topology) {
   GpuSelection out;
   std::set<std::string> held;
@@ -66,7 +67,7 @@ GpuSelection GpuContextFor(const PodList& pods,
   for (const ContainerDevices& c : pods) {
     for (const std::string& pci : GpuPcis(c, config, gpu_ids, topology)) held.insert(pci);
     if (!HoldsGpus(c, config.gpu_resources)) continue;
-    const auto* ours = Find(c, config.resource_name);
+    const auto* ours = Find(c, resource);
     if (ours != nullptr && !ours->empty()) continue;
     auto seen = first_seen.find(c.key);
     if (seen == first_seen.end() || now - seen->second > config.admission_window) continue;

@@ -20,14 +20,6 @@ namespace {
 
 std::shared_ptr<spdlog::logger> Log() { return rdp::Logger("server"); }
 
-absl::Status Invalid(const std::string& what, const std::string& id) {
-  return absl::InvalidArgumentError(absl::StrCat(what, " '", id, "'"));
-}
-
-std::string Describe(const topology::Hca& hca) {
-  return absl::StrCat(hca.name, " (PCI=", hca.place.pci, ")");
-}
-
 // The node core's options from the plugin's config; its lines go to the plugin's logger.
 node::Options CoreOptions(const Config& config) {
   node::Options o;
@@ -49,6 +41,13 @@ node::Sources CoreSources(const NodeSources& sources, const Config& config) {
 
 }  // namespace
 
+resources::Resource DefaultResource(const Config& config) {
+  resources::Resource r;
+  r.name = config.resource_name;
+  r.shared_devices = config.shared_devices;
+  return r;
+}
+
 NodeSources DefaultSources(const Config& config) {
   NodeSources sources;
   node::Sources core = node::DefaultSources(config.discovery, NewNodeEnv(config.Roots()));
@@ -63,11 +62,17 @@ NodeSources DefaultSources(const Config& config) {
   return sources;
 }
 
-NodeState::NodeState(Config config, NodeSources sources)
+NodeState::NodeState(Config config, NodeSources sources,
+                     std::vector<resources::Resource> served)
     : config_(std::move(config)),
       sources_(std::move(sources)),
       core_(CoreOptions(config_), CoreSources(sources_, config_)),
-      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {}
+      pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {
+  if (served.empty()) served.push_back(DefaultResource(config_));
+  for (resources::Resource& r : served) {
+    resources_.push_back(std::make_unique<ResourceState>(*this, std::move(r), config_.mode));
+  }
+}
 
 NodeState::~NodeState() {
   StopPodLists();
@@ -83,11 +88,16 @@ absl::Status NodeState::Init() {
   if (!config_.exclusive_label.empty()) {
     Log()->info("node {} has exclusive label, enabling exclusive mode", config_.node_name);
   }
-  if (config_.mode == hca::Mode::kExclusive) {
-    Log()->info("hca-exclusive mode");
-  } else {
-    Log()->info("hca-shared mode: {} {} devices, every pod sees every HCA",
-                config_.shared_devices, config_.resource_name);
+  if (config_.mode == hca::Mode::kExclusive) Log()->info("hca-exclusive mode");
+  for (const auto& r : resources_) {
+    if (r->mode() != hca::Mode::kShared) continue;
+    if (r->resource().always_shared) {
+      Log()->info("{} is always shared: {} devices, each sees every HCA of {}",
+                  r->name(), r->resource().shared_devices, r->name());
+    } else {
+      Log()->info("hca-shared mode: {} {} devices, every pod sees every HCA",
+                  r->resource().shared_devices, r->name());
+    }
   }
   if (absl::Status s = core_.Init(); !s.ok()) return s;
   std::map<std::string, std::string> gpu_ids =
@@ -96,7 +106,6 @@ absl::Status NodeState::Init() {
     absl::MutexLock lock(&mu_);
     gpu_ids_ = std::move(gpu_ids);
     Recompute();
-    version_ = std::max<std::uint64_t>(version_, 1);
   }
   Notify();
   return absl::OkStatus();
@@ -107,8 +116,10 @@ std::optional<std::set<std::string>> NodeState::HeldNow() const {
   absl::MutexLock lock(&mu_);
   if (!sources_.pod_resources || !pods_known_) return std::nullopt;
   std::set<std::string> held;
-  for (const std::string& id : HeldIds(pods_, config_.resource_name)) {
-    if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
+  for (const auto& r : resources_) {
+    for (const std::string& id : HeldIds(pods_, r->name())) {
+      if (auto pci = topology::NormalizePci(id)) held.insert(*pci);
+    }
   }
   return held;
 }
@@ -153,20 +164,6 @@ bool NodeState::RefreshPodsAndWait(absl::Duration at_most) {
          outcome->ok;
 }
 
-void NodeState::KeepPreferred(std::optional<std::vector<std::string>> answer) {
-  if (answer) std::sort(answer->begin(), answer->end());
-  absl::MutexLock lock(&mu_);
-  preferred_ = std::move(answer);
-}
-
-bool NodeState::TakePreferred(std::vector<std::string> ids) {
-  std::sort(ids.begin(), ids.end());
-  absl::MutexLock lock(&mu_);
-  const bool same = preferred_ && *preferred_ == ids;
-  preferred_.reset();
-  return same;
-}
-
 bool NodeState::pods_known() const {
   absl::MutexLock lock(&mu_);
   return pods_known_;
@@ -182,7 +179,7 @@ void NodeState::StartList(std::function<void()> finished) {
 
 void NodeState::OnPods(absl::StatusOr<PodList> pods) {
   last_list_ok_ = pods.ok();
-  if (!pods.ok()) metrics_.pod_resources_errors.Add();
+  if (!pods.ok()) pod_resources_errors_.Add();
   bool changed = false;
   {
     absl::MutexLock lock(&mu_);
@@ -219,56 +216,26 @@ void NodeState::OnPods(absl::StatusOr<PodList> pods) {
 }
 
 bool NodeState::Recompute() {
-  const node::ViewPtr view = core_.Now();
-  if (!allocator_ || view->topology != allocator_->topology()) {
-    allocator_ = std::make_shared<const allocator::ExclusiveAllocator>(view->topology);
-  }
-  view_ = view;
+  view_ = core_.Now();
   // Fail closed: while the pod list is not known, nothing says that no container holds the other
   // mode's IDs, so every HCA is withheld.
   const bool pending = sources_.pod_resources && !pods_known_;
-  Withholding w;
+  ResourceState::Pods pods;
+  pods.list = pods_known_ ? &pods_ : nullptr;
+  pods.pending = pending;
   if (pending) {
-    for (const auto& [pci, a] : view_->hcas) w.pcis.insert(pci);
-    w.reasons.push_back(absl::StrCat(
+    pods.pending_reason = absl::StrCat(
         "the kubelet's pod list is not known yet (pod-resources socket ",
         config_.pod_resources_socket,
-        "); no HCA is offered until it is, since a container may hold the other mode's IDs"));
-  } else if (pods_known_) {
-    w = ComputeWithheld(pods_, config_.resource_name, config_.mode, *view_->topology);
+        "); no HCA is offered until it is, since a container may hold the other mode's IDs");
+    if (!pods_pending_logged_) Log()->info("withholding every HCA: {}", pods.pending_reason);
+  } else if (pods_pending_logged_) {
+    Log()->info("pod-resources: the kubelet's pod list is known");
   }
-  // The withheld set decides; the reasons only explain it (their wording may change with the
-  // order pod-resources lists IDs in, which is no change).
-  std::set<std::string> before;
-  for (const auto& [pci, reason] : withheld_) before.insert(pci);
-  const bool withholding_changed = w.pcis != before || pending != withholding_pending_;
-  if (withholding_changed) {
-    if (pending) {
-      Log()->info("withholding every HCA: {}", w.reasons.front());
-    } else {
-      if (withholding_pending_) Log()->info("pod-resources: the kubelet's pod list is known");
-      for (const std::string& reason : w.reasons) Log()->info("mode switch: {}", reason);
-      if (w.pcis.empty() && !before.empty() && !withholding_pending_) {
-        Log()->info("mode switch: no HCA is withheld any more");
-      }
-    }
-  }
-  withholding_pending_ = pending;
-  const std::string why = absl::StrJoin(w.reasons, "; ");
-  withheld_.clear();
-  for (const std::string& pci : w.pcis) withheld_[pci] = why;
-  std::vector<hca::AdvertisedHca> hcas;
-  for (const auto& [pci, a] : view_->hcas) hcas.push_back(a);
-  std::vector<DeviceState> devices =
-      config_.mode == hca::Mode::kExclusive
-          ? ExclusiveDevices(hcas, w.pcis)
-          : SharedDevices(config_.shared_devices, hcas, w.pcis);
-  // A change of the withheld set counts as a change even when the list looks the same (shared
-  // mode): Allocate's answer changes with it.
-  if (devices == devices_ && !withholding_changed) return false;
-  devices_ = std::move(devices);
-  ++version_;
-  return true;
+  pods_pending_logged_ = pending;
+  bool changed = false;
+  for (const auto& r : resources_) changed = r->Recompute(view_, pods) || changed;
+  return changed;
 }
 
 void NodeState::Notify() {
@@ -292,183 +259,45 @@ void NodeState::SetRescanRequest(std::function<void()> request) {
   core_.SetRescanRequest(std::move(request));
 }
 
-NodeState::DeviceList NodeState::Devices() const {
-  absl::MutexLock lock(&mu_);
-  return {version_, devices_};
-}
-
 topology::TopologyPtr NodeState::topology() const {
   absl::MutexLock lock(&mu_);
   return view_->topology;
 }
 
-absl::StatusOr<NodeState::Grant> NodeState::Allocate(
-    const std::vector<std::string>& ids) const {
-  if (ids.empty()) return absl::InvalidArgumentError("empty container request: no device IDs");
-  const bool exclusive = config_.mode == hca::Mode::kExclusive;
-  // IDs in their canonical spelling: one HCA written two ways is one HCA, given once.
-  std::vector<std::string> canonical;
-  std::map<std::string, std::string> spelled;  // canonical -> as given
-  for (const std::string& id : ids) {
-    std::string c = id;
-    if (exclusive) {
-      std::optional<std::string> pci = topology::NormalizePci(id);
-      if (!pci) return Invalid("unknown device ID", id);
-      c = *pci;
-    } else if (!IsSharedId(id, config_.shared_devices)) {
-      return Invalid("unknown device ID", id);
-    }
-    auto [it, fresh] = spelled.emplace(c, id);
-    if (!fresh) {
-      return absl::InvalidArgumentError(
-          it->second == id ? absl::StrCat("duplicate device ID '", id, "'")
-                           : absl::StrCat("duplicate device ID '", id, "' (also given as '",
-                                          it->second, "')"));
-    }
-    canonical.push_back(std::move(c));
-  }
-  node::ViewPtr view;
-  std::map<std::string, std::string> withheld;
-  {
-    absl::MutexLock lock(&mu_);
-    view = view_;
-    if (!withheld_.empty()) withheld = withheld_;  // usually none: no copy, no allocation
-  }
-  const topology::TopologyPtr& snapshot = view->topology;
-  // The HCAs asked for (exclusive) or every HCA (shared), with what makes each one refused.
-  std::vector<const topology::Hca*> asked;
-  std::vector<std::string> refused;  // shared mode: why each left-out HCA is
-  if (exclusive) {
-    for (const std::string& pci : canonical) {
-      const int idx = snapshot->HcaIndex(pci);
-      if (idx < 0) {
-        if (view->hcas.count(pci)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("HCA ", pci, " is not present on this node any more"));
-        }
-        return Invalid("unknown device ID", spelled[pci]);
-      }
-      const topology::Hca& hca = snapshot->hcas()[idx];
-      if (auto w = withheld.find(pci); w != withheld.end()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("HCA ", Describe(hca), " is withheld: ", w->second));
-      }
-      asked.push_back(&hca);
-    }
-  } else {
-    for (const topology::Hca& hca : snapshot->hcas()) {
-      if (auto w = withheld.find(hca.place.pci); w != withheld.end()) {
-        refused.push_back(absl::StrCat(hca.name, " is withheld: ", w->second));
-        continue;
-      }
-      asked.push_back(&hca);
-    }
-  }
-  // The HCAs as they are now (their device nodes checked at the call), and rdma_cm.
-  hca::NodesNow checked = core_.CheckNow(asked);
-  std::vector<hca::HcaNow> chosen;
-  chosen.reserve(asked.size());
-  for (hca::HcaNow& now : checked.hcas) {
-    const topology::Hca* hca = now.hca;
-    const hca::Verdict verdict = hca::Assess(now);
-    if (verdict.usable) {
-      chosen.push_back(std::move(now));
-      continue;
-    }
-    if (exclusive) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("HCA ", Describe(*hca), " is unhealthy: ", verdict.reason));
-    }
-    refused.push_back(absl::StrCat(hca->name, ": ", verdict.reason));
-  }
-  if (!exclusive && chosen.empty()) {
-    return absl::FailedPreconditionError(
-        refused.empty() ? std::string("no HCA on this node")
-                        : absl::StrCat("no HCA can be handed out on this node: ",
-                                       absl::StrJoin(refused, "; ")));
-  }
-  // The container's GPUs, known in exclusive mode when the pod-resources list has them: each HCA
-  // is paired with one in the allocation file.
-  std::vector<std::string> gpus;
-  if (exclusive) gpus = CountAlignment(canonical);
-  std::map<std::string, std::string> paired;
-  if (!gpus.empty()) {
-    std::vector<std::string> pcis;
-    pcis.reserve(chosen.size());
-    for (const hca::HcaNow& h : chosen) pcis.push_back(h.hca->place.pci);
-    paired = hca::PairGpus(*snapshot, std::move(pcis), gpus);
-  }
-  Grant out = core_.GrantFor(std::move(chosen), checked.rdma_cm, paired);
-  for (const std::string& warning : out.allocation.warnings) Log()->warn("Allocate: {}", warning);
-  return out;
-}
-
-std::vector<std::string> NodeState::CountAlignment(const std::vector<std::string>& pcis) const {
-  std::optional<topology::PathClass> alignment;
-  std::vector<std::string> gpus;
-  {
-    absl::MutexLock lock(&mu_);
-    if (pods_known_ && !view_->topology->gpus().empty()) {
-      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
-                                       *view_->topology);
-      alignment = AllocationAlignment(*view_->topology, pcis, sel.context.container_gpus);
-      gpus = std::move(sel.context.container_gpus);
-    }
-  }
-  metrics_.CountAllocation(alignment);
-  return gpus;
+std::optional<GpuSelection> NodeState::GpuContext(const std::string& resource) const {
+  absl::MutexLock lock(&mu_);
+  if (!pods_known_ || !view_ || view_->topology->gpus().empty()) return std::nullopt;
+  return GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, resource, gpu_ids_,
+                       *view_->topology);
 }
 
 void NodeState::WriteMetrics(metrics::Exposition& out) const {
-  metrics_.Write(out);
+  std::vector<std::pair<std::string, const PluginMetrics*>> by_resource;
+  for (const auto& r : resources_) by_resource.emplace_back(r->name(), &r->metrics());
+  WritePluginMetrics(by_resource, out);
+  metrics::WriteCounter(out, "pod_resources_errors_total",
+                        "Calls to the kubelet's pod-resources List that failed.",
+                        pod_resources_errors_);
   metrics::NodeMetricsInput door;
   door.mode = config_.mode;
+  for (const auto& r : resources_) {
+    for (const std::string& pci : r->Withheld()) door.withheld.insert(pci);
+  }
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [pci, why] : withheld_) door.withheld.insert(pci);
     door.pods_known = pods_known_;
     if (pods_known_) {
       for (const ContainerDevices& c : pods_) {
-        auto it = c.devices.find(config_.resource_name);
-        if (it != c.devices.end() && !it->second.empty()) {
-          door.holders.emplace_back(c.key, it->second);
+        for (const auto& r : resources_) {
+          auto it = c.devices.find(r->name());
+          if (it != c.devices.end() && !it->second.empty()) {
+            door.holders.push_back({c.key, r->name(), it->second});
+          }
         }
       }
     }
   }
   core_.WriteMetrics(out, std::move(door));
-}
-
-absl::StatusOr<std::vector<std::string>> NodeState::Prefer(
-    const std::vector<std::string_view>& available,
-    const std::vector<std::string_view>& must_include, int size) const {
-  if (config_.mode == hca::Mode::kShared) {
-    return allocator::AnswerShared(available, must_include, size,
-                                   static_cast<std::uint32_t>(config_.shared_devices));
-  }
-  std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
-  allocator::GpuContext gpus;
-  {
-    absl::MutexLock lock(&mu_);
-    alloc = allocator_;
-    if (pods_known_) {
-      GpuSelection sel = GpuContextFor(pods_, gpu_first_seen_, sources_.now(), config_, gpu_ids_,
-                                       *view_->topology);
-      Log()->debug("GPU context: {} candidate container(s), chosen '{}', GPUs [{}], {} free GPUs",
-                   sel.candidates, sel.container, absl::StrJoin(sel.context.container_gpus, ","),
-                   sel.context.free_gpus.size());
-      gpus = std::move(sel.context);
-    }
-  }
-  std::vector<bool> degraded;  // by the allocator's snapshot index
-  for (const auto& [pci, flags] : core_.Now()->flagged) {
-    if (!flags.degraded) continue;
-    if (const int idx = alloc->topology()->HcaIndex(pci); idx >= 0) {
-      degraded.resize(alloc->topology()->hcas().size());
-      degraded[idx] = true;
-    }
-  }
-  return alloc->Answer(available, must_include, size, gpus, degraded);
 }
 
 }  // namespace rdp::deviceplugin

@@ -1,11 +1,13 @@
 #pragma once
 
-// NodeState: the device plugin's adapter over the node core (node/node.h), independent of gRPC:
-// the kubelet's pod list, the HCAs withheld across a mode switch, the GPU context of an
-// admission, and the device list that ListAndWatch streams, computed from the core's view. The
-// snapshot, health, HCAs known, device-node check and what a container gets are the core's.
-// Nothing here runs by itself: PluginServer's threads drive the health poll (Poll) and the
-// pod-resources refresh (RefreshPods), the RPCs the rest.
+// NodeState: the device plugin's adapter over the node core (node/node.h), independent of gRPC,
+// shared by every resource the process serves: the node (one health poll), the kubelet's pod list
+// (one List for all resources), the GPU IDs and the GPU context of an admission, and the
+// resources themselves (ResourceState: each one's HCAs, withholding, device list, Allocate and
+// GetPreferredAllocation), recomputed from the core's view on every change. The snapshot,
+// health, HCAs known, device-node check and what a container gets are the core's. Nothing here
+// runs by itself: PluginServer's threads drive the health poll (Poll) and the pod-resources
+// refresh (RefreshPods), the RPCs the rest.
 // Thread-safe: state is under mu_ and the listeners under listeners_mu_; discovery, file reads and
 // kubelet calls run outside both.
 //
@@ -13,6 +15,12 @@
 // known yet, every HCA is withheld (listed Unhealthy, refused by Allocate), because a container
 // may still hold the other mode's IDs; an admission refused is better than an HCA shared by
 // mistake.
+//
+// An exclusive admission's two calls share one List. The kubelet admits containers one at a
+// time and, for each resource, calls Allocate right after the GetPreferredAllocation that chose
+// its IDs (the device manager's devicesToAllocate, then allocate), so nothing is admitted between
+// the two: the List that answered the GetPreferredAllocation is as new as its Allocate for
+// withholding (ResourceState::KeepPreferred).
 
 #include <poll.h>
 
@@ -34,11 +42,14 @@
 #include "allocator/allocator.h"
 #include "base/env.h"
 #include "deviceplugin/config.h"
+#include "deviceplugin/gpu_context.h"
 #include "deviceplugin/plugin_metrics.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/resource_model.h"
+#include "deviceplugin/resource_state.h"
 #include "hca/hca.h"
 #include "node/node.h"
+#include "resources/resources.h"
 #include "metrics/metrics.h"
 #include "serving/single_flight.h"
 #include "topology/topology.h"
@@ -64,20 +75,26 @@ struct NodeSources {
 // client when config.pod_resources_socket is set (it dials lazily: the socket may appear later).
 NodeSources DefaultSources(const Config& config);
 
+// The resource a Config alone describes (no --config): config.resource_name with an empty
+// selector (the node's physical functions) and config.shared_devices units.
+resources::Resource DefaultResource(const Config& config);
+
 class NodeState {
  public:
-  NodeState(Config config, NodeSources sources);
+  // `served`: the resources, in order; empty: DefaultResource(config) alone.
+  NodeState(Config config, NodeSources sources, std::vector<resources::Resource> served = {});
   ~NodeState();  // waits for a pod-resources List in flight (each has a deadline)
   NodeState(const NodeState&) = delete;
   NodeState& operator=(const NodeState&) = delete;
 
   // Logs the mode lines, discovers the node (node::Node::Init), reads the GPU IDs and computes
-  // the first device list. Errors when discovery fails.
+  // every resource's first device list (a resource that holds no HCA of the node is logged as a
+  // warning naming it). Errors when discovery fails.
   absl::Status Init() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
-  // One health poll: the core's (node::Node::Poll, with the HCAs the pod list shows held), the
-  // GPU IDs read again, the device list recomputed. Returns true when the list changed
-  // (listeners have run).
+  // One health poll: the core's (node::Node::Poll, with the HCAs the pod list shows held through
+  // any of the resources), the GPU IDs read again, every resource recomputed. Returns true when a
+  // resource's list changed (listeners have run).
   bool Poll() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
 
   // Refreshes the kubelet's pod list: `then` runs once a List that started after this call has
@@ -96,27 +113,15 @@ class NodeState {
   // The latest List that ended succeeded. A RefreshPods callback reads that List's outcome (the
   // callbacks of one List run after it ended and before the next one starts).
   bool last_list_ok() const { return last_list_ok_; }
-
-  // An exclusive admission's two calls share one List. The kubelet admits containers one at a
-  // time and, for each resource, calls Allocate right after the GetPreferredAllocation that chose
-  // its IDs (the device manager's devicesToAllocate, then allocate), so nothing is admitted
-  // between the two: the List that answered the GetPreferredAllocation is as new as its Allocate
-  // for withholding. KeepPreferred keeps one container's answer when it was computed from a
-  // successful List begun after the call; nullopt forgets it (any other answer, a registration:
-  // the other mode's plugin may admit containers before ours is the kubelet's endpoint again).
-  void KeepPreferred(std::optional<std::vector<std::string>> answer) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether `ids` (one container's, any order) are the answer kept, which is forgotten either way:
-  // then the Allocate needs no List of its own.
-  bool TakePreferred(std::vector<std::string> ids) ABSL_LOCKS_EXCLUDED(mu_);
   bool has_pod_resources() const { return sources_.pod_resources != nullptr; }
 
-  struct DeviceList {
-    std::uint64_t version = 0;
-    std::vector<DeviceState> devices;
-  };
-  DeviceList Devices() const ABSL_LOCKS_EXCLUDED(mu_);
-  // `listener` runs after every change of the device list, on the thread that made the change,
-  // outside the plugin's state lock (mu_) but inside listeners_mu_: it may call any method
+  // The resources served, in the order given; never empty, fixed for the object's life.
+  const std::vector<std::unique_ptr<ResourceState>>& resources() const { return resources_; }
+  // resources()[i]: the only one when no resources were given.
+  ResourceState& resource(std::size_t i = 0) const { return *resources_.at(i); }
+
+  // `listener` runs after every change of a resource's device list, on the thread that made the
+  // change, outside the plugin's state lock (mu_) but inside listeners_mu_: it may call any method
   // here but AddListener and RemoveListener, and the locks it takes come after listeners_mu_
   // (the lock order). RemoveListener returns once no call of that listener is running.
   int AddListener(std::function<void()> listener) ABSL_LOCKS_EXCLUDED(listeners_mu_);
@@ -125,77 +130,54 @@ class NodeState {
   // owner of the health poll runs one soon.
   void SetRescanRequest(std::function<void()> request) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // What Allocate gives one container: its devices, envs and, with --allocation-dir, the host
-  // file mounted read-only at hca::kAllocationFile.
-  using Grant = node::Grant;
-  // One container's allocation. InvalidArgument naming the ID when the request is empty, has a
-  // duplicate (in any spelling) or an unknown ID. FailedPrecondition naming the HCA and why
-  // when an HCA asked for (exclusive) or every HCA (shared) is withheld or unusable now; each
-  // HCA's device nodes are checked at the call, so that no DeviceSpec names a missing node.
-  absl::StatusOr<Grant> Allocate(const std::vector<std::string>& ids) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-
-  // GetPreferredAllocation for one container, on views of the request's own IDs: the
-  // allocator's one path per mode (allocator::ExclusiveAllocator::Answer, with the GPU context of
-  // the pod list as last refreshed and the HCAs the early-warning rule finds degraded taken only
-  // to complete the answer; allocator::AnswerShared below config.shared_devices). The caller
-  // refreshes the pod list first (RefreshPods). InvalidArgument only for a malformed request:
-  // IDs not offered now are left to the kubelet, must_include is kept as given.
-  absl::StatusOr<std::vector<std::string>> Prefer(const std::vector<std::string_view>& available,
-                                                  const std::vector<std::string_view>& must_include,
-                                                  int size) const ABSL_LOCKS_EXCLUDED(mu_);
-
   const Config& config() const { return config_; }
   topology::TopologyPtr topology() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The node core, whose view, device-node check and grants the resources read.
+  const node::Node& core() const { return core_; }
+  // The GPU context of the container being admitted for `resource` (gpu_context.h), from the
+  // pod list as last refreshed; nullopt while the pod list is not known or the node has no GPUs.
+  std::optional<GpuSelection> GpuContext(const std::string& resource) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The plugin's instruments (thread-safe): the RPC handlers and PluginServer's threads update
-  // them, and so does this class (pod-resources errors, each allocation's alignment).
-  PluginMetrics& metrics() const { return metrics_; }
-  // One scrape: the instruments, then the node's (node::Node::WriteMetrics) with the plugin's
-  // part: withholding and the containers holding HCAs. Thread-safe.
+  // The node's instruments (thread-safe): pod-resources errors.
+  metrics::Counter& pod_resources_errors() const { return pod_resources_errors_; }
+  // One scrape: every resource's instruments (labelled `resource`), the node's, then the core's
+  // (node::Node::WriteMetrics) with the plugin's part: withholding and the containers holding
+  // HCAs. Thread-safe.
   void WriteMetrics(metrics::Exposition& out) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void StartList(std::function<void()> finished) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
   void OnPods(absl::StatusOr<PodList> pods) ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Takes the core's view now (a new snapshot gets its allocator) and recomputes devices_ from its
-  // HCAs and the pods; bumps version_ and logs withholding decisions when different. True when
-  // the list or the withheld set changed.
+  // Takes the core's view now and recomputes every resource from it and the pods; logs the
+  // pod list becoming known. True when a resource's list or withheld set changed.
   bool Recompute() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs the listeners.
   void Notify() ABSL_LOCKS_EXCLUDED(mu_, listeners_mu_);
-  // Counts the allocation of `pcis` by its alignment with the GPUs of the container being
-  // admitted, as the last pod list shows it; returns those GPUs (empty when unknown).
-  std::vector<std::string> CountAlignment(const std::vector<std::string>& pcis) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The HCAs the pod list shows held through our resource; nullopt while it is not known.
+  // The HCAs the pod list shows held through any resource; nullopt while it is not known.
   std::optional<std::set<std::string>> HeldNow() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
   NodeSources sources_;
   node::Node core_;
+  std::vector<std::unique_ptr<ResourceState>> resources_;
   std::atomic<bool> last_list_ok_{false};  // the latest pod-resources List succeeded
-  mutable PluginMetrics metrics_;
+  mutable metrics::Counter pod_resources_errors_;
 
-  // Lock order: listeners_mu_ (held while listeners run), then mu_.
+  // Lock order: listeners_mu_ (held while listeners run), then mu_, then a resource's.
   mutable absl::Mutex listeners_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::map<int, std::function<void()>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
   int next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 0;
 
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(listeners_mu_);
   node::ViewPtr view_ ABSL_GUARDED_BY(mu_);  // the core's, as of the last Recompute
-  std::shared_ptr<const allocator::ExclusiveAllocator> allocator_ ABSL_GUARDED_BY(mu_);
   PodList pods_ ABSL_GUARDED_BY(mu_);
   bool pods_known_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_failing_ ABSL_GUARDED_BY(mu_) = false;  // the failure was logged
+  bool pods_pending_logged_ ABSL_GUARDED_BY(mu_) = false;  // "pod list not known" logged
   absl::Time failure_logged_ ABSL_GUARDED_BY(mu_);  // when; logged again a minute on
   std::map<std::string, absl::Time> gpu_first_seen_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> gpu_ids_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> withheld_ ABSL_GUARDED_BY(mu_);  // PCI -> why
-  bool withholding_pending_ ABSL_GUARDED_BY(mu_) = false;  // withheld_ is "pods not known yet"
-  std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::vector<std::string>> preferred_ ABSL_GUARDED_BY(mu_);  // sorted
-  std::uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Last: destroyed first, so that a List in flight finishes while the rest is still alive.
   serving::SingleFlight pod_refresh_;

@@ -6,7 +6,6 @@ namespace rdp::deviceplugin {
 namespace {
 
 using metrics::Name;
-using metrics::WriteCounter;
 
 // 50 us is an empty RPC on a unix socket; a GetPreferredAllocation that waits for the pod list
 // takes up to its deadline (100 ms by default).
@@ -49,38 +48,56 @@ void PluginMetrics::CountAllocation(std::optional<topology::PathClass> alignment
   alignment_[alignment ? static_cast<int>(*alignment) : 5].Add();
 }
 
-void PluginMetrics::Write(metrics::Exposition& out) const {
-  out.Family(Name("rpc_duration_seconds"), "Latency of the kubelet's unary RPCs, by method.",
+void WritePluginMetrics(
+    const std::vector<std::pair<std::string, const PluginMetrics*>>& by_resource,
+    metrics::Exposition& out) {
+  out.Family(Name("rpc_duration_seconds"),
+             "Latency of the kubelet's unary RPCs, by resource and method.",
              metrics::Exposition::Type::kHistogram);
-  for (int i = 0; i < kRpcCount; ++i) {
-    out.HistogramSamples({{"method", RpcName(static_cast<Rpc>(i))}}, rpc_latency_[i].Read());
+  for (const auto& [resource, m] : by_resource) {
+    for (int i = 0; i < kRpcCount; ++i) {
+      out.HistogramSamples({{"resource", resource}, {"method", RpcName(static_cast<Rpc>(i))}},
+                           m->rpc_latency_[i].Read());
+    }
   }
   out.Family(Name("rpc_errors_total"),
-             "Kubelet RPCs that ended with an error, by method and gRPC status code.",
+             "Kubelet RPCs that ended with an error, by resource, method and gRPC status code.",
              metrics::Exposition::Type::kCounter);
-  for (int i = 0; i < kRpcCount; ++i) {
-    for (int code = 1; code < kCodes; ++code) {
-      // Every series from the start, zeros included: rate() and increase() see the first
-      // error of a series that already exists.
-      out.Sample({{"method", RpcName(static_cast<Rpc>(i))}, {"code", kCodeNames[code]}},
-                 static_cast<double>(rpc_errors_[i][code].value()));
+  for (const auto& [resource, m] : by_resource) {
+    for (int i = 0; i < kRpcCount; ++i) {
+      for (int code = 1; code < PluginMetrics::kCodes; ++code) {
+        // Every series from the start, zeros included: rate() and increase() see the first
+        // error of a series that already exists.
+        out.Sample({{"resource", resource},
+                    {"method", RpcName(static_cast<Rpc>(i))},
+                    {"code", kCodeNames[code]}},
+                   static_cast<double>(m->rpc_errors_[i][code].value()));
+      }
     }
   }
   out.Family(Name("allocation_alignment_total"),
-             "Exclusive-mode container allocations by the PCIe path class between their HCAs "
-             "and the container's GPUs (the worst HCA's path to its nearest GPU); unknown when "
-             "the GPU context was not known.",
+             "Exclusive-mode container allocations by resource and the PCIe path class between "
+             "their HCAs and the container's GPUs (the worst HCA's path to its nearest GPU); "
+             "unknown when the GPU context was not known.",
              metrics::Exposition::Type::kCounter);
-  for (int i = 0; i < 6; ++i) {
-    out.Sample({{"path_class", kAlignmentNames[i]}}, static_cast<double>(alignment_[i].value()));
+  for (const auto& [resource, m] : by_resource) {
+    for (int i = 0; i < 6; ++i) {
+      out.Sample({{"resource", resource}, {"path_class", kAlignmentNames[i]}},
+                 static_cast<double>(m->alignment_[i].value()));
+    }
   }
-  WriteCounter(out, "registrations_total", "Successful registrations with the kubelet.",
-               registrations);
-  WriteCounter(out, "kubelet_restarts_total",
-               "Kubelet restarts detected (our socket removed or kubelet.sock re-created).",
-               kubelet_restarts);
-  WriteCounter(out, "pod_resources_errors_total",
-               "Calls to the kubelet's pod-resources List that failed.", pod_resources_errors);
+  out.Family(Name("registrations_total"), "Successful registrations with the kubelet, by resource.",
+             metrics::Exposition::Type::kCounter);
+  for (const auto& [resource, m] : by_resource) {
+    out.Sample({{"resource", resource}}, static_cast<double>(m->registrations.value()));
+  }
+  out.Family(Name("kubelet_restarts_total"),
+             "Kubelet restarts detected (our socket removed or kubelet.sock re-created), by the "
+             "resource whose server detected them.",
+             metrics::Exposition::Type::kCounter);
+  for (const auto& [resource, m] : by_resource) {
+    out.Sample({{"resource", resource}}, static_cast<double>(m->kubelet_restarts.value()));
+  }
 }
 
 std::optional<topology::PathClass> AllocationAlignment(const topology::Topology& topology,

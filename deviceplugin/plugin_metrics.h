@@ -1,12 +1,13 @@
 #pragma once
 
 // What the device plugin exports to Prometheus beside the node's families (metrics/node_metrics.h;
-// every name and label is a contract listed in docs/metrics.md): the instruments its threads
-// and RPC handlers update.
+// every name and label is a contract listed in docs/metrics.md): the instruments each resource's
+// server and RPC handlers update, written labelled `resource`.
 
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -25,7 +26,7 @@ enum class Rpc : int {
 inline constexpr int kRpcCount = 4;
 const char* RpcName(Rpc rpc);
 
-// The instruments. Thread-safe; every update is lock-free and allocation-free.
+// One resource's instruments. Thread-safe; every update is lock-free and allocation-free.
 class PluginMetrics {
  public:
   PluginMetrics();
@@ -37,18 +38,23 @@ class PluginMetrics {
   void CountAllocation(std::optional<topology::PathClass> alignment);
 
   metrics::Counter registrations;         // successful Register calls to the kubelet
-  metrics::Counter kubelet_restarts;      // kubelet restarts the lifecycle thread detected
-  metrics::Counter pod_resources_errors;  // pod-resources List calls that failed
-
-  // Writes the families above (all series, zeros included, so that rate() sees them start).
-  void Write(metrics::Exposition& out) const;
+  metrics::Counter kubelet_restarts;      // kubelet restarts the resource's server detected
 
  private:
+  friend void WritePluginMetrics(
+      const std::vector<std::pair<std::string, const PluginMetrics*>>& by_resource,
+      metrics::Exposition& out);
   static constexpr int kCodes = 17;  // grpc::StatusCode OK..UNAUTHENTICATED
   std::array<metrics::Histogram, kRpcCount> rpc_latency_;
   std::array<std::array<metrics::Counter, kCodes>, kRpcCount> rpc_errors_;
   std::array<metrics::Counter, 6> alignment_;  // PIX, PXB, PHB, NODE, SYS, unknown
 };
+
+// Writes the families of PluginMetrics, one series set per resource (labelled `resource`, by the
+// resource's name), all series zeros included so that rate() sees them start.
+void WritePluginMetrics(
+    const std::vector<std::pair<std::string, const PluginMetrics*>>& by_resource,
+    metrics::Exposition& out);
 
 // The allocation's alignment with the container's GPUs: for each HCA, the class of the path to
 // its nearest GPU of `gpus`; the worst of those (an allocation is PIX only when every HCA shares

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
@@ -34,30 +35,135 @@ absl::Status Errno(const std::string& what) {
 
 }  // namespace
 
+class PluginServer::Endpoint {
+ public:
+  Endpoint(PluginServer& server, ResourceState& resource, std::string socket_name)
+      : server_(server),
+        resource_(resource),
+        socket_name_(std::move(socket_name)),
+        socket_path_((std::filesystem::path(server.config_.kubelet_dir) / socket_name_).string()),
+        kubelet_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {}
+  ~Endpoint() {
+    if (kubelet_inotify_ >= 0) ::close(kubelet_inotify_);
+  }
+
+  bool ok() const { return kubelet_inotify_ >= 0; }
+  const std::string& socket_name() const { return socket_name_; }
+  const std::string& socket_path() const { return socket_path_; }
+
+  // Watches the kubelet dir and serves the socket (Start, before the thread exists).
+  absl::Status Begin() ABSL_LOCKS_EXCLUDED(lifecycle_) {
+    serving::ThreadRole::Scope lifecycle(&lifecycle_);
+    if (!WatchKubeletDir()) {
+      return Errno(absl::StrCat("watching ", server_.config_.kubelet_dir));
+    }
+    return Serve();
+  }
+  // The lifecycle thread's body.
+  void Run() ABSL_LOCKS_EXCLUDED(lifecycle_) {
+    serving::ThreadRole::Scope lifecycle(&lifecycle_);
+    LifecycleLoop();
+  }
+  // Stops serving and removes the socket when it is still ours (Stop, after the thread ended).
+  void End() ABSL_LOCKS_EXCLUDED(lifecycle_) {
+    serving::ThreadRole::Scope lifecycle(&lifecycle_);
+    StopServing();
+    if (socket_id_ != 0 && serving::FileId(socket_path_) == socket_id_) {
+      ::unlink(socket_path_.c_str());
+    }
+  }
+
+ private:
+  // The lifecycle thread's work; it runs in Begin (before the thread exists) and End (after
+  // it is joined) too, each holding lifecycle_.
+  absl::Status Serve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);  // (re)creates the socket
+  void StopServing() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  bool TryRegister() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  void LifecycleLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // Handles queued inotify events of the kubelet dir; returns true when the kubelet restarted.
+  bool DrainInotify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
+  bool WatchKubeletDir() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // Whether the kubelet directory there now is the one watched.
+  bool WatchingKubeletDir() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+
+  PluginServer& server_;
+  ResourceState& resource_;
+  const std::string socket_name_;
+  const std::string socket_path_;
+  const int kubelet_inotify_;  // the kubelet dir
+
+  serving::ThreadRole lifecycle_;
+  std::unique_ptr<DevicePluginService> service_ ABSL_GUARDED_BY(lifecycle_);
+  std::unique_ptr<grpc::Server> grpc_server_ ABSL_GUARDED_BY(lifecycle_);
+  std::uint64_t socket_id_ ABSL_GUARDED_BY(lifecycle_) = 0;   // FileId of the socket we bound
+  // FileId of kubelet.sock at our last registration.
+  std::uint64_t kubelet_id_ ABSL_GUARDED_BY(lifecycle_) = 0;
+  // A registration failure of the current streak was logged.
+  bool register_failing_ ABSL_GUARDED_BY(lifecycle_) = false;
+  int kubelet_watch_ ABSL_GUARDED_BY(lifecycle_) = -1;
+  std::uint64_t watched_dir_ ABSL_GUARDED_BY(lifecycle_) = 0;  // DirId of kubelet_watch_'s dir
+};
+
 PluginServer::PluginServer(Config config, NodeSources sources,
+                           std::vector<resources::Resource> served,
                            std::vector<grpc::Service*> also_served)
     : config_(std::move(config)),
       also_served_(std::move(also_served)),
       poll_(sources.poll),
-      node_(std::make_unique<NodeState>(config_, std::move(sources))),
+      node_(std::make_unique<NodeState>(config_, std::move(sources), served)),
       stop_fd_(serving::NewEventFd()),
       rescan_fd_(serving::NewEventFd()),
-      kubelet_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)),
-      pods_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {}
+      pods_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+  // Without resources given, the one resource of the Config keeps the Config's socket.
+  const bool from_config = served.empty();
+  for (const auto& r : node_->resources()) {
+    endpoints_.push_back(std::make_unique<Endpoint>(
+        *this, *r, from_config ? config_.socket_name : r->resource().SocketName()));
+  }
+}
 
 PluginServer::~PluginServer() {
   Stop();
-  for (int fd : {kubelet_inotify_, pods_inotify_, stop_fd_, rescan_fd_}) {
+  endpoints_.clear();
+  for (int fd : {pods_inotify_, stop_fd_, rescan_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
 
-absl::Status PluginServer::Start() {
-  if (stop_fd_ < 0 || !fatal_.ok() || rescan_fd_ < 0 || kubelet_inotify_ < 0 ||
-      pods_inotify_ < 0) {
-    return Errno("inotify/eventfd");
-  }
+std::vector<std::string> PluginServer::SocketPaths() const {
+  std::vector<std::string> out;
+  for (const auto& e : endpoints_) out.push_back(e->socket_path());
+  return out;
+}
+
+absl::Status PluginServer::Prepare(const ResourceCheck& check) {
+  absl::MutexLock lock(&mu_);
+  if (prepared_) return absl::OkStatus();
   if (absl::Status s = node_->Init(); !s.ok()) return s;
+  if (check) {
+    std::vector<resources::Resource> served;
+    for (const auto& r : node_->resources()) served.push_back(r->resource());
+    if (absl::Status s = check(served, *node_->topology()); !s.ok()) return s;
+  }
+  prepared_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PluginServer::Start() {
+  bool ok = stop_fd_ >= 0 && fatal_.ok() && rescan_fd_ >= 0 && pods_inotify_ >= 0;
+  for (const auto& e : endpoints_) ok = ok && e->ok();
+  if (!ok) return Errno("inotify/eventfd");
+  std::set<std::string> sockets;
+  for (const auto& e : endpoints_) {
+    if (!sockets.insert(e->socket_name()).second || e->socket_name() == "kubelet.sock") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "two resources would be served on one socket, ", e->socket_path(),
+          ", or a resource on the kubelet's: give them names that differ in more than '/' "
+          "and '.'"));
+    }
+  }
+  if (absl::Status s = Prepare(); !s.ok()) return s;
   node_->SetRescanRequest([fd = rescan_fd_] { serving::SignalEventFd(fd); });
   if (node_->has_pod_resources()) {
     serving::ThreadRole::Scope pods(&pods_role_);
@@ -66,21 +172,19 @@ absl::Status PluginServer::Start() {
     // withheld; the List goes on, and the pods thread retries.
     node_->RefreshPodsAndWait(config_.pod_resources_first_wait);
   }
-  {
-    serving::ThreadRole::Scope lifecycle(&lifecycle_);
-    std::error_code ec;
-    std::filesystem::create_directories(config_.kubelet_dir, ec);
-    if (!WatchKubeletDir()) return Errno(absl::StrCat("watching ", config_.kubelet_dir));
-    if (absl::Status s = Serve(); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::create_directories(config_.kubelet_dir, ec);
+  for (const auto& e : endpoints_) {
+    if (absl::Status s = e->Begin(); !s.ok()) return s;
   }
   absl::MutexLock lock(&mu_);
   started_ = true;
-  threads_.emplace_back([this] {
-    RunLoop("lifecycle", [this] {
-      serving::ThreadRole::Scope lifecycle(&lifecycle_);
-      LifecycleLoop();
+  for (const auto& e : endpoints_) {
+    Endpoint* endpoint = e.get();
+    threads_.emplace_back([this, endpoint] {
+      RunLoop("lifecycle", [endpoint] { endpoint->Run(); });
     });
-  });
+  }
   threads_.emplace_back([this] { RunLoop("health", [this] { HealthLoop(); }); });
   if (node_->has_pod_resources()) {
     threads_.emplace_back([this] {
@@ -104,11 +208,7 @@ void PluginServer::Stop() {
   }
   node_->StopPodLists();  // the pods thread may wait for a List: it ends at once
   for (std::thread& t : threads) t.join();
-  serving::ThreadRole::Scope lifecycle(&lifecycle_);
-  StopServing();
-  if (socket_id_ != 0 && serving::FileId(config_.SocketPath()) == socket_id_) {
-    ::unlink(config_.SocketPath().c_str());
-  }
+  for (const auto& e : endpoints_) e->End();
   node_->SetRescanRequest(nullptr);
 }
 
@@ -154,72 +254,77 @@ absl::StatusOr<std::vector<bool>> PluginServer::WaitFor(const std::vector<int>& 
   return out;
 }
 
-absl::Status PluginServer::Serve() {
+absl::Status PluginServer::Endpoint::Serve() {
   StopServing();
-  const std::string path = config_.SocketPath();
-  service_ = std::make_unique<DevicePluginService>(node_.get());
+  const std::string& path = socket_path_;
+  service_ = std::make_unique<DevicePluginService>(&resource_);
   std::vector<grpc::Service*> services = {service_.get()};
-  services.insert(services.end(), also_served_.begin(), also_served_.end());
+  services.insert(services.end(), server_.also_served_.begin(), server_.also_served_.end());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = serving::StartUnixServer(path, services);
   if (!server.ok()) {
     service_.reset();
     return server.status();
   }
-  server_ = std::move(*server);
+  grpc_server_ = std::move(*server);
   socket_id_ = serving::FileId(path);
   if (socket_id_ == 0) {
     // Removed as soon as it appeared (a kubelet wiping its directory): no socket of ours to watch.
     StopServing();
     return absl::UnavailableError(absl::StrCat(path, " vanished as it was created"));
   }
-  Log()->info("serving {} on {}", config_.resource_name, path);
+  Log()->info("serving {} on {}", resource_.name(), path);
   return absl::OkStatus();
 }
 
-void PluginServer::StopServing() {
+void PluginServer::Endpoint::StopServing() {
   if (service_) service_->Stop();
-  if (server_) server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
-  server_.reset();
+  if (grpc_server_) grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  grpc_server_.reset();
   service_.reset();
 }
 
-bool PluginServer::TryRegister() {
+bool PluginServer::Endpoint::TryRegister() {
   grpc::ChannelArguments args;
   // A fresh subchannel per attempt: a restarted kubelet must not wait out an old backoff.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel("unix://" + config_.KubeletSocketPath(),
+  auto channel = grpc::CreateCustomChannel("unix://" + server_.config_.KubeletSocketPath(),
                                            grpc::InsecureChannelCredentials(), args);
   auto stub = v1beta1::Registration::NewStub(channel);
   v1beta1::RegisterRequest request;
   request.set_version(kApiVersion);
-  request.set_endpoint(config_.socket_name);
-  request.set_resource_name(config_.resource_name);
+  request.set_endpoint(socket_name_);
+  request.set_resource_name(resource_.name());
   request.mutable_options()->set_pre_start_required(false);
   request.mutable_options()->set_get_preferred_allocation_available(true);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + config_.register_timeout));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + server_.config_.register_timeout));
   v1beta1::Empty response;
-  const std::uint64_t kubelet_ino = serving::FileId(config_.KubeletSocketPath());
-  node_->KeepPreferred(std::nullopt);  // the kubelet's endpoint changes hands
+  const std::uint64_t kubelet_ino = serving::FileId(server_.config_.KubeletSocketPath());
+  resource_.KeepPreferred(std::nullopt);  // the kubelet's endpoint changes hands
   grpc::Status status = stub->Register(&context, request, &response);
   if (!status.ok()) {
     if (!register_failing_) {
       Log()->warn("registering with the kubelet on {} failed, retrying with backoff: {}",
-                  config_.KubeletSocketPath(), status.error_message());
+                  server_.config_.KubeletSocketPath(), status.error_message());
     }
     register_failing_ = true;
     return false;
   }
   register_failing_ = false;
   // kubelet.sock may have appeared during the call: its IN_CREATE is not a restart.
-  kubelet_id_ = kubelet_ino != 0 ? kubelet_ino : serving::FileId(config_.KubeletSocketPath());
+  kubelet_id_ =
+      kubelet_ino != 0 ? kubelet_ino : serving::FileId(server_.config_.KubeletSocketPath());
   // Counted before the line is logged: a reader that saw the line sees the count.
-  node_->metrics().registrations.Add();
-  Log()->info("Registered device plugin with Kubelet");
+  resource_.metrics().registrations.Add();
+  if (server_.endpoints_.size() == 1) {
+    Log()->info("Registered device plugin with Kubelet");
+  } else {
+    Log()->info("Registered device plugin with Kubelet: {}", resource_.name());
+  }
   return true;
 }
 
-bool PluginServer::DrainInotify() {
+bool PluginServer::Endpoint::DrainInotify() {
   bool restart = false;
   bool lost_watch = false;
   const std::uint64_t kubelet_id = kubelet_id_;
@@ -228,7 +333,8 @@ bool PluginServer::DrainInotify() {
   serving::ReadInotifyEvents(kubelet_inotify_, [&](const serving::InotifyEvent& ev) {
     const std::uint32_t mask = ev.mask;
     const std::string& name = ev.name;
-    Log()->debug("inotify: {} wd={} mask={:#x}", name.empty() ? config_.kubelet_dir : name, ev.wd,
+    Log()->debug("inotify: {} wd={} mask={:#x}",
+                 name.empty() ? server_.config_.kubelet_dir : name, ev.wd,
                  mask);
     // The directory we watch went away. The IN_IGNORED of a watch replaced earlier (a directory
     // seen replaced is watched again at once, and inotify_rm_watch queues one) is no news: that
@@ -237,11 +343,11 @@ bool PluginServer::DrainInotify() {
     if ((mask & IN_IGNORED) && ev.wd == watch) lost_watch = true;
     if (mask & IN_Q_OVERFLOW) restart = true;  // events were lost: assume the worst
     if (name == "kubelet.sock" && (mask & (IN_CREATE | IN_MOVED_TO)) &&
-        serving::FileId(config_.KubeletSocketPath()) != kubelet_id) {
+        serving::FileId(server_.config_.KubeletSocketPath()) != kubelet_id) {
       restart = true;
     }
-    if (name == config_.socket_name && (mask & (IN_DELETE | IN_MOVED_FROM))) {
-      const std::uint64_t now = serving::FileId(config_.SocketPath());
+    if (name == socket_name_ && (mask & (IN_DELETE | IN_MOVED_FROM))) {
+      const std::uint64_t now = serving::FileId(socket_path_);
       if (now == 0 || now != socket_id) restart = true;
     }
   });
@@ -249,9 +355,9 @@ bool PluginServer::DrainInotify() {
   return restart;
 }
 
-void PluginServer::LifecycleLoop() {
+void PluginServer::Endpoint::LifecycleLoop() {
   absl::Time next_register = absl::Now();
-  absl::Duration backoff = config_.register_backoff_min;
+  absl::Duration backoff = server_.config_.register_backoff_min;
   bool registered = false;
   bool need_serve = false;  // our socket is gone and the last attempt to serve failed
   for (;;) {
@@ -259,10 +365,10 @@ void PluginServer::LifecycleLoop() {
     // inotify alone can miss a restart (the directory replaced between a read and a new watch,
     // a queue overflow), and while the directory is gone there is nothing to watch.
     const absl::Time wake =
-        !registered ? next_register : absl::Now() + config_.register_backoff_max;
-    absl::StatusOr<std::vector<bool>> ready = WaitFor({kubelet_inotify_}, wake);
+        !registered ? next_register : absl::Now() + server_.config_.register_backoff_max;
+    absl::StatusOr<std::vector<bool>> ready = server_.WaitFor({kubelet_inotify_}, wake);
     if (absl::IsCancelled(ready.status())) return;
-    if (!ready.ok()) return Fatal(ready.status());
+    if (!ready.ok()) return server_.Fatal(ready.status());
 
     bool restart = (*ready)[0] && DrainInotify();
     // The watch must be on the directory that is there now: re-watch one that came back or was
@@ -274,18 +380,18 @@ void PluginServer::LifecycleLoop() {
     // Our socket must be the one we served, and kubelet.sock, once there, the one we registered
     // with. A kubelet.sock that is gone is a kubelet on its way down: registering before the new
     // one has cleared the directory (it removes our socket as it starts) only times out.
-    const bool ours_gone = serving::FileId(config_.SocketPath()) != socket_id_;
-    const std::uint64_t kubelet_now = serving::FileId(config_.KubeletSocketPath());
+    const bool ours_gone = serving::FileId(socket_path_) != socket_id_;
+    const std::uint64_t kubelet_now = serving::FileId(server_.config_.KubeletSocketPath());
     if (registered && (ours_gone || (kubelet_now != 0 && kubelet_now != kubelet_id_))) {
       restart = true;
     }
     if (restart) {
-      node_->metrics().kubelet_restarts.Add();
+      resource_.metrics().kubelet_restarts.Add();
       Log()->info("kubelet restart detected in {}: serving again and re-registering",
-                  config_.kubelet_dir);
+                  server_.config_.kubelet_dir);
       need_serve = need_serve || ours_gone;
       registered = false;
-      backoff = config_.register_backoff_min;
+      backoff = server_.config_.register_backoff_min;
       next_register = absl::Now();
     }
     // Never register an endpoint that is not there (the kubelet dials it at once).
@@ -296,7 +402,7 @@ void PluginServer::LifecycleLoop() {
       } else {
         Log()->warn("{}; retrying", s.ToString());
         next_register = absl::Now() + backoff;
-        backoff = std::min(backoff * 2, config_.register_backoff_max);
+        backoff = std::min(backoff * 2, server_.config_.register_backoff_max);
       }
     }
     if (!registered && !need_serve && absl::Now() >= next_register) {
@@ -306,31 +412,32 @@ void PluginServer::LifecycleLoop() {
       // socket must still be there.
       if (!WatchingKubeletDir() && !WatchKubeletDir()) {
         next_register = absl::Now() + backoff;
-        backoff = std::min(backoff * 2, config_.register_backoff_max);
+        backoff = std::min(backoff * 2, server_.config_.register_backoff_max);
         continue;
       }
-      if (serving::FileId(config_.SocketPath()) != socket_id_) {
+      if (serving::FileId(socket_path_) != socket_id_) {
         need_serve = true;
         continue;
       }
       registered = TryRegister();
       if (!registered) {
         next_register = absl::Now() + backoff;
-        backoff = std::min(backoff * 2, config_.register_backoff_max);
+        backoff = std::min(backoff * 2, server_.config_.register_backoff_max);
       }
     }
   }
 }
 
-bool PluginServer::WatchingKubeletDir() const {
-  return kubelet_watch_ >= 0 && serving::DirId(config_.kubelet_dir) == watched_dir_;
+bool PluginServer::Endpoint::WatchingKubeletDir() const {
+  return kubelet_watch_ >= 0 && serving::DirId(server_.config_.kubelet_dir) == watched_dir_;
 }
 
-bool PluginServer::WatchKubeletDir() {
-  const std::uint64_t dir = serving::DirId(config_.kubelet_dir);
+bool PluginServer::Endpoint::WatchKubeletDir() {
+  const std::uint64_t dir = serving::DirId(server_.config_.kubelet_dir);
   if (dir == 0) return false;
   if (kubelet_watch_ >= 0) ::inotify_rm_watch(kubelet_inotify_, kubelet_watch_);
-  kubelet_watch_ = ::inotify_add_watch(kubelet_inotify_, config_.kubelet_dir.c_str(), kDirEvents);
+  kubelet_watch_ =
+      ::inotify_add_watch(kubelet_inotify_, server_.config_.kubelet_dir.c_str(), kDirEvents);
   if (kubelet_watch_ < 0) return false;
   // The directory may have been replaced between the stat and the watch: then the next check
   // sees a different id and watches again.

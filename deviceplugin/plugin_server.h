@@ -1,11 +1,14 @@
 #pragma once
 
-// The plugin's lifecycle on a node: serve v1beta1.DevicePlugin on <kubelet-dir>/<socket-name>,
-// then register with the kubelet on <kubelet-dir>/kubelet.sock, retrying with exponential
-// backoff while the kubelet is absent; when the kubelet restarts (kubelet.sock re-created, or
-// our socket removed) serve again and re-register at once. Three background threads, each
-// timed by poll(2) on its own descriptors (nothing sleeps), so that none waits on another:
-//  - lifecycle: serving and registration (inotify on the kubelet dir);
+// The plugin's lifecycle on a node, for each resource it serves (one device plugin per resource,
+// over one NodeState): serve v1beta1.DevicePlugin on <kubelet-dir>/<socket>, then register the
+// resource with the kubelet on <kubelet-dir>/kubelet.sock, retrying with exponential backoff
+// while the kubelet is absent; when the kubelet restarts (kubelet.sock re-created, or the
+// resource's socket removed) serve again and re-register at once. The socket is
+// config.socket_name for the one resource a Config alone describes, Resource::SocketName()
+// for resources given. Background threads, each timed by poll(2) on its own descriptors (nothing
+// sleeps), so that none waits on another:
+//  - lifecycle, one per resource: its serving and registration (inotify on the kubelet dir);
 //  - health: the health poll and hotplug re-discovery every config.health_interval, and at once
 //    when an RPC finds a device node gone;
 //  - pods: the kubelet's pod list, every health_interval once known; while unknown, retried
@@ -30,25 +33,38 @@
 #include "deviceplugin/config.h"
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/service.h"
+#include "resources/resources.h"
 #include "serving/fatal_latch.h"
 #include "serving/thread_role.h"
+#include "topology/topology.h"
 
 namespace rdp::deviceplugin {
 
 class PluginServer {
  public:
-  // `also_served`: services served beside DevicePlugin on the plugin's socket, each time it is
-  // served (not owned: they must outlive the server). A benchmark's hook (bench_rpc's payload
-  // floor); the product serves none, and no flag sets it.
-  PluginServer(Config config, NodeSources sources, std::vector<grpc::Service*> also_served = {});
+  // Checks the resources against the node once it is discovered (an HCA two exclusive resources
+  // select, ...): an error refuses the start, before anything is served or registered.
+  using ResourceCheck = std::function<absl::Status(const std::vector<resources::Resource>&,
+                                                   const topology::Topology&)>;
+
+  // `served`: the resources, each its own device plugin (empty: DefaultResource(config) alone,
+  // on config.socket_name). `also_served`: services served beside DevicePlugin on every socket,
+  // each time it is served (not owned: they must outlive the server). A benchmark's hook
+  // (bench_rpc's payload floor); the product serves none, and no flag sets it.
+  PluginServer(Config config, NodeSources sources, std::vector<resources::Resource> served = {},
+               std::vector<grpc::Service*> also_served = {});
   ~PluginServer();  // Stop(), then closes the descriptors
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
 
-  // Discovers the node, asks once for the kubelet's pod list (bounded), serves the socket and
-  // starts the background threads (registration follows asynchronously). Errors when discovery
-  // fails, the socket cannot be served or the directory cannot be watched; then nothing keeps
-  // running.
+  // Discovers the node (NodeState::Init), then runs `check` (null: none) on the resources and
+  // the snapshot. The discovery's error, or the check's, unchanged; nothing is served either way.
+  // Once it succeeded, later calls return OK at once.
+  absl::Status Prepare(const ResourceCheck& check = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Prepare() unless done, asks once for the kubelet's pod list (bounded), serves every
+  // resource's socket and starts the background threads (registrations follow asynchronously).
+  // Errors when discovery fails, two resources would share a socket, a socket cannot be served
+  // or the directory cannot be watched; then nothing keeps running.
   absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every ListAndWatch stream, stops serving, removes our socket, joins the threads.
   // Idempotent; safe from any thread but not from a signal handler.
@@ -59,20 +75,12 @@ class PluginServer {
 
   NodeState& node() { return *node_; }
   const Config& config() const { return config_; }
+  // Where each resource is served, in the order of NodeState::resources().
+  std::vector<std::string> SocketPaths() const;
 
  private:
-  // The lifecycle thread's work; it runs in Start (before the thread exists) and Stop (after
-  // it is joined) too, each holding lifecycle_.
-  absl::Status Serve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);  // (re)creates the socket
-  void StopServing() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
-  bool TryRegister() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
-  void LifecycleLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
-  // Handles queued inotify events of the kubelet dir; returns true when the kubelet restarted.
-  bool DrainInotify() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
-  // (Re)watches the kubelet dir; false when it is not there or cannot be watched.
-  bool WatchKubeletDir() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
-  // Whether the kubelet directory there now is the one watched.
-  bool WatchingKubeletDir() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(lifecycle_);
+  // One resource's device plugin: its socket, service, registration and lifecycle thread.
+  class Endpoint;
 
   void HealthLoop();
 
@@ -97,25 +105,16 @@ class PluginServer {
   // Descriptors, made with the server and closed with it (-1: could not be made; Start fails).
   const int stop_fd_;           // eventfd written once by Stop(), never read: wakes every thread
   const int rescan_fd_;         // eventfd: the health thread polls at once
-  const int kubelet_inotify_;   // the kubelet dir (lifecycle thread)
   const int pods_inotify_;      // the pod-resources socket's dir (pods thread)
-
-  serving::ThreadRole lifecycle_;
-  std::unique_ptr<DevicePluginService> service_ ABSL_GUARDED_BY(lifecycle_);
-  std::unique_ptr<grpc::Server> server_ ABSL_GUARDED_BY(lifecycle_);
-  std::uint64_t socket_id_ ABSL_GUARDED_BY(lifecycle_) = 0;   // FileId of the socket we bound
-  // FileId of kubelet.sock at our last registration.
-  std::uint64_t kubelet_id_ ABSL_GUARDED_BY(lifecycle_) = 0;
-  // A registration failure of the current streak was logged.
-  bool register_failing_ ABSL_GUARDED_BY(lifecycle_) = false;
-  int kubelet_watch_ ABSL_GUARDED_BY(lifecycle_) = -1;
-  std::uint64_t watched_dir_ ABSL_GUARDED_BY(lifecycle_) = 0;  // DirId of kubelet_watch_'s dir
+  // One per resource of node_, in its order; made with the server.
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
 
   serving::ThreadRole pods_role_;
   int pods_watch_ ABSL_GUARDED_BY(pods_role_) = -1;
 
   absl::Mutex mu_;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  bool prepared_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   serving::FatalLatch fatal_;

@@ -44,7 +44,8 @@ std::vector<std::string_view> Views(const google::protobuf::RepeatedPtrField<std
   return {ids.begin(), ids.end()};
 }
 
-absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocationRequest& request,
+absl::Status PreferAll(const ResourceState& resource,
+                       const v1beta1::PreferredAllocationRequest& request,
                        v1beta1::PreferredAllocationResponse* response) {
   if (request.container_requests().empty()) {
     return absl::InvalidArgumentError("empty request: no container_requests");
@@ -52,7 +53,7 @@ absl::Status PreferAll(const NodeState& node, const v1beta1::PreferredAllocation
   response->Clear();
   for (const auto& c : request.container_requests()) {
     absl::StatusOr<std::vector<std::string>> ids =
-        node.Prefer(Views(c.available_deviceids()), Views(c.must_include_deviceids()),
+        resource.Prefer(Views(c.available_deviceids()), Views(c.must_include_deviceids()),
                     c.allocation_size());
     if (!ids.ok()) return ids.status();
     auto* out = response->add_container_responses();
@@ -103,7 +104,7 @@ Stream* RefusedStream(const grpc::Status& status) {
 // gRPC is done with it; the service holds it weakly.
 class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
  public:
-  explicit DeviceStream(const NodeState* node) : node_(node) {}
+  explicit DeviceStream(const ResourceState* resource) : resource_(resource) {}
 
   void Begin(std::shared_ptr<DeviceStream> self) {
     self_ = std::move(self);
@@ -112,10 +113,10 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   }
 
   void Changed() ABSL_LOCKS_EXCLUDED(mu_) {
-    // The list is read before the stream's lock is taken, so that no lock of NodeState is ever
-    // taken under it; versions only grow, so a list that is not newer than the one sent is
-    // dropped (a newer one was, or OnWriteDone reads it again).
-    NodeState::DeviceList list = node_->Devices();
+    // The list is read before the stream's lock is taken, so that no lock of the node or the
+    // resource is ever taken under it; versions only grow, so a list that is not newer than the
+    // one sent is dropped (a newer one was, or OnWriteDone reads it again).
+    ResourceState::DeviceList list = resource_->Devices();
     {
       absl::MutexLock lock(&mu_);
       if (finishing_ || writing_ || list.version <= sent_) return;
@@ -177,7 +178,7 @@ class DeviceStream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatch
   }
 
  private:
-  const NodeState* const node_;
+  const ResourceState* const resource_;
   std::shared_ptr<DeviceStream> self_;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -210,14 +211,14 @@ void FillOptions(v1beta1::DevicePluginOptions* options) {
   options->set_get_preferred_allocation_available(true);
 }
 
-grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateRequest& request,
+grpc::Status HandleAllocate(const ResourceState& resource, const v1beta1::AllocateRequest& request,
                             v1beta1::AllocateResponse* response) {
   return Guard("Allocate", [&]() -> absl::Status {
     if (request.container_requests().empty()) {
       return absl::InvalidArgumentError("empty request: no container_requests");
     }
     for (const auto& c : request.container_requests()) {
-      absl::StatusOr<NodeState::Grant> grant = node.Allocate(Ids(c.devices_ids()));
+      absl::StatusOr<node::Grant> grant = resource.Allocate(Ids(c.devices_ids()));
       if (!grant.ok()) return grant.status();
       hca::ContainerAllocation& a = grant->allocation;
       auto* out = response->add_container_responses();
@@ -273,22 +274,24 @@ void AfterAFreshPodList(NodeState& node, absl::Duration at_most,
 
 }  // namespace
 
-void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
+void HandlePreferredAllocation(ResourceState& resource,
+                               const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done) {
-  auto answer = [&node, &request, response, done = std::move(done)](bool fresh) {
-    const grpc::Status s = Guard(kPreferRpc, [&] { return PreferAll(node, request, response); });
-    // The container's Allocate, next, may decide on the same List (NodeState::KeepPreferred).
+  auto answer = [&resource, &request, response, done = std::move(done)](bool fresh) {
+    const grpc::Status s =
+        Guard(kPreferRpc, [&] { return PreferAll(resource, request, response); });
+    // The container's Allocate, next, may decide on the same List (ResourceState::KeepPreferred).
     std::optional<std::vector<std::string>> kept;
     if (fresh && s.ok() && response->container_responses_size() == 1 &&
         response->container_responses(0).deviceids_size() > 0) {
       const auto& ids = response->container_responses(0).deviceids();
       kept.emplace(ids.begin(), ids.end());
     }
-    node.KeepPreferred(std::move(kept));
+    resource.KeepPreferred(std::move(kept));
     done(s);
   };
-  if (node.config().mode == hca::Mode::kShared || request.container_requests().empty()) {
+  if (resource.mode() == hca::Mode::kShared || request.container_requests().empty()) {
     answer(false);
     return;
   }
@@ -296,6 +299,7 @@ void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocati
   // serves every container of the request; `answer` runs once it is over, or after
   // config().admission_wait with the last list (the call is advice; a slow kubelet must not
   // hold admission for the List's whole deadline), whichever comes first.
+  NodeState& node = resource.node();
   AfterAFreshPodList(node, node.config().admission_wait, std::move(answer));
 }
 
@@ -323,14 +327,15 @@ DevicePluginService::OnArena<Request, Response>::AllocateMessages() {
   return new ArenaHolder<Request, Response>;
 }
 
-DevicePluginService::DevicePluginService(NodeState* node) : node_(node) {
+DevicePluginService::DevicePluginService(ResourceState* resource)
+    : resource_(resource), node_(resource->node()) {
   SetMessageAllocatorFor_GetPreferredAllocation(&prefer_messages_);
   SetMessageAllocatorFor_Allocate(&allocate_messages_);
-  listener_ = node_->AddListener([this] { Changed(); });
+  listener_ = node_.AddListener([this] { Changed(); });
 }
 
 DevicePluginService::~DevicePluginService() {
-  node_->RemoveListener(listener_);
+  node_.RemoveListener(listener_);
   Stop();
 }
 
@@ -370,7 +375,7 @@ grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
     v1beta1::DevicePluginOptions* response) {
   auto* reactor = new UnaryReactor;
   FillOptions(response);
-  reactor->Done(grpc::Status::OK, node_->metrics(), Rpc::kGetDevicePluginOptions);
+  reactor->Done(grpc::Status::OK, resource_->metrics(), Rpc::kGetDevicePluginOptions);
   return reactor;
 }
 
@@ -390,7 +395,7 @@ grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::Li
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           absl::StrCat("ListAndWatch: ", kMaxStreams, " streams are open already")));
     }
-    stream = std::make_shared<DeviceStream>(node_);
+    stream = std::make_shared<DeviceStream>(resource_);
     streams_.push_back(stream);
   }
   DeviceStream* raw = stream.get();
@@ -402,9 +407,10 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
     grpc::CallbackServerContext*, const v1beta1::PreferredAllocationRequest* request,
     v1beta1::PreferredAllocationResponse* response) {
   auto* reactor = new UnaryReactor;
-  HandlePreferredAllocation(*node_, *request, response, [reactor, node = node_](grpc::Status s) {
-    reactor->Done(s, node->metrics(), Rpc::kGetPreferredAllocation);
-  });
+  HandlePreferredAllocation(*resource_, *request, response,
+                            [reactor, resource = resource_](grpc::Status s) {
+                              reactor->Done(s, resource->metrics(), Rpc::kGetPreferredAllocation);
+                            });
   return reactor;
 }
 
@@ -416,25 +422,26 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   // mode's plugin admitted a moment ago (its Allocate was in flight when we registered) is in no
   // older list. An exclusive Allocate of the IDs that the GetPreferredAllocation just before it
   // answered from a List begun after that call decides on that List: it is the same admission,
-  // and the kubelet admits nothing in between (NodeState::KeepPreferred); one List per admission
-  // keeps the next admission's List within the kubelet's rate limit. Any other Allocate (the
-  // kubelet skips GetPreferredAllocation when the aligned set equals the request; shared mode)
-  // reads a List of its own, shared with concurrent callers, waiting for it at most
+  // and the kubelet admits nothing in between (ResourceState::KeepPreferred); one List per
+  // admission keeps the next admission's List within the kubelet's rate limit. Any other
+  // Allocate (the kubelet skips GetPreferredAllocation when the aligned set equals the request;
+  // shared mode) reads a List of its own, shared with concurrent callers, waiting for it at most
   // admission_wait, then decides with the state as it is (fail closed while no List has ever
   // answered; the last list after): a pod-resources server that never answers must not hold the
   // kubelet's admission for the List's whole deadline.
-  auto answer = [reactor, node = node_, request, response](bool) {
-    reactor->Done(HandleAllocate(*node, *request, response), node->metrics(), Rpc::kAllocate);
+  auto answer = [reactor, resource = resource_, request, response](bool) {
+    reactor->Done(HandleAllocate(*resource, *request, response), resource->metrics(),
+                  Rpc::kAllocate);
   };
   std::vector<std::string> ids;
   if (request->container_requests_size() == 1) {
     const auto& c = request->container_requests(0).devices_ids();
     ids.assign(c.begin(), c.end());
   }
-  if (node_->TakePreferred(std::move(ids)) && node_->config().mode == hca::Mode::kExclusive) {
+  if (resource_->TakePreferred(std::move(ids)) && resource_->mode() == hca::Mode::kExclusive) {
     answer(true);
   } else {
-    AfterAFreshPodList(*node_, node_->config().admission_wait, std::move(answer));
+    AfterAFreshPodList(node_, node_.config().admission_wait, std::move(answer));
   }
   return reactor;
 }
@@ -443,7 +450,7 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
     grpc::CallbackServerContext*, const v1beta1::PreStartContainerRequest*,
     v1beta1::PreStartContainerResponse*) {
   auto* reactor = new UnaryReactor;
-  reactor->Done(grpc::Status::OK, node_->metrics(), Rpc::kPreStartContainer);
+  reactor->Done(grpc::Status::OK, resource_->metrics(), Rpc::kPreStartContainer);
   return reactor;
 }
 

@@ -3,9 +3,9 @@
 // The v1beta1.DevicePlugin service on gRPC's callback API: no RPC holds a server thread, a
 // ListAndWatch stream included (it writes when the device list changes), and what a local client
 // can take is capped (kMaxStreams concurrent streams; unary calls finish without blocking).
-// Each handler validates the request, calls NodeState and maps absl::Status to grpc::Status; no
-// exception escapes a handler. One instance per served socket; Stop() ends its streams so that
-// the gRPC server can shut down.
+// Each handler validates the request, calls its resource's ResourceState and maps absl::Status to
+// grpc::Status; no exception escapes a handler. One instance per served socket (one resource);
+// Stop() ends its streams so that the gRPC server can shut down.
 
 #include <atomic>
 #include <functional>
@@ -18,6 +18,7 @@
 #include "grpcpp/support/message_allocator.h"
 #include "proto/deviceplugin.grpc.pb.h"
 #include "deviceplugin/node_state.h"
+#include "deviceplugin/resource_state.h"
 
 namespace rdp::deviceplugin {
 
@@ -27,9 +28,10 @@ grpc::Status ToGrpc(const absl::Status& status);
 // The request handling behind the unary RPCs, apart from gRPC's reactors (the fuzzers call
 // these directly). `done` runs exactly once, possibly before HandlePreferredAllocation returns;
 // `response` must stay alive until it has.
-grpc::Status HandleAllocate(const NodeState& node, const v1beta1::AllocateRequest& request,
+grpc::Status HandleAllocate(const ResourceState& resource, const v1beta1::AllocateRequest& request,
                             v1beta1::AllocateResponse* response);
-void HandlePreferredAllocation(NodeState& node, const v1beta1::PreferredAllocationRequest& request,
+void HandlePreferredAllocation(ResourceState& resource,
+                               const v1beta1::PreferredAllocationRequest& request,
                                v1beta1::PreferredAllocationResponse* response,
                                std::function<void(grpc::Status)> done);
 void FillOptions(v1beta1::DevicePluginOptions* options);
@@ -45,7 +47,8 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // RESOURCE_EXHAUSTED.
   static constexpr int kMaxStreams = 16;
 
-  explicit DevicePluginService(NodeState* node);
+  // Serves `resource` (not owned; it and its node outlive the service).
+  explicit DevicePluginService(ResourceState* resource);
   ~DevicePluginService() override;  // after the server that served it has shut down
 
   // Ends every ListAndWatch stream (OK) and refuses new ones. Thread-safe.
@@ -69,7 +72,8 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
       v1beta1::PreStartContainerResponse* response) override;
 
  private:
-  // Runs on every change of the plugin's device list.
+  // Runs on every change of a device list of the node (the stream sends its resource's when it
+  // is newer than the one sent).
   void Changed();
 
   // A call's request and response on one protobuf arena, freed with the call.
@@ -85,7 +89,8 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
       prefer_messages_;
   OnArena<v1beta1::AllocateRequest, v1beta1::AllocateResponse> allocate_messages_;
 
-  NodeState* const node_;  // not owned; outlives the service
+  ResourceState* const resource_;  // not owned; outlives the service
+  NodeState& node_;                // resource_'s
   int listener_ = -1;
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

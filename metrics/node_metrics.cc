@@ -101,20 +101,26 @@ void WriteAllocations(const NodeMetricsInput& node, Exposition& out) {
   for (const hca::AdvertisedHca& h : node.hcas) names[h.pci] = h.name;
   struct Held {
     std::array<std::string, 3> who;
+    std::string resource;
     std::string pci;
   };
-  std::vector<Held> exclusive;
-  std::vector<std::pair<std::array<std::string, 3>, int>> shared;
-  for (const auto& [key, ids] : node.holders) {
+  struct Units {
+    std::array<std::string, 3> who;
+    std::string resource;
     int units = 0;
-    for (const std::string& id : ids) {
+  };
+  std::vector<Held> exclusive;
+  std::vector<Units> shared;
+  for (const NodeMetricsInput::Holder& h : node.holders) {
+    int units = 0;
+    for (const std::string& id : h.ids) {
       if (std::optional<std::string> pci = topology::NormalizePci(id)) {
-        if (names.count(*pci)) exclusive.push_back({SplitKey(key), *pci});
+        if (names.count(*pci)) exclusive.push_back({SplitKey(h.container), h.resource, *pci});
       } else {
         ++units;
       }
     }
-    if (units > 0) shared.emplace_back(SplitKey(key), units);
+    if (units > 0) shared.push_back({SplitKey(h.container), h.resource, units});
   }
   out.Family(Name("hca_allocated"),
              "1 for each container that holds the HCA as an exclusive device (pod-resources).",
@@ -124,15 +130,20 @@ void WriteAllocations(const NodeMetricsInput& node, Exposition& out) {
                 {"pci", h.pci},
                 {"namespace", h.who[0]},
                 {"pod", h.who[1]},
-                {"container", h.who[2]}},
+                {"container", h.who[2]},
+                {"resource", h.resource}},
                1);
   }
   out.Family(Name("shared_allocated"),
              "Shared-mode units each container holds; such a container sees every HCA "
              "(pod-resources).",
              Exposition::Type::kGauge);
-  for (const auto& [who, units] : shared) {
-    out.Sample({{"namespace", who[0]}, {"pod", who[1]}, {"container", who[2]}}, units);
+  for (const Units& u : shared) {
+    out.Sample({{"namespace", u.who[0]},
+                {"pod", u.who[1]},
+                {"container", u.who[2]},
+                {"resource", u.resource}},
+               u.units);
   }
 }
 

@@ -34,9 +34,15 @@ struct NodeMetricsInput {
   std::set<std::string> withheld;        // PCI addresses
   hca::FlaggedHcas early_warning;        // degraded or flapping HCAs (hca/early_warning.h)
   bool pods_known = false;
-  // Containers ("<namespace>/<pod>/<container>") holding IDs of our resource, with those IDs
-  // (the device plugin knows them from pod-resources; DRA knows claims, not pods: none).
-  std::vector<std::pair<std::string, std::vector<std::string>>> holders;
+  // Containers ("<namespace>/<pod>/<container>") holding IDs of one of our resources, with the
+  // resource and those IDs, one entry per container and resource (the device plugin knows them
+  // from pod-resources; DRA knows claims, not pods: none).
+  struct Holder {
+    std::string container;
+    std::string resource;
+    std::vector<std::string> ids;
+  };
+  std::vector<Holder> holders;
 };
 
 // The port counters of the node's HCAs as scrapes read them (sysfs ports/<n>/counters/, 4 KiB

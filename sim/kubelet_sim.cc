@@ -109,19 +109,23 @@ void KubeletSim::StopWatchers() {
 
 void KubeletSim::OnRegister(const Registration& r) {
   absl::MutexLock lock(&mu_);
-  // The kubelet replaces a plugin's endpoint on re-registration: drop the old streams.
-  for (auto& w : watchers_) w->context.TryCancel();
+  // The kubelet replaces a resource's endpoint on re-registration: drop its old streams.
+  for (auto& w : watchers_) {
+    if (w->resource == r.resource_name) w->context.TryCancel();
+  }
   registrations_.push_back(r);
   registrations_.back().generation = generation_;
   auto w = std::make_unique<Watcher>();
   Watcher* raw = w.get();
+  raw->resource = r.resource_name;
   const std::string endpoint = (std::filesystem::path(dir_) / r.endpoint).string();
   watchers_.push_back(std::move(w));
-  raw->thread = std::thread([this, raw, endpoint] { Watch(raw, endpoint); });
+  raw->thread = std::thread(
+      [this, raw, endpoint, resource = r.resource_name] { Watch(raw, endpoint, resource); });
   cv_.SignalAll();
 }
 
-void KubeletSim::Watch(Watcher* w, std::string endpoint) {
+void KubeletSim::Watch(Watcher* w, std::string endpoint, std::string resource) {
   auto stub = v1beta1::DevicePlugin::NewStub(serving::UnixChannel(endpoint));
   {
     grpc::ClientContext context;
@@ -135,6 +139,7 @@ void KubeletSim::Watch(Watcher* w, std::string endpoint) {
   while (reader->Read(&response)) {
     absl::MutexLock lock(&mu_);
     devices_.assign(response.devices().begin(), response.devices().end());
+    devices_of_[resource] = devices_;
     ++list_updates_;
     int healthy = 0;
     for (const auto& d : devices_) healthy += d.health() == "Healthy" ? 1 : 0;
@@ -200,6 +205,22 @@ std::optional<KubeletSim::Devices> KubeletSim::WaitForDevices(
   return std::nullopt;
 }
 
+std::optional<KubeletSim::Devices> KubeletSim::WaitForDevicesOf(
+    const std::string& resource, const std::function<bool(const Devices&)>& pred,
+    absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  auto holds = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = devices_of_.find(resource);
+    return it != devices_of_.end() && pred(it->second);
+  };
+  while (!holds()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (!holds()) return std::nullopt;
+  return devices_of_.at(resource);
+}
+
 int KubeletSim::list_updates() const {
   absl::MutexLock lock(&mu_);
   return list_updates_;
@@ -215,6 +236,19 @@ std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletSim::PluginStub() const {
   {
     absl::MutexLock lock(&mu_);
     if (!registrations_.empty()) endpoint = registrations_.back().endpoint;
+  }
+  return v1beta1::DevicePlugin::NewStub(
+      serving::UnixChannel((std::filesystem::path(dir_) / endpoint).string()));
+}
+
+std::unique_ptr<v1beta1::DevicePlugin::Stub> KubeletSim::PluginStubOf(
+    const std::string& resource) const {
+  std::string endpoint;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Registration& r : registrations_) {
+      if (r.resource_name == resource) endpoint = r.endpoint;
+    }
   }
   return v1beta1::DevicePlugin::NewStub(
       serving::UnixChannel((std::filesystem::path(dir_) / endpoint).string()));

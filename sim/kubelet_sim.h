@@ -6,6 +6,7 @@
 // again); and a fake v1.PodResourcesLister. Thread-safe.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +63,10 @@ class KubeletSim {
   // Waits until the latest ListAndWatch list satisfies pred; that list, or nullopt on timeout.
   std::optional<Devices> WaitForDevices(const std::function<bool(const Devices&)>& pred,
                                         absl::Duration timeout) const;
+  // The same for the streams of one resource: its latest list once one arrived.
+  std::optional<Devices> WaitForDevicesOf(const std::string& resource,
+                                          const std::function<bool(const Devices&)>& pred,
+                                          absl::Duration timeout) const;
   // Number of lists received so far on all streams.
   int list_updates() const;
   // The most Healthy devices any list received so far had.
@@ -73,17 +78,21 @@ class KubeletSim {
 
   // A DevicePlugin stub on the endpoint of the latest registration.
   std::unique_ptr<v1beta1::DevicePlugin::Stub> PluginStub() const;
+  // A DevicePlugin stub on the endpoint of the latest registration of `resource` (an endpoint
+  // of "" when it has none).
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> PluginStubOf(const std::string& resource) const;
   std::string dir() const { return dir_; }
 
  private:
   class RegistrationService;
   struct Watcher {
+    std::string resource;
     grpc::ClientContext context;
     std::thread thread;
   };
   void OnRegister(const Registration& r);
   void WaitWhileRegisterAnswersHeld();
-  void Watch(Watcher* w, std::string endpoint);
+  void Watch(Watcher* w, std::string endpoint, std::string resource);
   void StopWatchers();
 
   const std::string dir_;
@@ -95,6 +104,7 @@ class KubeletSim {
   std::vector<std::unique_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
   std::vector<Registration> registrations_ ABSL_GUARDED_BY(mu_);
   Devices devices_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Devices> devices_of_ ABSL_GUARDED_BY(mu_);  // by resource
   int list_updates_ ABSL_GUARDED_BY(mu_) = 0;
   int max_healthy_ ABSL_GUARDED_BY(mu_) = 0;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;

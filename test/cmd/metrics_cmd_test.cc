@@ -81,24 +81,32 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + address + "/metrics");
   ASSERT_EQ(scrape.code, 200);
   const std::string& text = scrape.body;
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total 1")) << text;
+  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_registrations_total{resource=\"rdma/hca\"} 1")) << text;
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_build_info{version=\"" RDP_VERSION
                             "\",subcommand=\"serve\"} 1"));
   // Error series exist from the start, at zero.
   EXPECT_TRUE(HasLine(
-      text, "rdma_device_plugin_rpc_errors_total{method=\"Allocate\",code=\"UNAVAILABLE\"} 0"));
+      text,
+      "rdma_device_plugin_rpc_errors_total{resource=\"rdma/hca\","
+      "method=\"Allocate\",code=\"UNAVAILABLE\"} 0"));
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_allocated{hca=\"mlx5_1\",pci=\"0000:3a:00.0\","
-                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
+                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\","
+                      "resource=\"rdma/hca\"} 1"));
   EXPECT_TRUE(HasLine(
       text,
       "rdma_device_plugin_port_data_received_bytes_total{hca=\"mlx5_1\",port=\"1\"} 8000004"));
   EXPECT_TRUE(HasLine(
-      text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"Allocate\"} 1"));
+      text,
+      "rdma_device_plugin_rpc_duration_seconds_count{resource=\"rdma/hca\","
+      "method=\"Allocate\"} 1"));
   EXPECT_TRUE(HasLine(
-      text, "rdma_device_plugin_rpc_duration_seconds_count{method=\"GetPreferredAllocation\"} 1"));
+      text,
+      "rdma_device_plugin_rpc_duration_seconds_count{resource=\"rdma/hca\","
+      "method=\"GetPreferredAllocation\"} 1"));
   EXPECT_TRUE(HasLine(text,
-                      "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"));
+                      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+                      "path_class=\"unknown\"} 1"));
   EXPECT_EQ(rdp::testing::HttpGet("http://" + address + "/healthz").body, "ok\n");
   // The chart's probes: `probe` on the plugin's own socket, run in the plugin.
   EXPECT_EQ(rdp::testing::HttpGet("http://" + address + "/livez").body, "ok\n");

@@ -270,7 +270,7 @@ TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
   // No kubelet: the plugin serves its socket all the same and retries registration.
   ASSERT_FALSE(Exists(config.KubeletSocketPath()));
   EXPECT_EQ(FreshList(config.SocketPath()), kExpected);
-  EXPECT_EQ(plugin.node().metrics().registrations.value(), 0u);
+  EXPECT_EQ(plugin.node().resource().metrics().registrations.value(), 0u);
 
   KubeletSim kubelet(config.kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
@@ -282,7 +282,7 @@ TEST(FaultTest, KubeletAbsentAtStartThenAppears) {
   EXPECT_TRUE(devices.has_value()) << "the kubelet never got the four devices";
   EXPECT_EQ(FreshList(config.SocketPath()), kExpected);
   for (const auto& id : kPcis) EXPECT_TRUE(AllocateWorks(config.SocketPath(), id));
-  EXPECT_GE(plugin.node().metrics().registrations.value(), 1u);
+  EXPECT_GE(plugin.node().resource().metrics().registrations.value(), 1u);
 }
 
 // The binary is running, registered with `kubelet` and listed the expected devices to it.

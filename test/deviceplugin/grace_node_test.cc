@@ -19,7 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using testing::TestNode;
 
-std::optional<int> NumaOf(const NodeState::DeviceList& list, const std::string& id) {
+std::optional<int> NumaOf(const ResourceState::DeviceList& list, const std::string& id) {
   for (const DeviceState& d : list.devices) {
     if (d.id == id) return d.numa;
   }
@@ -56,12 +56,12 @@ TEST(GraceNodeTest, FailedRediscoveryKeepsTheDiscoveredPlacements) {
   };
   NodeState state(node.MakeConfig(hca::Mode::kExclusive), std::move(sources));
   ASSERT_TRUE(state.Init().ok());
-  EXPECT_EQ(NumaOf(state.Devices(), "0002:01:00.0"), 0) << "hwloc's locality, reduced to CPUs";
+  EXPECT_EQ(NumaOf(state.resource().Devices(), "0002:01:00.0"), 0) << "hwloc's locality, reduced to CPUs";
 
   failing->store(true);
   ASSERT_TRUE(node.fixture().RemoveHca("mlx5_3").ok());
   state.Poll();
-  const NodeState::DeviceList list = state.Devices();
+  const ResourceState::DeviceList list = state.resource().Devices();
   EXPECT_EQ(NumaOf(list, "0000:01:00.0"), 0);
   EXPECT_EQ(NumaOf(list, "0002:01:00.0"), 0) << "not the GPU memory the kernel's numa_node names";
   EXPECT_EQ(NumaOf(list, "0010:01:00.0"), 1);

@@ -147,11 +147,11 @@ TEST_F(NodeMetricsTest, AFlappingLinkIsPatchedNotRediscovered) {
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
     state.Poll();
-    EXPECT_FALSE(state.Devices().devices[1].healthy);
+    EXPECT_FALSE(state.resource().Devices().devices[1].healthy);
     EXPECT_EQ(state.topology()->hcas()[1].ports[0].state, "DOWN");
     ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
     state.Poll();
-    EXPECT_TRUE(state.Devices().devices[1].healthy);
+    EXPECT_TRUE(state.resource().Devices().devices[1].healthy);
   }
   EXPECT_EQ(discoveries->load(), 1) << "a flap ran a full discovery";
   EXPECT_EQ(state.topology()->hcas()[1].place.pcie_root, before.place.pcie_root);
@@ -394,15 +394,17 @@ TEST_F(NodeMetricsTest, ContainersHoldingHcasFromPodResources) {
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_pod_resources_known 1"));
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_allocated{hca=\"mlx5_2\",pci=\"0000:9a:00.0\","
-                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"))
+                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\","
+                      "resource=\"rdma/hca\"} 1"))
       << text;
   // Any spelling of the PCI address counts as the HCA.
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_hca_allocated{hca=\"mlx5_3\",pci=\"0000:ba:00.0\","
-                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\"} 1"));
+                      "namespace=\"team-a\",pod=\"train-0\",container=\"main\","
+                      "resource=\"rdma/hca\"} 1"));
   EXPECT_TRUE(HasLine(text,
                       "rdma_device_plugin_shared_allocated{namespace=\"team-b\",pod=\"infer-1\","
-                      "container=\"server\"} 2"));
+                      "container=\"server\",resource=\"rdma/hca\"} 2"));
   EXPECT_THAT(text, Not(HasSubstr("team-c")));
   // The shared holder sees every HCA: exclusive mode withholds them all.
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_withheld{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"));
@@ -447,19 +449,27 @@ TEST_F(NodeMetricsTest, AllocationAlignmentByPathClass) {
   NodeState state(config, std::move(sources));
   ASSERT_TRUE(state.Init().ok());
   ASSERT_TRUE(state.RefreshPodsAndWait());
-  ASSERT_TRUE(state.Allocate({"0000:9a:00.0"}).ok());  // no container with GPUs: unknown
+  ASSERT_TRUE(state.resource().Allocate({"0000:9a:00.0"}).ok());  // no container with GPUs: unknown
   pods.Set({{"team-a/train-0/main", {{"nvidia.com/gpu", {"0000:9b:00.0"}}}}});
   ASSERT_TRUE(state.RefreshPodsAndWait());
-  ASSERT_TRUE(state.Allocate({"0000:9a:00.0"}).ok());
-  ASSERT_TRUE(state.Allocate({"0000:1a:00.0"}).ok());
-  ASSERT_TRUE(state.Allocate({"0000:1a:00.0", "0000:9a:00.0"}).ok());
-  EXPECT_FALSE(state.Allocate({"0000:ff:00.0"}).ok());  // refused: not counted
+  ASSERT_TRUE(state.resource().Allocate({"0000:9a:00.0"}).ok());
+  ASSERT_TRUE(state.resource().Allocate({"0000:1a:00.0"}).ok());
+  ASSERT_TRUE(state.resource().Allocate({"0000:1a:00.0", "0000:9a:00.0"}).ok());
+  EXPECT_FALSE(state.resource().Allocate({"0000:ff:00.0"}).ok());  // refused: not counted
   const std::string text = Scrape(state);
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"PIX\"} 0"));
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"PHB\"} 1"));
-  EXPECT_TRUE(HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"SYS\"} 2"));
+  EXPECT_TRUE(HasLine(text,
+      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+      "path_class=\"PIX\"} 0"));
+  EXPECT_TRUE(HasLine(text,
+      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+      "path_class=\"PHB\"} 1"));
+  EXPECT_TRUE(HasLine(text,
+      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+      "path_class=\"SYS\"} 2"));
   EXPECT_TRUE(
-      HasLine(text, "rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"))
+      HasLine(text,
+      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+      "path_class=\"unknown\"} 1"))
       << text;
 }
 
@@ -480,8 +490,8 @@ TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
   std::vector<std::thread> threads;
   threads.emplace_back([&] {
     while (!stop) {
-      (void)state.Allocate({"0000:1a:00.0"});
-      (void)state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1);
+      (void)state.resource().Allocate({"0000:1a:00.0"});
+      (void)state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1);
     }
   });
   threads.emplace_back([&] {
@@ -530,7 +540,7 @@ TEST_F(NodeMetricsTest, EarlyWarningDegradedAndFlapping) {
   };
   poll();  // the counters' first reading
   // Without a warning the allocator takes the lowest PCI address among equals.
-  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
+  EXPECT_EQ(*state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
             std::vector<std::string>{"0000:1a:00.0"});
 
   ASSERT_TRUE(node_.fixture().SetCounter("mlx5_0", 1, "symbol_error", 11).ok());
@@ -540,15 +550,15 @@ TEST_F(NodeMetricsTest, EarlyWarningDegradedAndFlapping) {
       << text;
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_degraded{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_healthy{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 1"));
-  EXPECT_TRUE(state.Devices().devices[0].healthy);
-  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
+  EXPECT_TRUE(state.resource().Devices().devices[0].healthy);
+  EXPECT_EQ(*state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
             std::vector<std::string>{"0000:3a:00.0"});
   // Too few others: the degraded one completes the answer; asked for, it is kept.
-  EXPECT_THAT(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 2),
+  EXPECT_THAT(*state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 2),
               ::testing::UnorderedElementsAre("0000:1a:00.0", "0000:3a:00.0"));
-  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {"0000:1a:00.0"}, 1),
+  EXPECT_EQ(*state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {"0000:1a:00.0"}, 1),
             std::vector<std::string>{"0000:1a:00.0"});
-  EXPECT_TRUE(state.Allocate({"0000:1a:00.0"}).ok());
+  EXPECT_TRUE(state.resource().Allocate({"0000:1a:00.0"}).ok());
 
   for (int flap = 0; flap < 4; ++flap) {
     ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "DOWN").ok());
@@ -556,7 +566,7 @@ TEST_F(NodeMetricsTest, EarlyWarningDegradedAndFlapping) {
     ASSERT_TRUE(node_.fixture().SetPortState("mlx5_1", 1, "ACTIVE").ok());
     poll();
   }
-  EXPECT_FALSE(state.Devices().devices[1].healthy);
+  EXPECT_FALSE(state.resource().Devices().devices[1].healthy);
   text = Scrape(state);
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_flapping{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 1"))
       << text;
@@ -565,14 +575,14 @@ TEST_F(NodeMetricsTest, EarlyWarningDegradedAndFlapping) {
   // Stable for 5 minutes: healthy again. The symbol errors stopped long ago: no longer degraded.
   *now += absl::Minutes(5);
   poll();
-  EXPECT_TRUE(state.Devices().devices[1].healthy);
+  EXPECT_TRUE(state.resource().Devices().devices[1].healthy);
   text = Scrape(state);
   EXPECT_TRUE(HasLine(text, "rdma_device_plugin_hca_flapping{hca=\"mlx5_1\",pci=\"0000:3a:00.0\"} 0"));
   *now += absl::Minutes(10);
   poll();
   EXPECT_TRUE(HasLine(Scrape(state),
                       "rdma_device_plugin_hca_degraded{hca=\"mlx5_0\",pci=\"0000:1a:00.0\"} 0"));
-  EXPECT_EQ(*state.Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
+  EXPECT_EQ(*state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0"}, {}, 1),
             std::vector<std::string>{"0000:1a:00.0"});
 }
 

@@ -469,8 +469,8 @@ TEST_F(PluginServerTest, TwentyKubeletRestarts) {
   // was between the two once, under TSan: 20 against 21).
   ASSERT_TRUE(server_log_.WaitForCount(kRegistered, received, kWait));
   // What Prometheus sees of it (docs/metrics.md): each restart seen, each registration made.
-  EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), 20u);
-  EXPECT_EQ(plugin_->node().metrics().registrations.value(),
+  EXPECT_GE(plugin_->node().resource().metrics().kubelet_restarts.value(), 20u);
+  EXPECT_EQ(plugin_->node().resource().metrics().registrations.value(),
             static_cast<std::uint64_t>(received));
   EXPECT_TRUE(Exists(config_.SocketPath()));
   stub_ = kubelet_->PluginStub();
@@ -516,6 +516,7 @@ TEST_F(PluginServerTest, AlsoServedServicesShareThePluginsSocket) {
   kubelet_ = std::make_unique<KubeletSim>(config_.kubelet_dir);
   ASSERT_TRUE(kubelet_->Start().ok());
   plugin_ = std::make_unique<PluginServer>(config_, node_.Sources(),
+                                           std::vector<resources::Resource>{},
                                            std::vector<grpc::Service*>{&health});
   ASSERT_TRUE(plugin_->Start().ok());
   ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
@@ -571,12 +572,12 @@ TEST_F(PluginServerTest, AReplacedKubeletDirectoryIsOneRestart) {
   ASSERT_NO_FATAL_FAILURE(StartWithCountedPolls(polls, &fd));
 
   const int serves = Serves();
-  const std::uint64_t registrations = plugin_->node().metrics().registrations.value();
-  const std::uint64_t restarts = plugin_->node().metrics().kubelet_restarts.value();
+  const std::uint64_t registrations = plugin_->node().resource().metrics().registrations.value();
+  const std::uint64_t restarts = plugin_->node().resource().metrics().kubelet_restarts.value();
   int entries = polls->entries();
   kubelet_->Stop();  // kubelet.sock goes: a kubelet on its way down, no restart yet
   ASSERT_TRUE(polls->WaitForWaitingAfter(entries, kWait));
-  EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts);
+  EXPECT_EQ(plugin_->node().resource().metrics().kubelet_restarts.value(), restarts);
 
   const std::string aside = config_.kubelet_dir + ".old";
   ASSERT_EQ(::rename(config_.kubelet_dir.c_str(), aside.c_str()), 0) << std::strerror(errno);
@@ -589,14 +590,14 @@ TEST_F(PluginServerTest, AReplacedKubeletDirectoryIsOneRestart) {
   ASSERT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
   ASSERT_TRUE(polls->WaitForWaitingAfter(entries, kWait));
 
-  EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts + 1);
+  EXPECT_EQ(plugin_->node().resource().metrics().kubelet_restarts.value(), restarts + 1);
   EXPECT_EQ(Serves(), serves + 1);
-  EXPECT_EQ(plugin_->node().metrics().registrations.value(), registrations + 1);
+  EXPECT_EQ(plugin_->node().resource().metrics().registrations.value(), registrations + 1);
   // The new directory is the one watched: a kubelet restart in it is still seen at once.
   EXPECT_EQ(InotifyWatching(config_.kubelet_dir), fd);
   ASSERT_TRUE(kubelet_->Restart().ok());
   EXPECT_TRUE(kubelet_->WaitForCurrentRegistration(kWait).has_value());
-  EXPECT_GE(plugin_->node().metrics().kubelet_restarts.value(), restarts + 2);
+  EXPECT_GE(plugin_->node().resource().metrics().kubelet_restarts.value(), restarts + 2);
 }
 
 // The kubelet directory gone, and back (with a new kubelet in it) between the plugin's check of
@@ -753,7 +754,7 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   {
     NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
     ASSERT_TRUE(state.Init().ok());
-    absl::StatusOr<NodeState::Grant> got = state.Allocate({"0000:1a:00.0"});
+    absl::StatusOr<node::Grant> got = state.resource().Allocate({"0000:1a:00.0"});
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->allocation.file, "");
     EXPECT_EQ(got->file_mount, "");
@@ -766,7 +767,7 @@ TEST(AllocationFileTest, NoneWithoutADirAndNeverStaleWithOne) {
   NodeState state(config, node.Sources());
   ASSERT_TRUE(state.Init().ok());
   auto file = [&state]() -> std::string {
-    absl::StatusOr<NodeState::Grant> got = state.Allocate({"0000:1a:00.0"});
+    absl::StatusOr<node::Grant> got = state.resource().Allocate({"0000:1a:00.0"});
     if (!got.ok() || got->file_mount.empty()) return "no file: " + got.status().ToString();
     std::ifstream in(got->file_mount);
     std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -800,7 +801,7 @@ void ExpectAnswers(const NodeState& state, const std::vector<PreferCase>& cases)
   for (const PreferCase& c : cases) {
     const std::vector<std::string_view> available(c.available.begin(), c.available.end());
     const std::vector<std::string_view> must(c.must.begin(), c.must.end());
-    const absl::StatusOr<std::vector<std::string>> got = state.Prefer(available, must, c.size);
+    const absl::StatusOr<std::vector<std::string>> got = state.resource().Prefer(available, must, c.size);
     const std::string what = absl::StrCat("[", absl::StrJoin(c.available, ","), "] must [",
                                           absl::StrJoin(c.must, ","), "] size ", c.size);
     if (c.refused.empty()) {
@@ -896,7 +897,7 @@ TEST(NodeStatePreferTest, ExclusiveAnswers) {
     const int size = static_cast<int>(rng() % (available.size() + 2));
     const std::vector<std::string_view> av(available.begin(), available.end());
     const std::vector<std::string_view> mv(must.begin(), must.end());
-    const absl::StatusOr<std::vector<std::string>> got = state.Prefer(av, mv, size);
+    const absl::StatusOr<std::vector<std::string>> got = state.resource().Prefer(av, mv, size);
     const std::string what = absl::StrCat("round ", round, ": [", absl::StrJoin(available, ","),
                                           "] must [", absl::StrJoin(must, ","), "] size ", size);
     if (!got.ok()) {
@@ -912,7 +913,7 @@ TEST(NodeStatePreferTest, ExclusiveAnswers) {
     for (const std::string& id : must) {
       EXPECT_EQ(std::count(got->begin(), got->end(), id), 1) << what << ": " << id;
     }
-    EXPECT_EQ(state.Prefer(av, mv, size).value(), *got) << what;
+    EXPECT_EQ(state.resource().Prefer(av, mv, size).value(), *got) << what;
   }
   EXPECT_GT(answered, 100);
 }
@@ -940,17 +941,17 @@ TEST(AllocateRoceTest, GidIndexFromTheGidTables) {
                        {2, sim::Ipv4Gid("192.0.2.3"), "IB/RoCE v1", "ens3"}})});
   NodeState state(node.MakeConfig(hca::Mode::kExclusive), node.Sources());
   ASSERT_TRUE(state.Init().ok());
-  auto v4 = state.Allocate({"0000:1a:00.0"});
+  auto v4 = state.resource().Allocate({"0000:1a:00.0"});
   ASSERT_TRUE(v4.ok()) << v4.status();
   EXPECT_EQ(v4->allocation.envs.at("NCCL_IB_GID_INDEX"), "3");
   EXPECT_TRUE(v4->allocation.warnings.empty());
   for (const char* pci : {"0000:3a:00.0", "0000:9a:00.0"}) {  // IPv6 only; RoCE v1 only
-    auto none = state.Allocate({pci});
+    auto none = state.resource().Allocate({pci});
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_EQ(none->allocation.envs.count("NCCL_IB_GID_INDEX"), 0u) << pci;
     EXPECT_EQ(none->allocation.warnings.size(), 1u) << pci;
   }
-  auto mixed = state.Allocate({"0000:1a:00.0", "0000:3a:00.0"});
+  auto mixed = state.resource().Allocate({"0000:1a:00.0", "0000:3a:00.0"});
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_EQ(mixed->allocation.envs.count("NCCL_IB_GID_INDEX"), 0u);
 }

@@ -179,7 +179,7 @@ TEST(GpuContextTest, EveryNvidiaIdFormNamesItsGpu) {
     PodList pods = {{"ns/a/c", {{"nvidia.com/gpu", {id}}}}};
     std::map<std::string, absl::Time> seen;
     UpdateFirstSeen(pods, config.gpu_resources, t0, &seen);
-    GpuSelection s = GpuContextFor(pods, seen, t0, config, ids, Node());
+    GpuSelection s = GpuContextFor(pods, seen, t0, config, config.resource_name, ids, Node());
     EXPECT_EQ(s.context.container_gpus, (std::vector<std::string>{pci}));
     EXPECT_EQ(std::count(s.context.free_gpus.begin(), s.context.free_gpus.end(), pci), 0);
   }
@@ -243,7 +243,7 @@ TEST(GpuContextTest, TheOneRecentGpuHolderWithoutHcasIsTheContext) {
   EXPECT_EQ(seen["ns/old/c"], t0);
   const std::map<std::string, std::string> ids = {{"GPU-x", "0000:1b:00.0"},
                                                   {"GPU-b", "0000:1c:00.0"}};
-  GpuSelection s = GpuContextFor(pods, seen, t0 + absl::Seconds(31), config, ids, Node());
+  GpuSelection s = GpuContextFor(pods, seen, t0 + absl::Seconds(31), config, config.resource_name, ids, Node());
   EXPECT_EQ(s.candidates, 1);
   EXPECT_EQ(s.container, "ns/new/c");
   EXPECT_EQ(s.context.container_gpus, (std::vector<std::string>{"0000:1c:00.0"}));
@@ -258,7 +258,7 @@ TEST(GpuContextTest, TwoCandidatesMeanNoContext) {
                   {"ns/b/c", {{"amd.com/gpu", {"0000:1c:00.0"}}}}};
   std::map<std::string, absl::Time> seen;
   UpdateFirstSeen(pods, config.gpu_resources, t0, &seen);
-  GpuSelection s = GpuContextFor(pods, seen, t0, config, {}, Node());
+  GpuSelection s = GpuContextFor(pods, seen, t0, config, config.resource_name, {}, Node());
   EXPECT_EQ(s.candidates, 2);
   EXPECT_TRUE(s.context.container_gpus.empty());
   EXPECT_EQ(s.context.free_gpus, (std::vector<std::string>{"0000:9b:00.0"}));
@@ -279,7 +279,7 @@ TEST(GpuContextTest, AnAddressWithoutItsDomainNamesOnlyAUniqueGpu) {
   PodList pods = {{"ns/a/c", {{"nvidia.com/gpu", {"01:00.0", "02:00.0"}}}}};
   std::map<std::string, absl::Time> seen;
   UpdateFirstSeen(pods, config.gpu_resources, t0, &seen);
-  GpuSelection s = GpuContextFor(pods, seen, t0, config, {}, node);
+  GpuSelection s = GpuContextFor(pods, seen, t0, config, config.resource_name, {}, node);
   EXPECT_EQ(s.context.container_gpus, (std::vector<std::string>{"0018:02:00.0"}));
   EXPECT_EQ(s.context.free_gpus, (std::vector<std::string>{"0000:01:00.0", "0008:01:00.0"}));
 }

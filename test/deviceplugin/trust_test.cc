@@ -424,17 +424,17 @@ TEST_F(TrustTest, AFailedScanKeepsTheLastGoodState) {
   ASSERT_TRUE(state.RefreshPodsAndWait());
   auto healthy = [&] {
     int n = 0;
-    for (const DeviceState& d : state.Devices().devices) n += d.healthy ? 1 : 0;
+    for (const DeviceState& d : state.resource().Devices().devices) n += d.healthy ? 1 : 0;
     return n;
   };
   ASSERT_EQ(healthy(), 4);
   *failing = true;
   for (int i = 0; i < 10; ++i) state.Poll();
-  EXPECT_EQ(state.Devices().devices.size(), 4u) << "HCAs forgotten while the scan failed";
+  EXPECT_EQ(state.resource().Devices().devices.size(), 4u) << "HCAs forgotten while the scan failed";
   EXPECT_EQ(healthy(), 0);
   *failing = false;
   state.Poll();
-  EXPECT_EQ(state.Devices().devices.size(), 4u);
+  EXPECT_EQ(state.resource().Devices().devices.size(), 4u);
   EXPECT_EQ(healthy(), 4);
 }
 
@@ -455,7 +455,7 @@ TEST_F(TrustTest, ADriverReloadKeepsEveryIdAndAllocatesTheNewNodes) {
   ASSERT_TRUE(state.RefreshPodsAndWait());
   auto listed = [&] {
     std::map<std::string, bool> out;
-    for (const DeviceState& d : state.Devices().devices) out[d.id] = d.healthy;
+    for (const DeviceState& d : state.resource().Devices().devices) out[d.id] = d.healthy;
     return out;
   };
   ASSERT_EQ(listed().size(), 4u);
@@ -466,7 +466,7 @@ TEST_F(TrustTest, ADriverReloadKeepsEveryIdAndAllocatesTheNewNodes) {
   std::map<std::string, bool> away = listed();
   ASSERT_EQ(away.size(), 4u) << "an HCA was forgotten while its driver was away";
   for (const auto& [id, healthy] : away) EXPECT_FALSE(healthy) << id;
-  const absl::StatusOr<NodeState::Grant> refused = state.Allocate({kPcis[0]});
+  const absl::StatusOr<node::Grant> refused = state.resource().Allocate({kPcis[0]});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
   metrics::Exposition out;
   state.WriteMetrics(out);
@@ -483,7 +483,7 @@ TEST_F(TrustTest, ADriverReloadKeepsEveryIdAndAllocatesTheNewNodes) {
   state.Poll();
   for (const auto& [id, healthy] : listed()) EXPECT_TRUE(healthy) << id;
   EXPECT_EQ(listed().size(), 4u);
-  const absl::StatusOr<NodeState::Grant> grant = state.Allocate({kPcis[0]});
+  const absl::StatusOr<node::Grant> grant = state.resource().Allocate({kPcis[0]});
   ASSERT_TRUE(grant.ok()) << grant.status();
   EXPECT_EQ(grant->allocation.envs.at("NCCL_IB_HCA"), "=mlx5_7");
   EXPECT_EQ(grant->allocation.devices[0].host_path, "/dev/infiniband/uverbs7");
@@ -731,7 +731,7 @@ TEST_F(TrustTest, AllocateWhileRegisteringReadsAFreshPodList) {
   ASSERT_TRUE(plugin_->Start().ok());
   ASSERT_TRUE(kubelet_->WaitForRegistration(0, kWait).has_value());
   ASSERT_TRUE(kubelet_->WaitForDevices(AllHealthy(4), kWait).has_value());
-  ASSERT_EQ(plugin_->node().metrics().registrations.value(), 0u) << "Register returned while held";
+  ASSERT_EQ(plugin_->node().resource().metrics().registrations.value(), 0u) << "Register returned while held";
   stub_ = kubelet_->PluginStub();
   pods.Set({{"default/shared/main", {{"rdma/hca", {"shared-3"}}}}});  // admitted meanwhile
   v1beta1::AllocateResponse response;
@@ -970,7 +970,7 @@ TEST_F(TrustTest, AChmodOfASocketIsNoRestart) {
   const std::string serving = absl::StrCat("serving ", config_.resource_name, " on ");
   const int serves = server_log_.Count(serving);
   const int registrations = kubelet_->registrations();
-  const std::uint64_t restarts = plugin_->node().metrics().kubelet_restarts.value();
+  const std::uint64_t restarts = plugin_->node().resource().metrics().kubelet_restarts.value();
   const std::string kubelet_sock = config_.kubelet_dir + "/kubelet.sock";
   for (const std::string& path : {config_.SocketPath(), kubelet_sock}) {
     SCOPED_TRACE(path);
@@ -987,7 +987,7 @@ TEST_F(TrustTest, AChmodOfASocketIsNoRestart) {
     { std::ofstream touch(other); }
     ASSERT_TRUE(waits->WaitUntilEnteredMoreThan(*entered, absl::Now() + kWait));
     ::unlink(other.c_str());
-    EXPECT_EQ(plugin_->node().metrics().kubelet_restarts.value(), restarts);
+    EXPECT_EQ(plugin_->node().resource().metrics().kubelet_restarts.value(), restarts);
     EXPECT_EQ(server_log_.Count(serving), serves);
     EXPECT_EQ(kubelet_->registrations(), registrations);
   }

@@ -73,7 +73,7 @@ void CheckGpuContext(const deviceplugin::PodList& pods, const Node& node) {
   for (const auto& [key, t] : first_seen) FUZZ_CHECK(keys.count(key) == 1, key);
 
   deviceplugin::GpuSelection sel =
-      deviceplugin::GpuContextFor(pods, first_seen, now, config, node.gpu_ids, *node.topology);
+      deviceplugin::GpuContextFor(pods, first_seen, now, config, config.resource_name, node.gpu_ids, *node.topology);
   FUZZ_CHECK(sel.context.free_gpus_known, "free GPUs unknown");
   for (const auto& g : sel.context.free_gpus) FUZZ_CHECK(node.gpus.count(g) == 1, g);
   FUZZ_CHECK(std::is_sorted(sel.context.container_gpus.begin(), sel.context.container_gpus.end()),

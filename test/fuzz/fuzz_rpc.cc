@@ -176,7 +176,7 @@ void Prefer(deviceplugin::NodeState& plugin, const v1beta1::PreferredAllocationR
   v1beta1::PreferredAllocationResponse resp;
   grpc::Status s(grpc::StatusCode::UNKNOWN, "never finished");
   int finished = 0;
-  deviceplugin::HandlePreferredAllocation(plugin, req, &resp, [&](grpc::Status got) {
+  deviceplugin::HandlePreferredAllocation(plugin.resource(), req, &resp, [&](grpc::Status got) {
     s = got;
     ++finished;
   });
@@ -249,7 +249,7 @@ void CheckAllocation(const Rig& rig, const v1beta1::ContainerAllocateRequest& in
 void Allocate(const Rig& rig, deviceplugin::NodeState& plugin, const v1beta1::AllocateRequest& req,
               bool exclusive) {
   v1beta1::AllocateResponse resp;
-  const grpc::Status s = deviceplugin::HandleAllocate(plugin, req, &resp);
+  const grpc::Status s = deviceplugin::HandleAllocate(plugin.resource(), req, &resp);
   CheckNotInternal(s, "Allocate");
   if (!s.ok()) return;
   FUZZ_CHECK(resp.container_responses_size() == req.container_requests_size(), "containers");

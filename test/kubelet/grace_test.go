@@ -108,7 +108,7 @@ func TestGraceNodesKubelet(t *testing.T) {
 				}
 			}
 			class := func(c string) int {
-				return sample(metrics, `rdma_device_plugin_allocation_alignment_total{path_class="`+c+`"}`)
+				return sample(metrics, `rdma_device_plugin_allocation_alignment_total{resource="rdma/hca",path_class="`+c+`"}`)
 			}
 			node, sys, unknown := class("NODE"), class("SYS"), class("unknown")
 			if node < gpuFirstNode || node > same || sys > across || node+sys+unknown != pods ||

@@ -41,16 +41,22 @@ TEST(DemoTest, PrintsAScrapeOfTheExclusivePlugin) {
   const std::string text = out.str();
   EXPECT_NE(text.find("\nrdma_device_plugin_hca_allocated{hca=\"mlx5_"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("namespace=\"default\",pod=\"train-0\",container=\"main\"} 1"),
+  EXPECT_NE(text.find("namespace=\"default\",pod=\"train-0\",container=\"main\",resource=\"rdma/hca\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("namespace=\"default\",pod=\"infer-0\",container=\"main\"} 1"),
+  EXPECT_NE(text.find("namespace=\"default\",pod=\"infer-0\",container=\"main\",resource=\"rdma/hca\"} 1"),
             std::string::npos);
   // infer-0's allocation had no GPU context; train-0's sat next to its GPUs.
-  EXPECT_NE(text.find("rdma_device_plugin_allocation_alignment_total{path_class=\"unknown\"} 1"),
+  EXPECT_NE(text.find(
+      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+      "path_class=\"unknown\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("rdma_device_plugin_allocation_alignment_total{path_class=\"PIX\"} 1"),
+  EXPECT_NE(text.find(
+      "rdma_device_plugin_allocation_alignment_total{resource=\"rdma/hca\","
+      "path_class=\"PIX\"} 1"),
             std::string::npos);
-  EXPECT_NE(text.find("rdma_device_plugin_rpc_duration_seconds_count{method=\"Allocate\"} 2"),
+  EXPECT_NE(text.find(
+      "rdma_device_plugin_rpc_duration_seconds_count{resource=\"rdma/hca\","
+      "method=\"Allocate\"} 2"),
             std::string::npos);
 }
 
