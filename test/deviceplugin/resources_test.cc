@@ -53,18 +53,18 @@ struct RoleNode {
 RoleNode BuildRoleNode() {
   RoleNode n;
   rdp::testing::NodeBuilder b;
-  const int r0 = b.Root(0);
-  const int sw0 = b.Switch(r0);
-  n.g0 = b.Gpu(r0, sw0);
-  n.g1 = b.Gpu(r0, sw0);
-  n.c0 = b.Hca(r0, sw0);
-  n.c1 = b.Hca(r0, sw0);
-  const int r1 = b.Root(1);
-  const int sw1 = b.Switch(r1);
-  n.g2 = b.Gpu(r1, sw1);
-  n.g3 = b.Gpu(r1, sw1);
-  n.c2 = b.Hca(r1, sw1);
-  n.c3 = b.Hca(r1, sw1);
+  // A root on `numa` with a switch of two GPUs and two compute NICs.
+  auto rail = [&b](int numa, std::string* g0, std::string* g1, std::string* c0,
+                   std::string* c1) {
+    const int root = b.Root(numa);
+    const int sw = b.Switch(root);
+    *g0 = b.Gpu(root, sw);
+    *g1 = b.Gpu(root, sw);
+    *c0 = b.Hca(root, sw);
+    *c1 = b.Hca(root, sw);
+  };
+  rail(0, &n.g0, &n.g1, &n.c0, &n.c1);
+  rail(1, &n.g2, &n.g3, &n.c2, &n.c3);
   n.s0 = b.Hca(b.Root(0), -1, "200 Gb/sec (4X HDR)", 2, 2);
   n.s1 = b.Hca(b.Root(1), -1, "200 Gb/sec (4X HDR)", 2, 2);
   const topology::TopologyPtr built = b.Build();
