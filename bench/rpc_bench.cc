@@ -342,7 +342,7 @@ void BM_PreferHandler(benchmark::State& state) {
   for (auto _ : state) {
     v1beta1::PreferredAllocationResponse response;
     bool ok = false;
-    HandlePreferredAllocation(rig->plugin->node(), request, &response,
+    HandlePreferredAllocation(rig->plugin->node().resource(), request, &response,
                               [&ok](grpc::Status s) { ok = s.ok(); });
     if (!ok) {
       state.SkipWithError("GetPreferredAllocation failed");
@@ -358,7 +358,7 @@ void BM_AllocateHandler(benchmark::State& state) {
   const v1beta1::AllocateRequest request = AllocateRequest(*rig, state.range(2));
   for (auto _ : state) {
     v1beta1::AllocateResponse response;
-    if (!HandleAllocate(rig->plugin->node(), request, &response).ok()) {
+    if (!HandleAllocate(rig->plugin->node().resource(), request, &response).ok()) {
       state.SkipWithError("Allocate failed");
       break;
     }
