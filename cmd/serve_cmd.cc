@@ -88,6 +88,10 @@ absl::StatusOr<Resolved> Resolve(const ServeFlags& f) {
 int Serve(const Resolved& resolved, std::vector<resources::Resource> served,
           const deviceplugin::PluginServer::ResourceCheck& refuse) {
   const deviceplugin::Config& config = resolved.config;
+  if (absl::Status s = deviceplugin::ValidateResources(config, served); !s.ok()) {
+    Logger("server")->error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
   deviceplugin::PluginServer plugin(config, deviceplugin::DefaultSources(config),
                                     std::move(served));
   const std::shared_ptr<Env> node = NewNodeEnv(config.Roots());

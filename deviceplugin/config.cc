@@ -1,6 +1,7 @@
 #include "deviceplugin/config.h"
 
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -38,13 +39,15 @@ bool IsDir(const std::string& path) {
   return std::filesystem::is_directory(path, ec);
 }
 
+bool IsSharedDevices(int n) { return n >= 1 && n <= kMaxSharedDevices; }
+
 }  // namespace
 
 absl::Status Validate(const Config& c) {
   if (absl::Status st = resources::ValidateResourceName(c.resource_name); !st.ok()) {
     return Bad("--resource-name", c.resource_name, std::string(st.message()));
   }
-  if (c.shared_devices < 1 || c.shared_devices > kMaxSharedDevices) {
+  if (!IsSharedDevices(c.shared_devices)) {
     return Bad("--shared-devices", std::to_string(c.shared_devices),
                absl::StrCat("must be 1..", kMaxSharedDevices));
   }
@@ -77,6 +80,46 @@ absl::Status Validate(const Config& c) {
     }
   }
   return hca::ValidateEarlyWarning(c.early_warning);
+}
+
+std::vector<std::string> SocketNames(const Config& config,
+                                     const std::vector<resources::Resource>& served) {
+  if (served.empty()) return {config.socket_name};
+  std::vector<std::string> out;
+  for (const resources::Resource& r : served) out.push_back(r.SocketName());
+  return out;
+}
+
+absl::Status ValidateResources(const Config& config,
+                               const std::vector<resources::Resource>& served) {
+  const std::vector<std::string> sockets = SocketNames(config, served);
+  std::map<std::string, std::string> by_name;    // resource name -> itself
+  std::map<std::string, std::string> by_socket;  // socket name -> the resource served on it
+  for (std::size_t i = 0; i < served.size(); ++i) {
+    const resources::Resource& r = served[i];
+    if (absl::Status st = resources::ValidateResourceName(r.name); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("resource '", r.name, "': ", st.message()));
+    }
+    if (!IsSharedDevices(r.shared_devices)) {
+      return absl::InvalidArgumentError(absl::StrCat("resource ", r.name, ": shared devices ",
+                                                     r.shared_devices, " must be 1..",
+                                                     kMaxSharedDevices));
+    }
+    if (!by_name.emplace(r.name, r.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("resource ", r.name, " is given twice"));
+    }
+    if (sockets[i] == "kubelet.sock") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resource ", r.name, " would be served on the kubelet's own socket"));
+    }
+    auto [it, fresh] = by_socket.emplace(sockets[i], r.name);
+    if (!fresh) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resources ", it->second, " and ", r.name, " would be served on one socket, ",
+          sockets[i], ": give them names that differ in more than '/' and '.'"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace rdp::deviceplugin

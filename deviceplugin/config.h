@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "hca/early_warning.h"
 #include "hca/hca.h"
+#include "resources/resources.h"
 #include "topology/discovery.h"
 
 namespace rdp::deviceplugin {
@@ -75,5 +76,16 @@ struct Config {
 // not "<domain>/<name>", shared_devices outside 1..100000, a socket name with a '/', an interval
 // below 10 ms, a root or XML that does not exist.
 absl::Status Validate(const Config& config);
+
+// The socket each of `served` is served on in config.kubelet_dir: Resource::SocketName(), or
+// config.socket_name for the one resource of the Config alone (`served` empty).
+std::vector<std::string> SocketNames(const Config& config,
+                                     const std::vector<resources::Resource>& served);
+
+// InvalidArgument naming the resource and what is wrong when one of `served` has a name that is
+// not "<domain>/<name>" or shared_devices outside 1..100000, when two share a name, or when two
+// would be served on one socket (names that differ only in '/' and '.') or one on kubelet.sock.
+absl::Status ValidateResources(const Config& config,
+                               const std::vector<resources::Resource>& served);
 
 }  // namespace rdp::deviceplugin

@@ -7,11 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "deviceplugin/gpu_context.h"
 #include "deviceplugin/nvidia_gpus.h"
-#include "deviceplugin/withholding.h"
 #include "topology/discovery.h"
 #include "base/log.h"
 

@@ -39,7 +39,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "allocator/allocator.h"
 #include "base/env.h"
 #include "deviceplugin/config.h"
 #include "deviceplugin/gpu_context.h"

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "proto/deviceplugin.grpc.pb.h"
@@ -48,7 +47,6 @@ class PluginServer::Endpoint {
   }
 
   bool ok() const { return kubelet_inotify_ >= 0; }
-  const std::string& socket_name() const { return socket_name_; }
   const std::string& socket_path() const { return socket_path_; }
 
   // Watches the kubelet dir and serves the socket (Start, before the thread exists).
@@ -110,16 +108,15 @@ PluginServer::PluginServer(Config config, NodeSources sources,
                            std::vector<grpc::Service*> also_served)
     : config_(std::move(config)),
       also_served_(std::move(also_served)),
+      served_(std::move(served)),
       poll_(sources.poll),
-      node_(std::make_unique<NodeState>(config_, std::move(sources), served)),
+      node_(std::make_unique<NodeState>(config_, std::move(sources), served_)),
       stop_fd_(serving::NewEventFd()),
       rescan_fd_(serving::NewEventFd()),
       pods_inotify_(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
-  // Without resources given, the one resource of the Config keeps the Config's socket.
-  const bool from_config = served.empty();
-  for (const auto& r : node_->resources()) {
-    endpoints_.push_back(std::make_unique<Endpoint>(
-        *this, *r, from_config ? config_.socket_name : r->resource().SocketName()));
+  const std::vector<std::string> sockets = SocketNames(config_, served_);
+  for (std::size_t i = 0; i < sockets.size(); ++i) {
+    endpoints_.push_back(std::make_unique<Endpoint>(*this, node_->resource(i), sockets[i]));
   }
 }
 
@@ -154,15 +151,7 @@ absl::Status PluginServer::Start() {
   bool ok = stop_fd_ >= 0 && fatal_.ok() && rescan_fd_ >= 0 && pods_inotify_ >= 0;
   for (const auto& e : endpoints_) ok = ok && e->ok();
   if (!ok) return Errno("inotify/eventfd");
-  std::set<std::string> sockets;
-  for (const auto& e : endpoints_) {
-    if (!sockets.insert(e->socket_name()).second || e->socket_name() == "kubelet.sock") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "two resources would be served on one socket, ", e->socket_path(),
-          ", or a resource on the kubelet's: give them names that differ in more than '/' "
-          "and '.'"));
-    }
-  }
+  if (absl::Status s = ValidateResources(config_, served_); !s.ok()) return s;
   if (absl::Status s = Prepare(); !s.ok()) return s;
   node_->SetRescanRequest([fd = rescan_fd_] { serving::SignalEventFd(fd); });
   if (node_->has_pod_resources()) {

@@ -61,10 +61,10 @@ class PluginServer {
   // the snapshot. The discovery's error, or the check's, unchanged; nothing is served either way.
   // Once it succeeded, later calls return OK at once.
   absl::Status Prepare(const ResourceCheck& check = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
-  // Prepare() unless done, asks once for the kubelet's pod list (bounded), serves every
-  // resource's socket and starts the background threads (registrations follow asynchronously).
-  // Errors when discovery fails, two resources would share a socket, a socket cannot be served
-  // or the directory cannot be watched; then nothing keeps running.
+  // Checks the resources (ValidateResources), Prepare() unless done, asks once for the kubelet's
+  // pod list (bounded), serves every resource's socket and starts the background threads
+  // (registrations follow asynchronously). Errors when a resource is invalid, discovery fails,
+  // a socket cannot be served or the directory cannot be watched; then nothing keeps running.
   absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every ListAndWatch stream, stops serving, removes our socket, joins the threads.
   // Idempotent; safe from any thread but not from a signal handler.
@@ -99,6 +99,7 @@ class PluginServer {
 
   const Config config_;
   const std::vector<grpc::Service*> also_served_;
+  const std::vector<resources::Resource> served_;  // as given (empty: the Config's one)
   const std::function<int(struct pollfd*, nfds_t, int)> poll_;  // NodeSources::poll
   const std::unique_ptr<NodeState> node_;
 

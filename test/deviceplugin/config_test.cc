@@ -39,6 +39,48 @@ TEST(ConfigTest, BadValuesNameTheFlag) {
   }
 }
 
+resources::Resource Named(const std::string& name, int shared_devices = 1000) {
+  resources::Resource r;
+  r.name = name;
+  r.shared_devices = shared_devices;
+  return r;
+}
+
+// Without resources the Config's one keeps --socket-name; given ones are served on their own.
+TEST(ConfigTest, SocketNamesOfTheResources) {
+  Config c;
+  c.socket_name = "custom.sock";
+  EXPECT_EQ(SocketNames(c, {}), std::vector<std::string>{"custom.sock"});
+  EXPECT_EQ(SocketNames(c, {Named("rdma/hca"), Named("rdma/storage")}),
+            (std::vector<std::string>{"rdma-hca.sock", "rdma-storage.sock"}));
+  EXPECT_TRUE(ValidateResources(c, {}).ok());
+  EXPECT_TRUE(ValidateResources(c, {Named("rdma/hca"), Named("rdma/storage")}).ok());
+}
+
+TEST(ConfigTest, BadResourcesNameTheResource) {
+  struct Case {
+    std::vector<resources::Resource> served;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{Named("storage")}, "resource 'storage': must be <domain>/<name>"},
+      {{Named("rdma/storage", 0)}, "resource rdma/storage: shared devices 0 must be 1..100000"},
+      {{Named("rdma/hca"), Named("rdma/hca")}, "resource rdma/hca is given twice"},
+      {{Named("rdma/hca"), Named("rdma.hca/x"), Named("rdma-hca/x")},
+       "resources rdma.hca/x and rdma-hca/x would be served on one socket, rdma-hca-x.sock"},
+      {{Named("kubelet/x")}, ""},
+  };
+  for (const Case& k : cases) {
+    absl::Status s = ValidateResources(Config(), k.served);
+    if (k.says.empty()) {
+      EXPECT_TRUE(s.ok()) << s;  // kubelet-x.sock is not kubelet.sock
+      continue;
+    }
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.says;
+    EXPECT_NE(s.message().find(k.says), absl::string_view::npos) << s;
+  }
+}
+
 TEST(ConfigTest, ParseMode) {
   EXPECT_EQ(*hca::ParseMode("shared"), hca::Mode::kShared);
   EXPECT_EQ(*hca::ParseMode("exclusive"), hca::Mode::kExclusive);

@@ -367,6 +367,30 @@ TEST_F(ResourcesTest, ListsFollowHotplugPerSelector) {
   EXPECT_THAT(Ids(state.resource(0).Devices()), UnorderedElementsAreArray(roles_.Compute()));
 }
 
+// Across a mode swap each resource withholds its own HCAs only: on a node back in shared mode,
+// a container still holding a storage NIC under its exclusive ID keeps that NIC from the storage
+// resource's shared pods, and the compute resource offers its units as usual.
+TEST_F(ResourcesTest, WithholdingAfterAModeSwapIsPerResource) {
+  const std::string socket = node_.dir().Sub("pr.sock");
+  sim::FakePodResources pods(socket);
+  ASSERT_TRUE(pods.Start().ok());
+  pods.Set({{"team-s/ingest-0/main", {{"rdma/storage", {roles_.s0}}}}});
+  Config config = MakeConfig(hca::Mode::kShared);
+  config.pod_resources_socket = socket;
+  NodeState state(config, Sources(NewGrpcPodResources(socket)),
+                  {ComputeResource(), StorageResource()});
+  ASSERT_TRUE(state.Init().ok());
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  EXPECT_TRUE(state.resource(0).Withheld().empty());
+  EXPECT_EQ(state.resource(1).Withheld(), std::set<std::string>{roles_.s0});
+  absl::StatusOr<node::Grant> grant = state.resource(1).Allocate({"shared-0"});
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_EQ(grant->allocation.envs.at("RDMA_HCA_NAMES"), "mlx5_5") << "s1 only: s0 is withheld";
+  pods.Set({});
+  ASSERT_TRUE(state.RefreshPodsAndWait());
+  EXPECT_TRUE(state.resource(1).Withheld().empty());
+}
+
 // The resources are checked against the discovered node before anything is served: a check's
 // refusal is Prepare's and Start's error, and no socket appears.
 TEST_F(ResourcesTest, RefusedResourcesServeNothing) {
@@ -391,7 +415,8 @@ TEST_F(ResourcesTest, ResourcesSharingASocketAreRefused) {
                       {Named("rdma/hca"), Named("rdma.hca/x"), Named("rdma-hca/x")});
   const absl::Status s = plugin.Start();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("rdma-hca-x.sock"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("resources rdma.hca/x and rdma-hca/x would be served on one socket"));
 }
 
 // The per-resource instruments carry the resource's name; the node's are written once.
