@@ -117,8 +117,13 @@ int Serve(const Resolved& resolved, std::vector<resources::Resource> served,
     plugin.node().WriteMetrics(out);
     return out.Take();
   };
-  // `probe`, in this process: GetDevicePluginOptions on our own socket.
-  run.checks.livez = [&config] { return deviceplugin::Probe(config.SocketPath(), kProbeTimeout); };
+  // `probe`, in this process: GetDevicePluginOptions on each of our sockets.
+  run.checks.livez = [&plugin]() -> absl::Status {
+    for (const std::string& socket : plugin.SocketPaths()) {
+      if (absl::Status s = deviceplugin::Probe(socket, kProbeTimeout); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
   run.checks.readyz = run.checks.livez;
   return RunServer(run);
 }
