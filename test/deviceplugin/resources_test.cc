@@ -1,8 +1,9 @@
 // Several resources from one process, over one node: each its own device plugin (socket,
 // registration, ListAndWatch, Allocate, GetPreferredAllocation), on a node with roles: compute
 // InfiniBand PFs beside GPUs, dual-port Ethernet storage PFs and two VFs of one compute NIC.
-// The node is built by hand (test/support/node_builder.h) and laid out as sysfs; the VFs'
-// identity (physfn) is set by the test's discovery, as the sysfs fixture lays out no VF.
+// The node is built by hand (test/support/node_builder.h) and laid out as sysfs; the test's
+// discovery places each HCA and sets its identity (physfn, vendor, device, driver) as the
+// hand-built snapshot says, so the tests do not depend on how sysfs spells a VF.
 
 #include <filesystem>
 #include <map>
@@ -134,7 +135,7 @@ resources::Resource StorageResource() {
 }
 
 // The role node laid out under a TestNode; its discovery reads sysfs and places each HCA as the
-// hand-built snapshot does, with the VFs' physfn (identity the sysfs fixture does not lay out).
+// hand-built snapshot does, with the snapshot's identity fields.
 class ResourcesTest : public ::testing::Test {
  protected:
   ResourcesTest() : node_(std::vector<sim::FixtureHca>{}), roles_(BuildRoleNode()) {
