@@ -4,13 +4,16 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "cmd/discovery_flags.h"
 #include "cmd/flag_values.h"
 #include "dra/model.h"
 #include "dra/probe.h"
+#include "deviceplugin/config.h"
 #include "deviceplugin/probe.h"
+#include "resources/config.h"
 
 namespace rdp::cmd {
 
@@ -22,6 +25,7 @@ void AddProbeCommand(CLI::App& app) {
     bool dra = false;
     bool ready = false;
     std::string driver_name = dra::kDefaultDriverName;
+    std::string config_file;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* sub =
@@ -45,6 +49,10 @@ void AddProbeCommand(CLI::App& app) {
   sub->add_option("--socket-name", f->socket_name, "The plugin's socket file name")
       ->envname("RDP_SOCKET_NAME")
       ->capture_default_str();
+  sub->add_option("--config", f->config_file,
+                  "serve's resources file: probe every resource's socket (named as serve names "
+                  "them from it and --socket-name)")
+      ->envname("RDP_CONFIG");
   sub->add_option("--timeout", f->timeout, "How long to wait for the answer")
       ->envname("RDP_PROBE_TIMEOUT")
       ->capture_default_str();
@@ -69,13 +77,27 @@ void AddProbeCommand(CLI::App& app) {
                 << (f->ready ? ", registered with the kubelet" : "") << "\n";
       return;
     }
-    const std::string path = (std::filesystem::path(f->kubelet_dir) / f->socket_name).string();
-    absl::Status status = deviceplugin::Probe(path, *timeout);
-    if (!status.ok()) {
-      std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
-      Exit(1);
+    deviceplugin::Config config;
+    config.kubelet_dir = f->kubelet_dir;
+    config.socket_name = f->socket_name;
+    std::vector<resources::Resource> served;
+    if (!f->config_file.empty()) {
+      absl::StatusOr<resources::Config> file = resources::LoadConfig(f->config_file);
+      if (!file.ok()) {
+        std::cerr << "rdma-device-plugin probe: --config: " << file.status().message() << "\n";
+        Exit(kExitUsage);
+      }
+      served = std::move(file->resources);
     }
-    std::cout << "ok: " << path << " answers\n";
+    for (const std::string& socket : deviceplugin::SocketNames(config, served)) {
+      const std::string path = (std::filesystem::path(f->kubelet_dir) / socket).string();
+      absl::Status status = deviceplugin::Probe(path, *timeout);
+      if (!status.ok()) {
+        std::cerr << "rdma-device-plugin probe: " << status.message() << "\n";
+        Exit(1);
+      }
+      std::cout << "ok: " << path << " answers\n";
+    }
   });
 }
 

@@ -21,6 +21,7 @@
 #include "hca/hca.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics.h"
+#include "resources/config.h"
 #include "resources/resources.h"
 #include "topology/topology.h"
 
@@ -36,6 +37,7 @@ struct ServeFlags {
   std::string gpu_resources = "nvidia.com/gpu,amd.com/gpu";
   MetricsFlags metrics;
   EarlyWarningFlags early_warning;
+  std::string config_file;  // --config: the resources file; "" for --resource-name alone
 };
 
 // What Serve() needs beside the Config.
@@ -128,6 +130,38 @@ int Serve(const Resolved& resolved, std::vector<resources::Resource> served,
   return RunServer(run);
 }
 
+// Serves the resources of the file at `path` (resources/config.h): exit 2 naming the file and
+// the key when it is wrong, and, in exclusive mode, when two resources select one HCA of this
+// node (each exclusive HCA is sold once).
+int ServeConfig(const Resolved& resolved, const std::string& path) {
+  const auto log = Logger("server");
+  absl::StatusOr<resources::Config> file = resources::LoadConfig(path);
+  if (!file.ok()) {
+    log->error("--config: {}", std::string(file.status().message()));
+    return kExitUsage;
+  }
+  for (const std::string& w : file->warnings) log->warn("--config: {}", w);
+  if (file->update_interval) {
+    log->info("--config {}: periodicUpdateInterval {} read; the HCAs are polled every {} "
+              "(--health-interval) whatever it says",
+              path, absl::FormatDuration(*file->update_interval),
+              absl::FormatDuration(resolved.config.health_interval));
+  }
+  std::vector<std::string> names;
+  for (const resources::Resource& r : file->resources) names.push_back(r.name);
+  log->info("--config {}: {} resource(s): {}", path, names.size(), absl::StrJoin(names, ", "));
+  deviceplugin::PluginServer::ResourceCheck refuse = nullptr;
+  if (resolved.config.mode == hca::Mode::kExclusive) {
+    refuse = [path](const std::vector<resources::Resource>& served,
+                    const topology::Topology& topology) -> absl::Status {
+      absl::Status s = resources::CheckExclusiveOverlap(served, topology.hcas());
+      if (s.ok()) return s;
+      return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": ", s.message()));
+    };
+  }
+  return Serve(resolved, std::move(file->resources), refuse);
+}
+
 }  // namespace
 
 void AddServeCommand(CLI::App& app) {
@@ -192,13 +226,23 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   f->metrics.Register(sub);
   f->early_warning.Register(sub);
+  sub->add_option("--config", f->config_file,
+                  "A resources file (docs/config.md), ours (YAML or JSON) or the Mellanox shared "
+                  "device plugin's config.json: each resource its own device plugin, on the "
+                  "socket <--socket-name without .sock>-<resource>.sock; --resource-name and "
+                  "--shared-devices are then the file's")
+      ->envname("RDP_CONFIG");
   sub->callback([f] {
     absl::StatusOr<Resolved> config = Resolve(*f);
     if (!config.ok()) {
       Logger("server")->error("{}", std::string(config.status().message()));
       Exit(kExitUsage);
     }
-    if (int code = Serve(*config, {}, nullptr); code != 0) Exit(code);
+    if (f->config_file.empty()) {
+      if (int code = Serve(*config, {}, nullptr); code != 0) Exit(code);
+      return;
+    }
+    if (int code = ServeConfig(*config, f->config_file); code != 0) Exit(code);
   });
 }
 

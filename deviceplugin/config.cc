@@ -85,8 +85,14 @@ absl::Status Validate(const Config& c) {
 std::vector<std::string> SocketNames(const Config& config,
                                      const std::vector<resources::Resource>& served) {
   if (served.empty()) return {config.socket_name};
+  std::string stem;  // "" for the default --socket-name
+  if (config.socket_name != Config().socket_name) {
+    stem = config.socket_name;
+    if (absl::EndsWith(stem, ".sock")) stem.resize(stem.size() - 5);
+    stem += "-";
+  }
   std::vector<std::string> out;
-  for (const resources::Resource& r : served) out.push_back(r.SocketName());
+  for (const resources::Resource& r : served) out.push_back(stem + r.SocketName());
   return out;
 }
 

@@ -77,8 +77,11 @@ struct Config {
 // below 10 ms, a root or XML that does not exist.
 absl::Status Validate(const Config& config);
 
-// The socket each of `served` is served on in config.kubelet_dir: Resource::SocketName(), or
-// config.socket_name for the one resource of the Config alone (`served` empty).
+// The socket each of `served` is served on in config.kubelet_dir: Resource::SocketName()
+// ("rdma-storage.sock"), prefixed by config.socket_name without ".sock" and a '-' when that is
+// not the default ("rdp-exclusive-rdma-storage.sock": the chart's per-mode names stay apart
+// through a mode swap), or config.socket_name for the one resource of the Config alone
+// (`served` empty).
 std::vector<std::string> SocketNames(const Config& config,
                                      const std::vector<resources::Resource>& served);
 

@@ -1383,7 +1383,7 @@ TWO_RESOURCES = [
                   "pciAddresses": ["0000:2B:00.0", "2c:00.0"],
                   "virtualFunctions": "include"}},
 ]
-CONFIG_PATH = "/etc/rdma-device-plugin/config.yaml"
+CONFIG_PATH = "/etc/rdma-device-plugin/config.json"
 
 
 def config_maps(docs):
@@ -1409,9 +1409,13 @@ def check_resources(r, helm):
     fullname = f"{RELEASE}-rdma-device-plugin"
     docs = helm.template({"rdmaResources": TWO_RESOURCES})
     cm = config_maps(docs).get(f"{fullname}-config", {})
-    text = cm.get("data", {}).get("config.yaml", "")
-    r.check("resources: the ConfigMap holds the config file, resources as given",
-            yaml.safe_load(text) == {"resources": TWO_RESOURCES}, text)
+    text = cm.get("data", {}).get("config.json", "")
+    try:
+        parsed = json.loads(text)
+    except ValueError as e:
+        parsed = f"not JSON: {e}"
+    r.check("resources: the ConfigMap holds the config file as JSON (every build reads it), "
+            "resources as given", parsed == {"resources": TWO_RESOURCES}, text)
     checksum = hashlib.sha256(text.rstrip("\n").encode()).hexdigest()
     for mode, ds in sorted(by_mode(docs).items()):
         name = f"resources/{mode}: "
@@ -1421,6 +1425,11 @@ def check_resources(r, helm):
                 annotations.get("checksum/config") == checksum, str(annotations))
         r.check(name + "--resource-name is still given (the default the config replaces)",
                 flag(ds, "--resource-name") == "rdma/hca", str(flags(ds)))
+    for mode, ds in sorted(by_mode(helm.template(dict(NO_METRICS,
+                                                      rdmaResources=TWO_RESOURCES))).items()):
+        command = probe_commands(ds)["livenessProbe"] or []
+        r.check(f"resources/{mode}: the exec'd probe reads the same file (every resource's "
+                "socket)", f"--config={CONFIG_PATH}" in command, str(command))
     changed = [dict(TWO_RESOURCES[0]), dict(TWO_RESOURCES[1], sharedDevices=32)]
     other = {ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
              for ds in by_mode(helm.template({"rdmaResources": changed})).values()}

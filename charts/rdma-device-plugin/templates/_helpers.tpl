@@ -118,6 +118,9 @@ readiness probe (.ready) also wants the kubelet to have registered the driver. 1
 {{- else }}
 - --kubelet-dir={{ .root.Values.hostPaths.kubeletDevicePlugins }}
 - --socket-name={{ include "rdp.socketName" . }}
+{{- with include "rdp.configPath" .root }}
+- --config={{ . }}
+{{- end }}
 {{- end }}
 {{- end }}
 

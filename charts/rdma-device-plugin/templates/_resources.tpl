@@ -4,15 +4,16 @@ selector of each resource's DeviceClass, generated from the same selector over t
 the DRA driver publishes (docs/dra.md, "Attributes").
 */}}
 
-{{/* The config file serve --config reads, from rdmaResources: our format, as YAML. */}}
+{{/* The config file serve --config reads, from rdmaResources: our format, as JSON, which every
+build of the binary reads (the arm64 one has no YAML parser). */}}
 {{- define "rdp.configFile" -}}
-{{- toYaml (dict "resources" .Values.rdmaResources) }}
+{{- toPrettyJson (dict "resources" .Values.rdmaResources) }}
 {{- end }}
 
 {{/* Where the plugin container sees the config file; "" when there is none. */}}
 {{- define "rdp.configPath" -}}
 {{- if ne .Values.driver "dra" }}
-{{- if .Values.rdmaResources }}/etc/rdma-device-plugin/config.yaml
+{{- if .Values.rdmaResources }}/etc/rdma-device-plugin/config.json
 {{- else if (.Values.rdmaConfigMap | default dict).name }}/etc/rdma-device-plugin/{{ .Values.rdmaConfigMap.key | default "config.json" }}
 {{- end }}
 {{- end }}
