@@ -46,13 +46,16 @@ resources::Resource Named(const std::string& name, int shared_devices = 1000) {
   return r;
 }
 
-// Without resources the Config's one keeps --socket-name; given ones are served on their own.
+// Without resources the Config's one keeps --socket-name; given ones are served on their own,
+// prefixed by a --socket-name other than the default (the chart's per-mode names).
 TEST(ConfigTest, SocketNamesOfTheResources) {
   Config c;
+  EXPECT_EQ(SocketNames(c, {Named("rdma/hca"), Named("rdma/storage")}),
+            (std::vector<std::string>{"rdma-hca.sock", "rdma-storage.sock"}));
   c.socket_name = "custom.sock";
   EXPECT_EQ(SocketNames(c, {}), std::vector<std::string>{"custom.sock"});
   EXPECT_EQ(SocketNames(c, {Named("rdma/hca"), Named("rdma/storage")}),
-            (std::vector<std::string>{"rdma-hca.sock", "rdma-storage.sock"}));
+            (std::vector<std::string>{"custom-rdma-hca.sock", "custom-rdma-storage.sock"}));
   EXPECT_TRUE(ValidateResources(c, {}).ok());
   EXPECT_TRUE(ValidateResources(c, {Named("rdma/hca"), Named("rdma/storage")}).ok());
 }
