@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -241,12 +240,9 @@ TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
   for (const std::string& a : Flags()) serve.push_back(a);
   for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
   rdp::testing::Child driver(RDP_BINARY, serve);
-  ASSERT_TRUE(driver.WaitForOutput("metrics: serving on", kTimeout)) << driver.output();
-  std::smatch m;
-  const std::string out = driver.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(metrics: serving on (127\.0\.0\.1:\d+))")))
-      << out;
-  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + m[1].str() + "/metrics");
+  const std::string address = sim::WaitForMetricsAddress(driver, kTimeout);
+  ASSERT_FALSE(address.empty()) << driver.output();
+  const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + address + "/metrics");
   ASSERT_EQ(scrape.code, 200);
   EXPECT_TRUE(rdp::testing::HasLine(scrape.body, "# TYPE rdma_device_plugin_dra_slice_watch_up gauge"))
       << scrape.body;
@@ -266,12 +262,10 @@ TEST_F(DRAServeCmdTest, TheProbeRoutesAnswerAsTheProbeCommandDoes) {
   for (const std::string& a : Flags()) serve.push_back(a);
   for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
   rdp::testing::Child driver(RDP_BINARY, serve);
+  const std::string address = sim::WaitForMetricsAddress(driver, kTimeout);
+  ASSERT_FALSE(address.empty()) << driver.output();
+  const std::string base = "http://" + address;
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
-  std::smatch m;
-  const std::string out = driver.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(metrics: serving on (127\.0\.0\.1:\d+))")))
-      << out;
-  const std::string base = "http://" + m[1].str();
   EXPECT_EQ(rdp::testing::HttpGet(base + "/livez").code, 200) << driver.output();
   const rdp::testing::HttpResponse unready = rdp::testing::HttpGet(base + "/readyz");
   EXPECT_EQ(unready.code, 503);
