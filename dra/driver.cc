@@ -68,11 +68,12 @@ std::string Key(const std::string& ns, const std::string& name) { return absl::S
 
 }  // namespace
 
-Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-               node::Node& node, ClaimStatusWriter* status)
+Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, MetadataStore& metadata,
+               Checkpoint& checkpoint, node::Node& node, ClaimStatusWriter* status)
     : config_(std::move(config)),
       reader_(reader),
       cdi_(cdi),
+      metadata_(metadata),
       node_(node),
       status_(status),
       checkpoint_(checkpoint) {}
@@ -165,6 +166,39 @@ absl::Status Driver::Reconcile() {
   Log()->info("CDI specs in {} agree with the checkpoint: {} (re)written, {} orphan(s) and {} "
               "temporary file(s) removed, {} left without a spec",
               cdi_.dir(), counts.written, orphans, temporaries->size(), counts.dropped);
+  return ReconcileMetadata();
+}
+
+absl::Status Driver::ReconcileMetadata() {
+  std::set<std::string> names;  // "<ns>/<name>" of the prepared claims
+  int temporaries = 0;
+  for (const auto& [uid, claim] : prepared_) {
+    names.insert(Key(claim.ref.ns, claim.ref.name));
+    absl::StatusOr<std::vector<std::string>> removed = metadata_.RemoveTemporaryFiles(claim.ref);
+    if (!removed.ok()) {
+      Log()->error("claim {}: {}", Describe(claim.ref), removed.status().ToString());
+      continue;
+    }
+    for (const std::string& file : *removed) {
+      Log()->warn("removed {}: the temporary file of a metadata write that did not finish", file);
+    }
+    temporaries += static_cast<int>(removed->size());
+  }
+  absl::StatusOr<std::vector<std::string>> on_disk = metadata_.ListClaims();
+  if (!on_disk.ok()) return on_disk.status();
+  int orphans = 0;
+  for (const std::string& key : *on_disk) {
+    if (names.count(key)) continue;
+    if (absl::Status s = metadata_.RemoveListed(key); !s.ok()) {
+      Log()->error("metadata files of claim {} (not in the checkpoint) left: {}", key,
+                   s.ToString());
+      continue;
+    }
+    ++orphans;
+  }
+  Log()->info("metadata files in {} agree with the checkpoint: {} orphan claim(s) and {} "
+              "temporary file(s) removed",
+              metadata_.dir(), orphans, temporaries);
   return absl::OkStatus();
 }
 
@@ -189,6 +223,7 @@ void Driver::RewriteSpec(const PreparedClaim& claim, SpecCounts& counts) {
   }
   if (!spec.ok()) {
     absl::Status s = cdi_.Remove(uid);
+    RemoveMetadata(claim.ref);  // what mounted it is gone
     Log()->error("claim {}: its CDI spec cannot be built now ({}): {}; its containers cannot "
                  "start until the kubelet unprepares it",
                  Describe(claim.ref), spec.status().ToString(),
@@ -196,6 +231,11 @@ void Driver::RewriteSpec(const PreparedClaim& claim, SpecCounts& counts) {
                         : absl::StrCat("removing the old one failed: ", s.ToString()));
     counts.dropped += s.ok();
     return;
+  }
+  // The spec's metadata device mounts these files: they are there before it is.
+  if (absl::Status s = WriteMetadata(claim); !s.ok()) {
+    Log()->error("claim {}: writing its metadata files failed: {}", Describe(claim.ref),
+                 s.ToString());
   }
   if (file.ok() && *file == *spec) return;
   if (absl::Status s = cdi_.Write(uid, *spec); !s.ok()) {
@@ -410,6 +450,7 @@ void Driver::CommitFresh(
     const auto& [ref, allocation] = entry;
     PreparedClaim claim{ref, allocation.devices, {}, false};
     claim.prepared_at = absl::Now();
+    claim.pod_claim_name = allocation.pod_claim_name;
     for (const std::string& request : Requests(claim.devices)) {
       const auto it = consumers.commons.find({ref.uid, request});
       if (it == consumers.commons.end() || !it->second) continue;
@@ -602,6 +643,7 @@ void Driver::UpdateShared(const Consumers& consumers, const std::set<std::string
 }
 
 absl::StatusOr<std::vector<PreparedDevice>> Driver::AnswerKnown(const PreparedClaim& claim) {
+  if (absl::Status s = WriteMetadata(claim); !s.ok()) return s;
   if (!cdi_.Exists(claim.ref.uid)) {
     absl::StatusOr<nlohmann::json> spec = SpecFor(claim);
     if (!spec.ok()) return spec.status();
@@ -626,9 +668,13 @@ absl::StatusOr<std::vector<PreparedDevice>> Driver::AnswerKnown(const PreparedCl
 
 absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& spec) {
   const ClaimRef& ref = claim.ref;
-  if (absl::Status s = cdi_.Write(ref.uid, spec); !s.ok()) {
+  absl::Status written = WriteMetadata(claim);
+  if (written.ok()) written = cdi_.Write(ref.uid, spec);
+  if (!written.ok()) {
     cdi_.Remove(ref.uid).IgnoreError();
-    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+    absl::MutexLock lock(&mu_);
+    if (!prepared_.count(ref.uid)) RemoveMetadata(ref);
+    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", written.message()));
   }
   absl::MutexLock lock(&mu_);
   std::optional<PreparedClaim> before;
@@ -642,6 +688,7 @@ absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& sp
       if (absl::Status r = cdi_.Remove(ref.uid); !r.ok()) {
         Log()->error("claim {}: CDI spec left behind: {}", Describe(ref), r.ToString());
       }
+      RemoveMetadata(ref);
     }
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
   }
@@ -719,6 +766,9 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   for (const std::string& request : Requests(claim.devices)) {
     CdiRequest r;
     r.request = request;
+    r.metadata = CdiRequest::Mount{
+        metadata_.PathOf(ref, request),
+        MetadataContainerPath(config_.driver_name, ref.name, claim.pod_claim_name, request)};
     r.own = hca::BuildAllocation(
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
         rdma_cm, {}, /*allocation_dir=*/"");
@@ -771,7 +821,8 @@ std::vector<PreparedDevice> Driver::Answer(const PreparedClaim& claim) const {
     if (claim.legacy) {
       ids = {LegacyCdiDeviceId(config_.driver_name, claim.ref.uid)};
     } else if (given.insert(request).second) {
-      ids = {CdiDeviceId(config_.driver_name, claim.ref.uid, request)};
+      ids = {CdiDeviceId(config_.driver_name, claim.ref.uid, request),
+             MetadataCdiDeviceId(config_.driver_name, claim.ref.uid, request)};
     }
     out.push_back({{request}, d.pool, d.device, std::move(ids), d.share_id});
   }
@@ -814,9 +865,73 @@ absl::Status Driver::UnprepareOne(const ClaimRef& ref) {
       Log()->info("unprepared claim {}", Describe(ref));
     }
   }
-  // Also for a claim not (or no longer) in the checkpoint: a spec a crash left behind.
+  // Also for a claim not (or no longer) in the checkpoint: files a crash left behind.
   if (absl::Status s = cdi_.Remove(ref.uid); !s.ok()) {
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  RemoveMetadata(ref);
+  return absl::OkStatus();
+}
+
+void Driver::RemoveMetadata(const ClaimRef& ref) {
+  for (const auto& [uid, claim] : prepared_) {
+    if (uid != ref.uid && claim.ref.ns == ref.ns && claim.ref.name == ref.name) return;
+  }
+  if (absl::Status s = metadata_.RemoveClaim(ref); !s.ok()) {
+    Log()->error("claim {}: its metadata files are left behind: {}", Describe(ref), s.ToString());
+  }
+}
+
+absl::Status Driver::WriteMetadata(const PreparedClaim& claim) {
+  if (claim.legacy) return absl::OkStatus();
+  const node::ViewPtr view = node_.Now();
+  if (!view) return absl::UnavailableError("no view of the node yet");
+  const std::vector<nlohmann::json> published =
+      config_.published_devices
+          ? config_.published_devices(*view)
+          : BuildDevices(*view, DeviceOptions{config_.driver_name});
+  std::map<std::string, const nlohmann::json*> attributes;  // by device name
+  for (const nlohmann::json& d : published) {
+    if (d.contains("name") && d.contains("attributes")) attributes[d["name"]] = &d["attributes"];
+  }
+  for (const std::string& request : Requests(claim.devices)) {
+    std::string named;  // results[].request: "<request>/<subrequest>" kept
+    std::vector<MetadataDevice> devices;
+    for (const AllocatedDevice& d : claim.devices) {
+      if (BaseRequest(d.request) != request) continue;
+      if (named.empty()) named = d.request;
+      MetadataDevice m{d.pool, d.device, nlohmann::json(), nlohmann::json()};
+      if (const auto it = attributes.find(d.device); it != attributes.end()) {
+        m.attributes = *it->second;
+      }
+      if (const int idx = FindHca(*view->topology, d.device); idx >= 0) {
+        const nlohmann::json status = AllocatedDeviceStatus(
+            config_.driver_name, d.pool, view->topology->hcas()[idx], node_.env());
+        if (status.contains("networkData")) m.network_data = status["networkData"];
+      }
+      devices.push_back(std::move(m));
+    }
+    auto stream = [&](int64_t generation) {
+      return MetadataStream(BuildDeviceMetadata(config_.driver_name, claim.ref,
+                                                claim.pod_claim_name, named, devices, generation));
+    };
+    int64_t generation = 1;
+    if (absl::StatusOr<std::string> old = metadata_.Read(claim.ref, request); old.ok()) {
+      absl::StatusOr<std::vector<nlohmann::json>> objects = ParseMetadataStream(*old);
+      const nlohmann::json before =
+          objects.ok() && !objects->empty() && objects->front().contains("metadata")
+              ? objects->front()["metadata"].value("generation", nlohmann::json())
+              : nlohmann::json();
+      if (before.is_number_integer() && before.get<int64_t>() > 0) {
+        if (stream(before.get<int64_t>()) == *old) continue;
+        generation = before.get<int64_t>() + 1;
+      }
+    }
+    if (absl::Status s = metadata_.Write(claim.ref, request, stream(generation)); !s.ok()) {
+      return absl::InternalError(absl::StrCat("claim ", Describe(claim.ref), " request ", request,
+                                              ": metadata file: ", s.message()));
+    }
   }
   return absl::OkStatus();
 }
