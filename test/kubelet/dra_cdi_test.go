@@ -1,7 +1,6 @@
 package kubelet
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,12 +11,7 @@ import (
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/dynamic-resource-allocation/api/metadata"
-	metadatav1alpha1 "k8s.io/dynamic-resource-allocation/api/metadata/v1alpha1"
-	metadatav1beta1 "k8s.io/dynamic-resource-allocation/api/metadata/v1beta1"
-	"k8s.io/dynamic-resource-allocation/devicemetadata"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -190,8 +184,7 @@ func TestDRACDISpecValid(t *testing.T) {
 }
 
 // checkMetadataMount: the OCI spec has one mount under the metadata directory, a read-only bind
-// at `path` of a file that holds a DeviceMetadata stream, v1beta1 then v1alpha1, each valid by the
-// upstream rules, naming claim `uid`'s request "hca" and exactly `hcas`, with their PCI addresses
+// at `path` of a file that DecodeDRAMetadata reads, naming claim `uid`'s request "hca" and exactly `hcas`, with their PCI addresses
 // as attributes.
 func checkMetadataMount(t *testing.T, spec *oci.Spec, path, uid string, hcas []HCA) {
 	t.Helper()
@@ -212,26 +205,9 @@ func checkMetadataMount(t *testing.T, spec *oci.Spec, path, uid string, hcas []H
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var beta metadatav1beta1.DeviceMetadata
-	var alpha metadatav1alpha1.DeviceMetadata
-	for i, obj := range []runtime.Object{&beta, &alpha} {
-		var invalid error
-		var gvk schema.GroupVersionKind
-		if err := devicemetadata.DecodeMetadataFromStream(dec, obj,
-			devicemetadata.DecodeMetadataWithValidationResult(&invalid), devicemetadata.DecodeMetadataStoreGVKResult(&gvk)); err != nil {
-			t.Fatalf("%s: object %d: %v\n%s", m.Source, i, err, data)
-		}
-		if invalid != nil {
-			t.Errorf("%s: object %d is not valid: %v", m.Source, i, invalid)
-		}
-		want := []schema.GroupVersion{metadatav1beta1.SchemeGroupVersion, metadatav1alpha1.SchemeGroupVersion}[i]
-		if gvk.GroupVersion() != want || gvk.Kind != "DeviceMetadata" {
-			t.Errorf("%s: object %d is %v, want %v DeviceMetadata", m.Source, i, gvk, want)
-		}
-	}
-	if dec.More() {
-		t.Errorf("%s: more than two objects", m.Source)
+	beta, alpha, err := DecodeDRAMetadata(data)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", m.Source, err, data)
 	}
 	if string(beta.UID) != uid || beta.Name != "nccl" || beta.Namespace != "ns" || beta.PodClaimName != nil {
 		t.Errorf("metadata %+v, want claim ns/nccl uid %s, no podClaimName", beta.ObjectMeta, uid)
