@@ -210,14 +210,10 @@ bool CdiStore::Exists(const std::string& claim_uid) const {
 
 absl::StatusOr<nlohmann::json> CdiStore::Read(const std::string& claim_uid) const {
   const std::string path = PathOf(claim_uid);
-  std::ifstream in(path);
-  if (!in) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no CDI spec ", path));
-    return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json spec = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = serving::ReadWholeFile(path);
+  if (absl::IsNotFound(text.status())) return absl::NotFoundError(absl::StrCat("no CDI spec ", path));
+  if (!text.ok()) return text.status();
+  nlohmann::json spec = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (spec.is_discarded()) return absl::DataLossError(absl::StrCat(path, " is not JSON"));
   return spec;
 }

@@ -1,10 +1,7 @@
 #include "dra/metadata.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <system_error>
 
@@ -123,15 +120,7 @@ absl::Status MetadataStore::Write(const ClaimRef& claim, const std::string& base
 
 absl::StatusOr<std::string> MetadataStore::Read(const ClaimRef& claim,
                                                 const std::string& base_request) const {
-  const std::string path = PathOf(claim, base_request);
-  std::ifstream in(path);
-  if (!in) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no metadata file ", path));
-    return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return serving::ReadWholeFile(PathOf(claim, base_request));
 }
 
 absl::Status MetadataStore::RemoveClaim(const ClaimRef& claim) const {
