@@ -170,11 +170,9 @@ absl::Status Driver::Reconcile() {
 }
 
 absl::Status Driver::ReconcileMetadata() {
-  std::set<std::string> names;  // "<ns>/<name>" of the prepared claims
   int temporaries = 0;
   for (const auto& [uid, claim] : prepared_) {
-    names.insert(Key(claim.ref.ns, claim.ref.name));
-    absl::StatusOr<std::vector<std::string>> removed = metadata_.RemoveTemporaryFiles(claim.ref);
+    absl::StatusOr<std::vector<std::string>> removed = metadata_.RemoveTemporaryFiles(uid);
     if (!removed.ok()) {
       Log()->error("claim {}: {}", Describe(claim.ref), removed.status().ToString());
       continue;
@@ -187,10 +185,10 @@ absl::Status Driver::ReconcileMetadata() {
   absl::StatusOr<std::vector<std::string>> on_disk = metadata_.ListClaims();
   if (!on_disk.ok()) return on_disk.status();
   int orphans = 0;
-  for (const std::string& key : *on_disk) {
-    if (names.count(key)) continue;
-    if (absl::Status s = metadata_.RemoveListed(key); !s.ok()) {
-      Log()->error("metadata files of claim {} (not in the checkpoint) left: {}", key,
+  for (const std::string& uid : *on_disk) {
+    if (prepared_.count(uid)) continue;
+    if (absl::Status s = metadata_.RemoveClaim(uid); !s.ok()) {
+      Log()->error("metadata files of claim uid {} (not in the checkpoint) left: {}", uid,
                    s.ToString());
       continue;
     }
@@ -672,8 +670,7 @@ absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& sp
   if (written.ok()) written = cdi_.Write(ref.uid, spec);
   if (!written.ok()) {
     cdi_.Remove(ref.uid).IgnoreError();
-    absl::MutexLock lock(&mu_);
-    if (!prepared_.count(ref.uid)) RemoveMetadata(ref);
+    if (!Prepared().count(ref.uid)) RemoveMetadata(ref);
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", written.message()));
   }
   absl::MutexLock lock(&mu_);
@@ -767,7 +764,7 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
     CdiRequest r;
     r.request = request;
     r.metadata = CdiRequest::Mount{
-        metadata_.PathOf(ref, request),
+        metadata_.PathOf(ref.uid, request),
         MetadataContainerPath(config_.driver_name, ref.name, claim.pod_claim_name, request)};
     r.own = hca::BuildAllocation(
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
@@ -869,16 +866,12 @@ absl::Status Driver::UnprepareOne(const ClaimRef& ref) {
   if (absl::Status s = cdi_.Remove(ref.uid); !s.ok()) {
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
   }
-  absl::MutexLock lock(&mu_);
   RemoveMetadata(ref);
   return absl::OkStatus();
 }
 
 void Driver::RemoveMetadata(const ClaimRef& ref) {
-  for (const auto& [uid, claim] : prepared_) {
-    if (uid != ref.uid && claim.ref.ns == ref.ns && claim.ref.name == ref.name) return;
-  }
-  if (absl::Status s = metadata_.RemoveClaim(ref); !s.ok()) {
+  if (absl::Status s = metadata_.RemoveClaim(ref.uid); !s.ok()) {
     Log()->error("claim {}: its metadata files are left behind: {}", Describe(ref), s.ToString());
   }
 }
@@ -917,7 +910,7 @@ absl::Status Driver::WriteMetadata(const PreparedClaim& claim) {
                                                 claim.pod_claim_name, named, devices, generation));
     };
     int64_t generation = 1;
-    if (absl::StatusOr<std::string> old = metadata_.Read(claim.ref, request); old.ok()) {
+    if (absl::StatusOr<std::string> old = metadata_.Read(claim.ref.uid, request); old.ok()) {
       absl::StatusOr<std::vector<nlohmann::json>> objects = ParseMetadataStream(*old);
       const nlohmann::json before =
           objects.ok() && !objects->empty() && objects->front().contains("metadata")
@@ -928,7 +921,7 @@ absl::Status Driver::WriteMetadata(const PreparedClaim& claim) {
         generation = before.get<int64_t>() + 1;
       }
     }
-    if (absl::Status s = metadata_.Write(claim.ref, request, stream(generation)); !s.ok()) {
+    if (absl::Status s = metadata_.Write(claim.ref.uid, request, stream(generation)); !s.ok()) {
       return absl::InternalError(absl::StrCat("claim ", Describe(claim.ref), " request ", request,
                                               ": metadata file: ", s.message()));
     }

@@ -22,7 +22,7 @@
 // published and their networkData), written before the CDI spec whose device mounts it.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file and the metadata
 // files removed; a claim that is not prepared is OK (its files are removed if any were left
-// behind; metadata files, kept by claim name, only when no other prepared claim has that name).
+// behind).
 // With a ClaimStatusWriter, a prepared claim's status.devices gets an entry per device of ours
 // (dra/device_status.h) and an unprepared one loses them; the writer does it in the background:
 // neither call waits on it, and its failures are not the call's.
@@ -216,9 +216,8 @@ class Driver {
   // Writes each request's metadata file as built now from the node's view where it is missing
   // or differs (then with the next generation). Nothing for a legacy claim.
   absl::Status WriteMetadata(const PreparedClaim& claim);
-  // Removes the claim's metadata files unless another prepared claim has its namespace and name
-  // (they are kept by name: the newer claim's).
-  void RemoveMetadata(const ClaimRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the claim's metadata files; a failure is logged.
+  void RemoveMetadata(const ClaimRef& ref);
   // The claim's status.devices entries of ours, to status_ (when there is one).
   void WriteStatus(const ClaimRef& ref);
   absl::Status UnprepareOne(const ClaimRef& ref);

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "dra/cdi.h"
 #include "serving/atomic_file.h"
 
 namespace rdp::dra {
@@ -93,22 +94,18 @@ absl::StatusOr<std::vector<nlohmann::json>> ParseMetadataStream(const std::strin
 
 MetadataStore::MetadataStore(std::string dir) : dir_(std::move(dir)) {}
 
-std::string MetadataStore::DirOf(const std::string& ns, const std::string& name) const {
-  // A namespace (DNS label) and a claim name (DNS subdomain) have no '_'.
-  return (std::filesystem::path(dir_) / absl::StrCat(ns, "_", name)).string();
+std::string MetadataStore::ClaimDir(const std::string& claim_uid) const {
+  return (std::filesystem::path(dir_) / claim_uid).string();
 }
 
-std::string MetadataStore::ClaimDir(const ClaimRef& claim) const {
-  return DirOf(claim.ns, claim.name);
+std::string MetadataStore::PathOf(const std::string& claim_uid,
+                                  const std::string& base_request) const {
+  return (std::filesystem::path(ClaimDir(claim_uid)) / base_request / kMetadataFile).string();
 }
 
-std::string MetadataStore::PathOf(const ClaimRef& claim, const std::string& base_request) const {
-  return (std::filesystem::path(ClaimDir(claim)) / base_request / kMetadataFile).string();
-}
-
-absl::Status MetadataStore::Write(const ClaimRef& claim, const std::string& base_request,
+absl::Status MetadataStore::Write(const std::string& claim_uid, const std::string& base_request,
                                   const std::string& content) const {
-  const std::filesystem::path path = PathOf(claim, base_request);
+  const std::filesystem::path path = PathOf(claim_uid, base_request);
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
   if (ec) {
@@ -118,13 +115,13 @@ absl::Status MetadataStore::Write(const ClaimRef& claim, const std::string& base
   return serving::WriteFileAtomically(path.string(), content, kMetadataMode);
 }
 
-absl::StatusOr<std::string> MetadataStore::Read(const ClaimRef& claim,
+absl::StatusOr<std::string> MetadataStore::Read(const std::string& claim_uid,
                                                 const std::string& base_request) const {
-  return serving::ReadWholeFile(PathOf(claim, base_request));
+  return serving::ReadWholeFile(PathOf(claim_uid, base_request));
 }
 
-absl::Status MetadataStore::RemoveClaim(const ClaimRef& claim) const {
-  const std::string dir = ClaimDir(claim);
+absl::Status MetadataStore::RemoveClaim(const std::string& claim_uid) const {
+  const std::string dir = ClaimDir(claim_uid);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot remove ", dir, ": ", ec.message()));
@@ -137,29 +134,19 @@ absl::StatusOr<std::vector<std::string>> MetadataStore::ListClaims() const {
   std::filesystem::directory_iterator it(dir_, ec);
   if (ec == std::errc::no_such_file_or_directory) return out;
   for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::size_t sep = name.find('_');
-    if (sep == std::string::npos || sep == 0 || sep + 1 == name.size()) continue;
-    out.push_back(absl::StrCat(name.substr(0, sep), "/", name.substr(sep + 1)));
+    std::string name = it->path().filename().string();
+    if (ValidateClaimUid(name).ok()) out.push_back(std::move(name));
   }
   if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir_, ": ", ec.message()));
   std::sort(out.begin(), out.end());
   return out;
 }
 
-absl::Status MetadataStore::RemoveListed(const std::string& key) const {
-  const std::size_t sep = key.find('/');
-  if (sep == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("'", key, "' is not <namespace>/<name>"));
-  }
-  return RemoveClaim({key.substr(0, sep), "", key.substr(sep + 1)});
-}
-
 absl::StatusOr<std::vector<std::string>> MetadataStore::RemoveTemporaryFiles(
-    const ClaimRef& claim) const {
+    const std::string& claim_uid) const {
   std::vector<std::string> out;
   std::error_code ec;
-  std::filesystem::directory_iterator it(ClaimDir(claim), ec);
+  std::filesystem::directory_iterator it(ClaimDir(claim_uid), ec);
   if (ec == std::errc::no_such_file_or_directory) return out;
   for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     absl::StatusOr<std::vector<std::string>> removed = serving::RemoveTemporaryFiles(
@@ -168,7 +155,8 @@ absl::StatusOr<std::vector<std::string>> MetadataStore::RemoveTemporaryFiles(
     out.insert(out.end(), removed->begin(), removed->end());
   }
   if (ec) {
-    return absl::InternalError(absl::StrCat("cannot list ", ClaimDir(claim), ": ", ec.message()));
+    return absl::InternalError(
+        absl::StrCat("cannot list ", ClaimDir(claim_uid), ": ", ec.message()));
   }
   return out;
 }

@@ -5,8 +5,11 @@
 // kubelet-plugin helper writes it (kubeletplugin/metadata.go, api/metadata), so that a workload
 // reads our HCAs the way it reads any DRA driver's devices.
 //
-// On the host: <plugin dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json,
-// <request> the base request name (no subrequest). In the container, mounted read-only by a CDI
+// On the host: <plugin dir>/dra-device-metadata/<claim uid>/<request>/metadata.json, <request> the
+// base request name (no subrequest). By uid, not by "<namespace>_<name>" as the upstream helper
+// keeps them: a name may be 253 characters, which with its namespace exceeds a file name's 255,
+// and a claim re-created under its name while the old one is still prepared has files of its own.
+// Only the path in the container is the consumers' contract. In the container, mounted read-only by a CDI
 // device of its own (dra/cdi.h, CdiRequest::metadata):
 //   /var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json
 // or, for a claim made from a ResourceClaimTemplate (the claim carries the annotation
@@ -71,36 +74,36 @@ std::string MetadataStream(const std::vector<nlohmann::json>& objects);
 // The objects of a stream, in order; DataLoss when the text is not a sequence of JSON objects.
 absl::StatusOr<std::vector<nlohmann::json>> ParseMetadataStream(const std::string& text);
 
-// The metadata files of prepared claims under one directory (<plugin dir>/dra-device-metadata).
-// Thread-safe for different claims; the caller serialises calls for one claim.
+// The metadata files of prepared claims under one directory (<plugin dir>/dra-device-metadata),
+// by claim uid (a UUID: ValidateClaimUid). Thread-safe for different claims; the caller
+// serialises calls for one claim.
 class MetadataStore {
  public:
   explicit MetadataStore(std::string dir);
 
-  // <dir>/<ns>_<name>/<base_request>/metadata.json
-  std::string PathOf(const ClaimRef& claim, const std::string& base_request) const;
-  // <dir>/<ns>_<name>: every file of the claim.
-  std::string ClaimDir(const ClaimRef& claim) const;
+  // <dir>/<uid>/<base_request>/metadata.json
+  std::string PathOf(const std::string& claim_uid, const std::string& base_request) const;
+  // <dir>/<uid>: every file of the claim.
+  std::string ClaimDir(const std::string& claim_uid) const;
   // Replaces the request's file with `content` atomically (mode 0644), creating its directories.
   // Internal naming the path on failure.
-  absl::Status Write(const ClaimRef& claim, const std::string& base_request,
+  absl::Status Write(const std::string& claim_uid, const std::string& base_request,
                      const std::string& content) const;
   // The file's text; NotFound when there is none, Internal when it cannot be read.
-  absl::StatusOr<std::string> Read(const ClaimRef& claim, const std::string& base_request) const;
+  absl::StatusOr<std::string> Read(const std::string& claim_uid,
+                                   const std::string& base_request) const;
   // Removes every file of the claim; none is OK. Internal naming the path on failure.
-  absl::Status RemoveClaim(const ClaimRef& claim) const;
-  // The claims ("<ns>/<name>") that have a directory here, sorted; none when `dir` does not
-  // exist. Internal when it cannot be listed.
+  absl::Status RemoveClaim(const std::string& claim_uid) const;
+  // The uids of the claims that have a directory here, sorted; none when `dir` does not exist.
+  // Internal when it cannot be listed.
   absl::StatusOr<std::vector<std::string>> ListClaims() const;
-  // Removes the claim's directory "<ns>_<name>" as ListClaims names it ("<ns>/<name>").
-  absl::Status RemoveListed(const std::string& key) const;
   // Removes the temporary files of writes a crash interrupted in the claim's request
   // directories; returns their paths. Only while no Write runs (at start).
-  absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles(const ClaimRef& claim) const;
+  absl::StatusOr<std::vector<std::string>> RemoveTemporaryFiles(
+      const std::string& claim_uid) const;
   const std::string& dir() const { return dir_; }
 
  private:
-  std::string DirOf(const std::string& ns, const std::string& name) const;
   const std::string dir_;
 };
 

@@ -19,6 +19,7 @@ using testing::kHca1;
 using testing::kNode;
 using testing::kUid1;
 using testing::kUid2;
+using testing::kUid3;
 using testing::ReadJson;
 
 const ClaimRef kClaim{"ns", kUid1, "claim-1"};
@@ -32,7 +33,7 @@ std::string ReadText(const std::string& path) {
 
 // The request's metadata file as a stream of objects (a test failure when it is not one).
 std::vector<nlohmann::json> Stream(DraNode& n, const ClaimRef& claim, const std::string& request) {
-  absl::StatusOr<std::string> text = n.metadata().Read(claim, request);
+  absl::StatusOr<std::string> text = n.metadata().Read(claim.uid, request);
   EXPECT_TRUE(text.ok()) << text.status();
   if (!text.ok()) return {};
   absl::StatusOr<std::vector<nlohmann::json>> objects = ParseMetadataStream(*text);
@@ -128,8 +129,8 @@ TEST(DRAMetadataTest, PrepareWritesEachRequestsFileAndADeviceThatMountsItReadOnl
   EXPECT_EQ(MetadataCdiDeviceId(kDriver, kUid1, "hca"),
             std::string("rdma.example.com/hca=") + kUid1 + "_hca");
 
-  const std::string host = n.metadata_dir() + "/ns_claim-1/hca/metadata.json";
-  EXPECT_EQ(n.metadata().PathOf(kClaim, "hca"), host);
+  const std::string host = n.metadata_dir() + "/" + kUid1 + "/hca/metadata.json";
+  EXPECT_EQ(n.metadata().PathOf(kUid1, "hca"), host);
   EXPECT_EQ(std::filesystem::status(host).permissions() & std::filesystem::perms::all,
             std::filesystem::perms(0644));
   const nlohmann::json mount = SpecDeviceNamed(n, kUid1, MetadataCdiDeviceName(kUid1, "hca"));
@@ -194,7 +195,7 @@ TEST(DRAMetadataTest, ATemplatesClaimIsUnderItsPodClaimNameAndKeepsItAcrossARest
   const nlohmann::json mount = SpecDeviceNamed(n, kUid2, MetadataCdiDeviceName(kUid2, "hca"));
   EXPECT_EQ(mount["containerEdits"]["mounts"][0]["containerPath"], want);
   EXPECT_EQ(mount["containerEdits"]["mounts"][0]["hostPath"],
-            n.metadata_dir() + "/ns_trainer-hcas-x7k2q/hca/metadata.json");
+            n.metadata_dir() + "/" + kUid2 + "/hca/metadata.json");
   EXPECT_EQ(Stream(n, made, "hca").at(0)["podClaimName"], "hcas");
   EXPECT_EQ(ReadJson(n.checkpoint_path())["claims"][kUid2]["podClaimName"], "hcas");
   // After a restart, with the API server gone, the spec rebuilt from the checkpoint says the same.
@@ -239,23 +240,23 @@ TEST(DRAMetadataTest, ASubrequestsResultIsPreparedUnderItsRequestsName) {
                            ["mounts"][0]["containerPath"],
             "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/claim-1/hcas/"
             "rdma.example.com-metadata.json");
-  EXPECT_FALSE(std::filesystem::exists(n.metadata_dir() + "/ns_claim-1/hcas/one"));
+  EXPECT_FALSE(std::filesystem::exists(n.metadata_dir() + "/" + kUid1 + "/hcas/one"));
 }
 
 TEST(DRAMetadataTest, UnprepareRemovesTheClaimsFiles) {
   DraNode n;
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0, "a"), Dev(kHca1, "b")});
   ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kClaim.uid).ok());
-  ASSERT_TRUE(std::filesystem::exists(n.metadata().PathOf(kClaim, "a")));
-  ASSERT_TRUE(std::filesystem::exists(n.metadata().PathOf(kClaim, "b")));
+  ASSERT_TRUE(std::filesystem::exists(n.metadata().PathOf(kUid1, "a")));
+  ASSERT_TRUE(std::filesystem::exists(n.metadata().PathOf(kUid1, "b")));
   ASSERT_TRUE(n.driver().Unprepare({kClaim}).at(kClaim.uid).ok());
-  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kClaim)));
+  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kUid1)));
   EXPECT_TRUE(std::filesystem::is_empty(n.metadata_dir()));
 }
 
-// Files are kept by claim name: a claim deleted and re-created under its name (another uid) keeps
-// its files when the kubelet unprepares the old one.
-TEST(DRAMetadataTest, UnprepareOfAnOldClaimLeavesTheFilesOfTheNewOneOfItsName) {
+// Files are kept by claim uid: a claim deleted and re-created under its name (another uid) has
+// files of its own, which the kubelet's unprepare of the old one leaves.
+TEST(DRAMetadataTest, AClaimReCreatedUnderItsNameHasFilesOfItsOwn) {
   DraNode n;
   const ClaimRef old_claim{"ns", kUid2, "claim-1"};
   n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
@@ -263,9 +264,24 @@ TEST(DRAMetadataTest, UnprepareOfAnOldClaimLeavesTheFilesOfTheNewOneOfItsName) {
   ASSERT_TRUE(n.driver().Prepare({old_claim}).at(kUid2).ok());
   ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kUid1).ok());
   ASSERT_TRUE(n.driver().Unprepare({old_claim}).at(kUid2).ok());
+  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kUid2)));
   EXPECT_EQ(Stream(n, kClaim, "hca").at(0)["metadata"]["uid"], kUid1);
   ASSERT_TRUE(n.driver().Unprepare({kClaim}).at(kUid1).ok());
-  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kClaim)));
+  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kUid1)));
+}
+
+// A claim name may be 253 characters and its namespace 63: no host file name is made of them.
+TEST(DRAMetadataTest, AClaimOfTheLongestNameInTheLongestNamespaceIsPrepared) {
+  DraNode n;
+  const ClaimRef longest{std::string(63, 'n'), kUid1, std::string(253, 'c')};
+  n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
+  auto r = n.driver().Prepare({longest}).at(kUid1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Stream(n, longest, "hca").at(0)["metadata"]["name"], longest.name);
+  EXPECT_EQ(SpecDeviceNamed(n, kUid1, MetadataCdiDeviceName(kUid1, "hca"))["containerEdits"]
+                           ["mounts"][0]["containerPath"],
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/" + longest.name +
+                "/hca/rdma.example.com-metadata.json");
 }
 
 TEST(DRAMetadataTest, StartReconcilesTheMetadataDirectoryWithTheCheckpoint) {
@@ -274,29 +290,33 @@ TEST(DRAMetadataTest, StartReconcilesTheMetadataDirectoryWithTheCheckpoint) {
   n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
   n.reader().Set(kUid2, std::vector<AllocatedDevice>{Dev(kHca1)});
   ASSERT_TRUE(n.driver().Prepare({kClaim, b}).at(kUid2).ok());
-  const std::string fresh = ReadText(n.metadata().PathOf(b, "hca"));
+  const std::string fresh = ReadText(n.metadata().PathOf(kUid2, "hca"));
   // kClaim: its file was edited (or its HCA's attributes changed): written again as built now,
   // with the next generation.
   {
     std::vector<nlohmann::json> objects = Stream(n, kClaim, "hca");
     for (nlohmann::json& o : objects) o["requests"][0]["devices"][0]["attributes"] = {};
-    std::ofstream(n.metadata().PathOf(kClaim, "hca"), std::ios::trunc) << MetadataStream(objects);
+    std::ofstream(n.metadata().PathOf(kUid1, "hca"), std::ios::trunc) << MetadataStream(objects);
   }
   // b: its file is gone while its spec stays: written again (the spec's device mounts it).
-  std::filesystem::remove(n.metadata().PathOf(b, "hca"));
-  // A claim the checkpoint does not hold, and a write a crash interrupted.
-  const std::string orphan = n.metadata_dir() + "/ns_gone/hca";
+  std::filesystem::remove(n.metadata().PathOf(kUid2, "hca"));
+  // A claim the checkpoint does not hold, a write a crash interrupted, and a directory that is
+  // not a claim's (left alone).
+  const std::string orphan = n.metadata_dir() + "/" + kUid3 + "/hca";
   std::filesystem::create_directories(orphan);
   std::ofstream(orphan + "/metadata.json") << "{}";
-  const std::string tmp = n.metadata_dir() + "/ns_claim-1/hca/.metadata.json.4242.0.tmp";
+  const std::string tmp = n.metadata_dir() + "/" + kUid1 + "/hca/.metadata.json.4242.0.tmp";
   std::ofstream(tmp) << "{";
+  const std::string other = n.metadata_dir() + "/lost+found";
+  std::filesystem::create_directories(other);
 
   n.reader().SetDown(true);
   n.NewDriver();
 
-  EXPECT_FALSE(std::filesystem::exists(n.metadata_dir() + "/ns_gone"));
+  EXPECT_FALSE(std::filesystem::exists(n.metadata_dir() + "/" + kUid3));
   EXPECT_FALSE(std::filesystem::exists(tmp));
-  EXPECT_EQ(ReadText(n.metadata().PathOf(b, "hca")), fresh);
+  EXPECT_TRUE(std::filesystem::exists(other));
+  EXPECT_EQ(ReadText(n.metadata().PathOf(kUid2, "hca")), fresh);
   const std::vector<nlohmann::json> rewritten = Stream(n, kClaim, "hca");
   ASSERT_EQ(rewritten.size(), 2u);
   EXPECT_EQ(rewritten[0]["metadata"]["generation"], 2);
@@ -304,20 +324,20 @@ TEST(DRAMetadataTest, StartReconcilesTheMetadataDirectoryWithTheCheckpoint) {
   // Unchanged: not written again (same generation, same text).
   n.NewDriver();
   EXPECT_EQ(Stream(n, kClaim, "hca").at(0)["metadata"]["generation"], 2);
-  EXPECT_EQ(ReadText(n.metadata().PathOf(b, "hca")), fresh);
+  EXPECT_EQ(ReadText(n.metadata().PathOf(kUid2, "hca")), fresh);
 }
 
 TEST(DRAMetadataTest, AClaimTheKubeletForgotLosesItsFilesAtStart) {
   DraNode n;
   n.reader().Set(kUid1, std::vector<AllocatedDevice>{Dev(kHca0)});
   ASSERT_TRUE(n.driver().Prepare({kClaim}).at(kUid1).ok());
-  ASSERT_TRUE(std::filesystem::exists(n.metadata().PathOf(kClaim, "hca")));
+  ASSERT_TRUE(std::filesystem::exists(n.metadata().PathOf(kUid1, "hca")));
   // The claim leaves the checkpoint (as the kubelet-forgot rule or a crash between writes).
   nlohmann::json cp = ReadJson(n.checkpoint_path());
   cp["claims"].erase(kUid1);
   std::ofstream(n.checkpoint_path(), std::ios::trunc) << cp.dump();
   n.NewDriver();
-  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kClaim)));
+  EXPECT_FALSE(std::filesystem::exists(n.metadata().ClaimDir(kUid1)));
 }
 
 }  // namespace
