@@ -66,6 +66,17 @@ ClaimDevices DevicesOf(const std::string& uid, const std::vector<AllocatedDevice
 
 std::string Key(const std::string& ns, const std::string& name) { return absl::StrCat(ns, "/", name); }
 
+// The generation a metadata file's first object says; 0 when it says none (not a stream of ours).
+int64_t GenerationOf(const std::string& text) {
+  absl::StatusOr<std::vector<nlohmann::json>> objects = ParseMetadataStream(text);
+  if (!objects.ok() || objects->empty()) return 0;
+  const nlohmann::json& meta = objects->front();
+  const auto it = meta.find("metadata");
+  if (it == meta.end() || !it->is_object()) return 0;
+  const auto g = it->find("generation");
+  return g != it->end() && g->is_number_integer() ? g->get<int64_t>() : 0;
+}
+
 }  // namespace
 
 Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, MetadataStore& metadata,
@@ -911,14 +922,9 @@ absl::Status Driver::WriteMetadata(const PreparedClaim& claim) {
     };
     int64_t generation = 1;
     if (absl::StatusOr<std::string> old = metadata_.Read(claim.ref.uid, request); old.ok()) {
-      absl::StatusOr<std::vector<nlohmann::json>> objects = ParseMetadataStream(*old);
-      const nlohmann::json before =
-          objects.ok() && !objects->empty() && objects->front().contains("metadata")
-              ? objects->front()["metadata"].value("generation", nlohmann::json())
-              : nlohmann::json();
-      if (before.is_number_integer() && before.get<int64_t>() > 0) {
-        if (stream(before.get<int64_t>()) == *old) continue;
-        generation = before.get<int64_t>() + 1;
+      if (const int64_t before = GenerationOf(*old); before > 0) {
+        if (stream(before) == *old) continue;
+        generation = before + 1;
       }
     }
     if (absl::Status s = metadata_.Write(claim.ref.uid, request, stream(generation)); !s.ok()) {
