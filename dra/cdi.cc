@@ -52,6 +52,15 @@ std::string CdiDeviceId(const std::string& driver, const std::string& claim_uid,
   return absl::StrCat(driver, "/", kCdiClass, "=", CdiDeviceName(claim_uid, request));
 }
 
+std::string MetadataCdiDeviceName(const std::string& claim_uid, const std::string& request) {
+  return absl::StrCat(claim_uid, "_", request);
+}
+
+std::string MetadataCdiDeviceId(const std::string& driver, const std::string& claim_uid,
+                                const std::string& request) {
+  return absl::StrCat(driver, "/", kCdiClass, "=", MetadataCdiDeviceName(claim_uid, request));
+}
+
 std::string LegacyCdiDeviceId(const std::string& driver, const std::string& claim_uid) {
   return absl::StrCat(driver, "/", kCdiClass, "=", claim_uid);
 }
@@ -154,6 +163,14 @@ nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_
             {"options", {"ro", "nosuid", "nodev", "bind"}}}});
     }
     devices.push_back(std::move(device));
+    if (r.metadata) {
+      nlohmann::json edits = nlohmann::json::object();
+      edits["mounts"] = nlohmann::json::array({{{"hostPath", r.metadata->host_path},
+                                                {"containerPath", r.metadata->container_path},
+                                                {"options", {"ro", "bind"}}}});
+      devices.push_back({{"name", MetadataCdiDeviceName(claim_uid, r.request)},
+                         {"containerEdits", std::move(edits)}});
+    }
   }
   return Spec(driver, std::move(devices));
 }
@@ -193,14 +210,10 @@ bool CdiStore::Exists(const std::string& claim_uid) const {
 
 absl::StatusOr<nlohmann::json> CdiStore::Read(const std::string& claim_uid) const {
   const std::string path = PathOf(claim_uid);
-  std::ifstream in(path);
-  if (!in) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no CDI spec ", path));
-    return absl::InternalError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json spec = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = serving::ReadWholeFile(path);
+  if (absl::IsNotFound(text.status())) return absl::NotFoundError(absl::StrCat("no CDI spec ", path));
+  if (!text.ok()) return text.status();
+  nlohmann::json spec = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (spec.is_discarded()) return absl::DataLossError(absl::StrCat(path, " is not JSON"));
   return spec;
 }

@@ -40,6 +40,12 @@ std::string CdiDeviceName(const std::string& claim_uid, const std::string& reque
 // devices.
 std::string CdiDeviceId(const std::string& driver, const std::string& claim_uid,
                         const std::string& request);
+// "<claim-uid>_<request>": the CDI device that mounts the request's metadata file (dra/metadata.h).
+// Never a request's device name: a uid is 36 characters, then '-' there, '_' here.
+std::string MetadataCdiDeviceName(const std::string& claim_uid, const std::string& request);
+// "<driver>/hca=<claim-uid>_<request>": answered beside the request's CdiDeviceId.
+std::string MetadataCdiDeviceId(const std::string& driver, const std::string& claim_uid,
+                                const std::string& request);
 // "<driver>/hca=<claim-uid>": the one CDI device of a claim prepared by a version before
 // per-request devices (checkpoint version 1); such claims keep it until unprepared.
 std::string LegacyCdiDeviceId(const std::string& driver, const std::string& claim_uid);
@@ -72,12 +78,20 @@ struct CdiRequest {
   // With common: the host file that describes the same HCAs (hca::AllocationFileName), mounted
   // read-only at hca::kAllocationFile; nullopt: no mount.
   std::optional<std::string> allocation_file;
+  // The request's metadata file: host path and path in the container; nullopt: none.
+  struct Mount {
+    std::string host_path;
+    std::string container_path;
+  };
+  std::optional<Mount> metadata;
 };
 
 // The spec for one claim: a device CdiDeviceName(uid, r.request) per request with its device
 // nodes (type "c", permissions as given, major and minor when ReadDeviceNumber knows them: then
 // the runtime need not stat the host path; else it does) and env ("KEY=VALUE", sorted by key):
-// each of own.envs as "<KEY>_<OwnVariableSuffix>", and each of common's as is.
+// each of own.envs as "<KEY>_<OwnVariableSuffix>", and each of common's as is. A request with
+// metadata has a second device, MetadataCdiDeviceName(uid, r.request), that only bind-mounts
+// the file read-only (a device of its own, as the kubelet-plugin helper's).
 nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_uid,
                             const std::vector<CdiRequest>& requests, Env& env);
 // The spec of a claim prepared before per-request devices: one device "<claim-uid>" with

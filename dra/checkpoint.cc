@@ -37,6 +37,7 @@ nlohmann::json ToJson(const PreparedClaim& c) {
   if (!c.common.empty()) out["common"] = c.common;
   if (!c.pod_env.empty()) out["podEnv"] = c.pod_env;
   if (c.legacy) out["layout"] = "claim";
+  if (c.pod_claim_name) out["podClaimName"] = *c.pod_claim_name;
   if (c.prepared_at != absl::InfinitePast()) {
     out["preparedAt"] = absl::FormatTime(absl::RFC3339_full, c.prepared_at, absl::UTCTimeZone());
   }
@@ -94,6 +95,12 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
                          &err)) {
       return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed preparedAt"));
     }
+  }
+  if (j.contains("podClaimName")) {
+    if (!j["podClaimName"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", uid, " has a malformed podClaimName"));
+    }
+    c.pod_claim_name = j["podClaimName"].get<std::string>();
   }
   if (version == kLegacyVersion) {
     c.legacy = true;

@@ -9,16 +9,18 @@
 //   {"version": 2, "claims": {"<uid>": {"namespace": ..., "name": ...,
 //     "devices": [{"request": ..., "pool": ..., "device": ..., "shareID": ...}],
 //     "common": {"<request>": ["<device>", ...]}, "podEnv": {"<request>": ["<NAME>", ...]},
-//     "layout": "claim", "preparedAt": "<RFC 3339 UTC>"}}}
+//     "layout": "claim", "preparedAt": "<RFC 3339 UTC>", "podClaimName": ...}}}
 // "common" lists, per request whose CDI device sets the common variables, the devices they name
 // (dra/consumers.h); "podEnv", per request, the variables the pod specs of its containers set,
 // which those common variables leave out (absent in files written before it: none);
 // "layout": "claim" marks a claim prepared with one CDI device per claim. A version 1 file
 // (before per-request CDI devices) is read as such claims. "preparedAt": when the kubelet last
 // had the claim prepared (absent in files written before it: the file's modification time, a
-// bound no claim of it was prepared after: Written()).
+// bound no claim of it was prepared after: Written()). "podClaimName": the pod's name for a claim
+// made from a template (absent: none, or a file written before it).
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,10 +51,14 @@ struct PreparedClaim {
   // InfinitePast when not known): a claim the kubelet's own checkpoint does not list is unprepared at start only when
   // that checkpoint was written after this (Driver::Start).
   absl::Time prepared_at = absl::InfinitePast();
+  // The pod's name for a claim made from a template (ClaimAllocation::pod_claim_name): where its
+  // metadata files appear in the container (dra/metadata.h).
+  std::optional<std::string> pod_claim_name;
   bool operator==(const PreparedClaim& o) const {
     return ref.ns == o.ref.ns && ref.uid == o.ref.uid && ref.name == o.ref.name &&
            devices == o.devices && common == o.common && pod_env == o.pod_env &&
-           legacy == o.legacy && prepared_at == o.prepared_at;
+           legacy == o.legacy && prepared_at == o.prepared_at &&
+           pod_claim_name == o.pod_claim_name;
   }
 };
 

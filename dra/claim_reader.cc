@@ -141,6 +141,11 @@ absl::StatusOr<ClaimAllocation> ParseClaim(const nlohmann::json& claim, const st
   out.uid = Str(Object(claim, "metadata"), "uid");
   out.devices = *std::move(devices);
   out.reserved_for = ReservedPods(claim);
+  const nlohmann::json& annotations = Object(Object(claim, "metadata"), "annotations");
+  if (const auto it = annotations.find(kPodClaimNameAnnotation);
+      it != annotations.end() && it->is_string()) {
+    out.pod_claim_name = it->get<std::string>();
+  }
   return out;
 }
 

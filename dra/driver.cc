@@ -66,13 +66,25 @@ ClaimDevices DevicesOf(const std::string& uid, const std::vector<AllocatedDevice
 
 std::string Key(const std::string& ns, const std::string& name) { return absl::StrCat(ns, "/", name); }
 
+// The generation a metadata file's first object says; 0 when it says none (not a stream of ours).
+int64_t GenerationOf(const std::string& text) {
+  absl::StatusOr<std::vector<nlohmann::json>> objects = ParseMetadataStream(text);
+  if (!objects.ok() || objects->empty()) return 0;
+  const nlohmann::json& meta = objects->front();
+  const auto it = meta.find("metadata");
+  if (it == meta.end() || !it->is_object()) return 0;
+  const auto g = it->find("generation");
+  return g != it->end() && g->is_number_integer() ? g->get<int64_t>() : 0;
+}
+
 }  // namespace
 
-Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-               node::Node& node, ClaimStatusWriter* status)
+Driver::Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, MetadataStore& metadata,
+               Checkpoint& checkpoint, node::Node& node, ClaimStatusWriter* status)
     : config_(std::move(config)),
       reader_(reader),
       cdi_(cdi),
+      metadata_(metadata),
       node_(node),
       status_(status),
       checkpoint_(checkpoint) {}
@@ -165,6 +177,37 @@ absl::Status Driver::Reconcile() {
   Log()->info("CDI specs in {} agree with the checkpoint: {} (re)written, {} orphan(s) and {} "
               "temporary file(s) removed, {} left without a spec",
               cdi_.dir(), counts.written, orphans, temporaries->size(), counts.dropped);
+  return ReconcileMetadata();
+}
+
+absl::Status Driver::ReconcileMetadata() {
+  int temporaries = 0;
+  for (const auto& [uid, claim] : prepared_) {
+    absl::StatusOr<std::vector<std::string>> removed = metadata_.RemoveTemporaryFiles(uid);
+    if (!removed.ok()) {
+      Log()->error("claim {}: {}", Describe(claim.ref), removed.status().ToString());
+      continue;
+    }
+    for (const std::string& file : *removed) {
+      Log()->warn("removed {}: the temporary file of a metadata write that did not finish", file);
+    }
+    temporaries += static_cast<int>(removed->size());
+  }
+  absl::StatusOr<std::vector<std::string>> on_disk = metadata_.ListClaims();
+  if (!on_disk.ok()) return on_disk.status();
+  int orphans = 0;
+  for (const std::string& uid : *on_disk) {
+    if (prepared_.count(uid)) continue;
+    if (absl::Status s = metadata_.RemoveClaim(uid); !s.ok()) {
+      Log()->error("metadata files of claim uid {} (not in the checkpoint) left: {}", uid,
+                   s.ToString());
+      continue;
+    }
+    ++orphans;
+  }
+  Log()->info("metadata files in {} agree with the checkpoint: {} orphan claim(s) and {} "
+              "temporary file(s) removed",
+              metadata_.dir(), orphans, temporaries);
   return absl::OkStatus();
 }
 
@@ -189,6 +232,7 @@ void Driver::RewriteSpec(const PreparedClaim& claim, SpecCounts& counts) {
   }
   if (!spec.ok()) {
     absl::Status s = cdi_.Remove(uid);
+    RemoveMetadata(claim.ref);  // what mounted it is gone
     Log()->error("claim {}: its CDI spec cannot be built now ({}): {}; its containers cannot "
                  "start until the kubelet unprepares it",
                  Describe(claim.ref), spec.status().ToString(),
@@ -196,6 +240,11 @@ void Driver::RewriteSpec(const PreparedClaim& claim, SpecCounts& counts) {
                         : absl::StrCat("removing the old one failed: ", s.ToString()));
     counts.dropped += s.ok();
     return;
+  }
+  // The spec's metadata device mounts these files: they are there before it is.
+  if (absl::Status s = WriteMetadata(claim); !s.ok()) {
+    Log()->error("claim {}: writing its metadata files failed: {}", Describe(claim.ref),
+                 s.ToString());
   }
   if (file.ok() && *file == *spec) return;
   if (absl::Status s = cdi_.Write(uid, *spec); !s.ok()) {
@@ -410,6 +459,7 @@ void Driver::CommitFresh(
     const auto& [ref, allocation] = entry;
     PreparedClaim claim{ref, allocation.devices, {}, false};
     claim.prepared_at = absl::Now();
+    claim.pod_claim_name = allocation.pod_claim_name;
     for (const std::string& request : Requests(claim.devices)) {
       const auto it = consumers.commons.find({ref.uid, request});
       if (it == consumers.commons.end() || !it->second) continue;
@@ -602,6 +652,7 @@ void Driver::UpdateShared(const Consumers& consumers, const std::set<std::string
 }
 
 absl::StatusOr<std::vector<PreparedDevice>> Driver::AnswerKnown(const PreparedClaim& claim) {
+  if (absl::Status s = WriteMetadata(claim); !s.ok()) return s;
   if (!cdi_.Exists(claim.ref.uid)) {
     absl::StatusOr<nlohmann::json> spec = SpecFor(claim);
     if (!spec.ok()) return spec.status();
@@ -626,9 +677,12 @@ absl::StatusOr<std::vector<PreparedDevice>> Driver::AnswerKnown(const PreparedCl
 
 absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& spec) {
   const ClaimRef& ref = claim.ref;
-  if (absl::Status s = cdi_.Write(ref.uid, spec); !s.ok()) {
+  absl::Status written = WriteMetadata(claim);
+  if (written.ok()) written = cdi_.Write(ref.uid, spec);
+  if (!written.ok()) {
     cdi_.Remove(ref.uid).IgnoreError();
-    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+    if (!Prepared().count(ref.uid)) RemoveMetadata(ref);
+    return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", written.message()));
   }
   absl::MutexLock lock(&mu_);
   std::optional<PreparedClaim> before;
@@ -642,6 +696,7 @@ absl::Status Driver::Commit(const PreparedClaim& claim, const nlohmann::json& sp
       if (absl::Status r = cdi_.Remove(ref.uid); !r.ok()) {
         Log()->error("claim {}: CDI spec left behind: {}", Describe(ref), r.ToString());
       }
+      RemoveMetadata(ref);
     }
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
   }
@@ -719,6 +774,9 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
   for (const std::string& request : Requests(claim.devices)) {
     CdiRequest r;
     r.request = request;
+    r.metadata = CdiRequest::Mount{
+        metadata_.PathOf(ref.uid, request),
+        MetadataContainerPath(config_.driver_name, ref.name, claim.pod_claim_name, request)};
     r.own = hca::BuildAllocation(
         hcas_of([&request](const AllocatedDevice& d) { return BaseRequest(d.request) == request; }),
         rdma_cm, {}, /*allocation_dir=*/"");
@@ -771,7 +829,8 @@ std::vector<PreparedDevice> Driver::Answer(const PreparedClaim& claim) const {
     if (claim.legacy) {
       ids = {LegacyCdiDeviceId(config_.driver_name, claim.ref.uid)};
     } else if (given.insert(request).second) {
-      ids = {CdiDeviceId(config_.driver_name, claim.ref.uid, request)};
+      ids = {CdiDeviceId(config_.driver_name, claim.ref.uid, request),
+             MetadataCdiDeviceId(config_.driver_name, claim.ref.uid, request)};
     }
     out.push_back({{request}, d.pool, d.device, std::move(ids), d.share_id});
   }
@@ -814,9 +873,64 @@ absl::Status Driver::UnprepareOne(const ClaimRef& ref) {
       Log()->info("unprepared claim {}", Describe(ref));
     }
   }
-  // Also for a claim not (or no longer) in the checkpoint: a spec a crash left behind.
+  // Also for a claim not (or no longer) in the checkpoint: files a crash left behind.
   if (absl::Status s = cdi_.Remove(ref.uid); !s.ok()) {
     return absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", s.message()));
+  }
+  RemoveMetadata(ref);
+  return absl::OkStatus();
+}
+
+void Driver::RemoveMetadata(const ClaimRef& ref) {
+  if (absl::Status s = metadata_.RemoveClaim(ref.uid); !s.ok()) {
+    Log()->error("claim {}: its metadata files are left behind: {}", Describe(ref), s.ToString());
+  }
+}
+
+absl::Status Driver::WriteMetadata(const PreparedClaim& claim) {
+  if (claim.legacy) return absl::OkStatus();
+  const node::ViewPtr view = node_.Now();
+  if (!view) return absl::UnavailableError("no view of the node yet");
+  const std::vector<nlohmann::json> published =
+      config_.published_devices
+          ? config_.published_devices(*view)
+          : BuildDevices(*view, DeviceOptions{config_.driver_name});
+  std::map<std::string, const nlohmann::json*> attributes;  // by device name
+  for (const nlohmann::json& d : published) {
+    if (d.contains("name") && d.contains("attributes")) attributes[d["name"]] = &d["attributes"];
+  }
+  for (const std::string& request : Requests(claim.devices)) {
+    std::string named;  // results[].request: "<request>/<subrequest>" kept
+    std::vector<MetadataDevice> devices;
+    for (const AllocatedDevice& d : claim.devices) {
+      if (BaseRequest(d.request) != request) continue;
+      if (named.empty()) named = d.request;
+      MetadataDevice m{d.pool, d.device, nlohmann::json(), nlohmann::json()};
+      if (const auto it = attributes.find(d.device); it != attributes.end()) {
+        m.attributes = *it->second;
+      }
+      if (const int idx = FindHca(*view->topology, d.device); idx >= 0) {
+        const nlohmann::json status = AllocatedDeviceStatus(
+            config_.driver_name, d.pool, view->topology->hcas()[idx], node_.env());
+        if (status.contains("networkData")) m.network_data = status["networkData"];
+      }
+      devices.push_back(std::move(m));
+    }
+    auto stream = [&](int64_t generation) {
+      return MetadataStream(BuildDeviceMetadata(config_.driver_name, claim.ref,
+                                                claim.pod_claim_name, named, devices, generation));
+    };
+    int64_t generation = 1;
+    if (absl::StatusOr<std::string> old = metadata_.Read(claim.ref.uid, request); old.ok()) {
+      if (const int64_t before = GenerationOf(*old); before > 0) {
+        if (stream(before) == *old) continue;
+        generation = before + 1;
+      }
+    }
+    if (absl::Status s = metadata_.Write(claim.ref.uid, request, stream(generation)); !s.ok()) {
+      return absl::InternalError(absl::StrCat("claim ", Describe(claim.ref), " request ", request,
+                                              ": metadata file: ", s.message()));
+    }
   }
   return absl::OkStatus();
 }

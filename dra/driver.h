@@ -18,8 +18,11 @@
 // other HCAs or sets them itself. Then the CDI spec (one
 // device per request, dra/cdi.h) and the checkpoint are written. Any error leaves nothing written
 // for that claim and is that claim's alone.
-// Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file removed; a claim
-// that is not prepared is OK (its spec file is removed if one was left behind).
+// Each prepared request also gets its metadata file (dra/metadata.h: its devices' attributes as
+// published and their networkData), written before the CDI spec whose device mounts it.
+// Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file and the metadata
+// files removed; a claim that is not prepared is OK (its files are removed if any were left
+// behind).
 // With a ClaimStatusWriter, a prepared claim's status.devices gets an entry per device of ours
 // (dra/device_status.h) and an unprepared one loses them; the writer does it in the background:
 // neither call waits on it, and its failures are not the call's.
@@ -46,6 +49,7 @@
 #include "dra/cdi.h"
 #include "dra/checkpoint.h"
 #include "dra/consumers.h"
+#include "dra/metadata.h"
 #include "dra/model.h"
 #include "hca/hca.h"
 #include "node/node.h"
@@ -64,6 +68,10 @@ struct DriverConfig {
   // The kubelet's DRA checkpoint (<kubelet root dir>/dra_manager_state, dra/kubelet_state.h),
   // read by Start; "" for none (nothing is reconciled with the kubelet).
   std::string kubelet_state;
+  // The devices of our ResourceSlices for a view of the node, as the plugin publishes them
+  // (BuildDevices with its options): a prepared request's metadata file takes each device's
+  // attributes from here. Unset: BuildDevices with driver_name and default options.
+  std::function<std::vector<nlohmann::json>(const node::View&)> published_devices;
 };
 
 // One entry of a claim's NodePrepareResources answer.
@@ -71,8 +79,10 @@ struct PreparedDevice {
   std::vector<std::string> requests;  // the result's request, subrequest suffix stripped
   std::string pool;
   std::string device;
-  // The request's CDI device on the first of its devices, none on the others: the kubelet
-  // hands a container the IDs of every device of the requests it uses, and one is enough.
+  // The request's CDI devices on the first of its devices, none on the others: the kubelet
+  // hands a container the IDs of every device of the requests it uses, and one is enough. The
+  // request's device (CdiDeviceId) and, but for a claim of a version 1 checkpoint, the one that
+  // mounts its metadata file (MetadataCdiDeviceId).
   std::vector<std::string> cdi_ids;
   std::string share_id;  // "" when the allocation has none
   bool operator==(const PreparedDevice& o) const {
@@ -83,13 +93,14 @@ struct PreparedDevice {
 
 class Driver {
  public:
-  // `reader`, `cdi`, `checkpoint` and `node` are not owned and must outlive the driver. The
+  // `reader`, `cdi`, `metadata`, `checkpoint` and `node` are not owned and must outlive the
+  // driver. The
   // driver reads the node through `node` (its view, its device-node check, the grant a container
   // gets); a claim naming a device the view lacks (an HCA hot-plugged since) makes it discover
   // the node again (node::Node::Rediscover, on the calling thread). `status` (optional, not owned,
   // outlives the driver) keeps the claims' status.devices.
-  Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, Checkpoint& checkpoint,
-         node::Node& node, ClaimStatusWriter* status = nullptr);
+  Driver(DriverConfig config, ClaimReader& reader, CdiStore& cdi, MetadataStore& metadata,
+         Checkpoint& checkpoint, node::Node& node, ClaimStatusWriter* status = nullptr);
 
   // Loads the checkpoint (see Checkpoint::Load) and writes back what was recovered (a claim
   // without a time of prepare gets the file's modification time), then unprepares the claims the
@@ -112,6 +123,10 @@ class Driver {
   //     a device the node no longer has loses its spec file (its old device nodes may name
   //     another HCA now): its containers cannot start until it is unprepared. The entry stays
   //     (the kubelet unprepares it).
+  // The metadata files follow: the directories of claims the checkpoint does not hold and the
+  // temporary files of interrupted writes are removed; a claim whose spec is (re)written or kept
+  // gets its metadata files as built now (re-written where they differ, with the next
+  // generation); a claim that loses its spec loses them too.
   // A failure to write or remove one file is logged and the others go on. Errors when the
   // checkpoint cannot be read or written, or the CDI directory cannot be listed.
   absl::Status Start();
@@ -182,6 +197,8 @@ class Driver {
   absl::StatusOr<nlohmann::json> SpecFor(const PreparedClaim& claim, bool require_usable = true);
   // Start's agreement of the CDI directory with prepared_.
   absl::Status Reconcile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Its part for the metadata directory: orphans and temporary files removed.
+  absl::Status ReconcileMetadata() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each prepared claim's spec on disk built again, re-written where it differs, removed where it
   // cannot be built; a missing one stays missing (the kubelet's next prepare writes it).
   struct SpecCounts {
@@ -196,6 +213,11 @@ class Driver {
   // Writes the spec, then the checkpoint entry; on failure neither is left.
   absl::Status Commit(const PreparedClaim& claim, const nlohmann::json& spec);
   std::vector<PreparedDevice> Answer(const PreparedClaim& claim) const;
+  // Writes each request's metadata file as built now from the node's view where it is missing
+  // or differs (then with the next generation). Nothing for a legacy claim.
+  absl::Status WriteMetadata(const PreparedClaim& claim);
+  // Removes the claim's metadata files; a failure is logged.
+  void RemoveMetadata(const ClaimRef& ref);
   // The claim's status.devices entries of ours, to status_ (when there is one).
   void WriteStatus(const ClaimRef& ref);
   absl::Status UnprepareOne(const ClaimRef& ref);
@@ -209,6 +231,7 @@ class Driver {
   const DriverConfig config_;
   ClaimReader& reader_;
   CdiStore& cdi_;
+  MetadataStore& metadata_;
   node::Node& node_;
   ClaimStatusWriter* const status_;
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,17 @@ struct PodRef {
   std::string uid;
 };
 
-// What Read knows of a claim: its uid, the results of our driver, the pods it is reserved for.
+// The annotation a claim made from a ResourceClaimTemplate carries: the pod's name for it
+// (pod.spec.resourceClaims[].name).
+inline constexpr char kPodClaimNameAnnotation[] = "resource.kubernetes.io/pod-claim-name";
+
+// What Read knows of a claim: its uid, the results of our driver, the pods it is reserved for,
+// and the pod's name for it when it was made from a template (kPodClaimNameAnnotation).
 struct ClaimAllocation {
   std::string uid;
   std::vector<AllocatedDevice> devices;
   std::vector<PodRef> reserved_for;
+  std::optional<std::string> pod_claim_name;
 };
 
 // A container's use of a claim: the ResourceClaim's name (in the pod's namespace) and the request

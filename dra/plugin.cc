@@ -109,10 +109,20 @@ absl::StatusOr<std::unique_ptr<NodeClaims>> NodeClaims::Start(const PluginConfig
     return absl::Status(s.code(), absl::StrCat("discovery failed: ", s.message()));
   }
   claims->cdi_ = std::make_unique<CdiStore>(config.cdi_root, config.driver.driver_name);
+  claims->metadata_ = std::make_unique<MetadataStore>(
+      (std::filesystem::path(config.server.PluginDir()) / kMetadataSubDir).string());
   claims->checkpoint_ = std::make_unique<Checkpoint>(
       (std::filesystem::path(config.server.PluginDir()) / kCheckpointFile).string());
-  claims->driver_ = std::make_unique<Driver>(config.driver, reader, *claims->cdi_,
-                                             *claims->checkpoint_, node, status);
+  DriverConfig driver = config.driver;
+  if (!driver.published_devices) {
+    driver.published_devices = [name = config.driver.driver_name, mode = config.mode,
+                                &node](const node::View& view) {
+      return BuildDevices(view, PublishedDeviceOptions(name, mode, node, view));
+    };
+  }
+  claims->driver_ = std::make_unique<Driver>(std::move(driver), reader, *claims->cdi_,
+                                             *claims->metadata_, *claims->checkpoint_, node,
+                                             status);
   if (absl::Status s = claims->driver_->Start(); !s.ok()) return s;
   return claims;
 }
@@ -180,14 +190,20 @@ absl::Status Plugin::Init() {
   return absl::OkStatus();
 }
 
+DeviceOptions PublishedDeviceOptions(const std::string& driver_name, hca::Mode mode,
+                                     node::Node& node, const node::View& view) {
+  DeviceOptions options;
+  options.driver_name = driver_name;
+  options.mode = mode;
+  options.kernel = ReadKernelPci(node.env(), *view.topology);
+  options.gpudirect_rdma = topology::ReadGpuDirect(node.env()).Available();
+  return options;
+}
+
 std::vector<nlohmann::json> Plugin::DesiredSlices() const {
   const node::ViewPtr view = node_.Now();
-  DeviceOptions options;
-  options.driver_name = config_.driver.driver_name;
-  options.mode = config_.mode;
+  DeviceOptions options = PublishedDeviceOptions(config_.driver.driver_name, config_.mode, node_, *view);
   options.taints = taints_;
-  options.kernel = ReadKernelPci(node_.env(), *view->topology);
-  options.gpudirect_rdma = topology::ReadGpuDirect(node_.env()).Available();
   return BuildResourceSlices(BuildDevices(*view, options),
                              {config_.driver.driver_name, config_.driver.node_name, "", 1});
 }

@@ -29,9 +29,11 @@
 #include "dra/checkpoint.h"
 #include "dra/claim_reader.h"
 #include "dra/claim_status.h"
+#include "dra/devices.h"
 #include "dra/dra_server.h"
 #include "dra/driver.h"
 #include "dra/health.h"
+#include "dra/metadata.h"
 #include "dra/plugin_lock.h"
 #include "dra/slice_publisher.h"
 #include "dra/slice_sync.h"
@@ -72,9 +74,15 @@ class NodeClaims {
   NodeClaims() = default;
   std::optional<PluginDirLock> lock_;  // declared first: released last
   std::unique_ptr<CdiStore> cdi_;
+  std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
 };
+
+// The options the node's devices are published with (all but taints, which follow what the
+// control plane keeps): mode, the kernel's PCI placement, GPUDirect RDMA as read now.
+DeviceOptions PublishedDeviceOptions(const std::string& driver_name, hca::Mode mode,
+                                     node::Node& node, const node::View& view);
 
 // The PCI addresses of the HCAs the prepared claims name: those a vanished HCA is kept for.
 std::set<std::string> HeldHcas(const PreparedClaims& claims, const node::View& view);

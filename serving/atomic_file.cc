@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <system_error>
 
@@ -78,6 +80,17 @@ absl::Status WriteFileUnlessThere(const std::string& path, const std::string& co
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) return absl::OkStatus();
   return WriteFileAtomically(path, content, mode);
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
+    return Errno("read", path);
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 absl::Status RemoveFile(const std::string& path) {

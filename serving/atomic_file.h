@@ -26,6 +26,10 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 absl::Status WriteFileUnlessThere(const std::string& path, const std::string& content,
                                   unsigned mode);
 
+// The whole content of the file at `path`, as such files are read back: NotFound when there is
+// none, Internal naming the path and errno when it cannot be read.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
 // Removes `path` and syncs its directory; a missing file is OK.
 absl::Status RemoveFile(const std::string& path);
 

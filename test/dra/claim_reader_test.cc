@@ -154,10 +154,22 @@ TEST_F(DRAClaimReaderTest, UidShareIdAndReservedPods) {
   EXPECT_EQ(got->reserved_for[0].ns, "team");
   EXPECT_EQ(got->reserved_for[0].name, "trainer");
   EXPECT_EQ(got->reserved_for[1].uid, "p-2");
+  EXPECT_EQ(got->pod_claim_name, std::nullopt);  // not made from a template
   // By name alone (no uid to check): a claim a container names.
   auto by_name = ReadClaim(nullptr, {"team", "", "claim-1"});
   ASSERT_TRUE(by_name.ok()) << by_name.status();
   EXPECT_EQ(by_name->uid, "uid-1");
+}
+
+// KEP-5304's metadata path of a template's claim names it as the pod does: the annotation the
+// resource-claim controller sets.
+TEST_F(DRAClaimReaderTest, ATemplatesClaimSaysThePodsNameForIt) {
+  nlohmann::json claim = Claim(nlohmann::json::array({Result(kDriver, "hca-0")}));
+  claim["metadata"]["annotations"] = {{"resource.kubernetes.io/pod-claim-name", "hcas"},
+                                      {"other", "x"}};
+  auto got = ReadClaim(claim);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pod_claim_name, "hcas");
 }
 
 // The claims each container uses: named claims, a template's claim through the pod's status

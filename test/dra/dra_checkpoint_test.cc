@@ -17,6 +17,7 @@ PreparedClaims Two() {
                 {{"hca", {"hca-0000-1a-00-0", "hca-0000-3a-00-0", "hca-0000-9a-00-0"}}},
                 false,
                 {{"hca", {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"}}}};
+  c["uid-1"].pod_claim_name = "hcas";
   c["uid-2"] = {{"other", "uid-2", "claim-2"}, {{"r", "node-a", "hca-0000-9a-00-0", ""}}, {}, true};
   return c;
 }
@@ -54,6 +55,21 @@ TEST(DRACheckpointTest, RoundTrip) {
   EXPECT_EQ(Files(dir.Sub("p")), std::vector<std::string>{"checkpoint.json"});  // no temp left
   ASSERT_TRUE(cp.Save({}).ok());
   EXPECT_TRUE(cp.Load()->empty());
+}
+
+TEST(DRACheckpointTest, PodClaimNameIsKeptAndAbsentInOlderFiles) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  ASSERT_TRUE(Checkpoint(path).Save(Two()).ok());
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["claims"]["uid-1"]["podClaimName"], "hcas");
+  EXPECT_FALSE(j["claims"]["uid-2"].contains("podClaimName"));
+  WriteText(path, R"({"version": 2, "claims": {"u": {"namespace": "ns", "name": "n",
+      "devices": [{"request": "hca", "pool": "p", "device": "d"}], "podClaimName": 7}}})");
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty()) << "a podClaimName that is not a string makes the entry bad";
 }
 
 TEST(DRACheckpointTest, NotJsonIsMovedAsideAndStartsEmpty) {

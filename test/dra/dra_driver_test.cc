@@ -40,6 +40,11 @@ std::string Id(const std::string& uid, const std::string& request = "hca") {
   return CdiDeviceId(kDriver, uid, request);
 }
 
+// What the first device of a request answers: its CDI device and its metadata file's.
+std::vector<std::string> Ids(const std::string& uid, const std::string& request = "hca") {
+  return {Id(uid, request), MetadataCdiDeviceId(kDriver, uid, request)};
+}
+
 TEST(DRADriverTest, PrepareWritesSpecAndCheckpointAndAnswersCdiIds) {
   DraNode n;
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0), Dev(kHca1, "hca/sub")});
@@ -47,9 +52,10 @@ TEST(DRADriverTest, PrepareWritesSpecAndCheckpointAndAnswersCdiIds) {
   ASSERT_EQ(out.size(), 1u);
   const auto& r = out.at(kClaim.uid);
   ASSERT_TRUE(r.ok()) << r.status();
-  // One CDI device for the request, on its first device: the kubelet hands a container the IDs
-  // of every device of the requests it uses.
-  const std::vector<std::string> ids = {"rdma.example.com/hca=" + std::string(kUid1) + "-hca"};
+  // One CDI device for the request and one for its metadata file, on its first device: the
+  // kubelet hands a container the IDs of every device of the requests it uses.
+  const std::vector<std::string> ids = {"rdma.example.com/hca=" + std::string(kUid1) + "-hca",
+                                        "rdma.example.com/hca=" + std::string(kUid1) + "_hca"};
   EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"hca"}, kNode, kHca0, ids, ""},
                                              {{"hca"}, kNode, kHca1, {}, ""}}));
   EXPECT_EQ(n.reader().last_driver(), kDriver);
@@ -455,8 +461,8 @@ TEST(DRADriverTest, OneCdiDevicePerRequest) {
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0, "a"), Dev(kHca1, "b")});
   auto r = n.driver().Prepare({kClaim}).at(kClaim.uid);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"a"}, kNode, kHca0, {Id(kUid1, "a")}, ""},
-                                             {{"b"}, kNode, kHca1, {Id(kUid1, "b")}, ""}}));
+  EXPECT_EQ(*r, (std::vector<PreparedDevice>{{{"a"}, kNode, kHca0, Ids(kUid1, "a"), ""},
+                                             {{"b"}, kNode, kHca1, Ids(kUid1, "b"), ""}}));
   EXPECT_EQ(SpecPaths(n, kUid1, "a"),
             (std::vector<std::string>{"/dev/infiniband/uverbs0", "/dev/infiniband/umad0",
                                       "/dev/infiniband/issm0", "/dev/infiniband/rdma_cm"}));

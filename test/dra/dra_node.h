@@ -17,6 +17,7 @@
 #include "dra/checkpoint.h"
 #include "dra/claim_reader.h"
 #include "dra/driver.h"
+#include "dra/metadata.h"
 #include "dra/model.h"
 #include "node/node.h"
 #include "gtest/gtest.h"
@@ -52,7 +53,10 @@ class FakeClaimReader : public ClaimReader {
     auto it = claims_.find(uid);
     if (it == claims_.end()) return absl::NotFoundError("resourceclaims \"x\" not found");
     if (!it->second.ok()) return it->second.status();
-    ClaimAllocation out{uid, *it->second, {}};
+    ClaimAllocation out{uid, *it->second, {}, {}};
+    if (auto p = pod_claim_names_.find(uid); p != pod_claim_names_.end()) {
+      out.pod_claim_name = p->second;
+    }
     if (auto p = reserved_.find(uid); p != reserved_.end()) {
       out.reserved_for = p->second;
     } else {
@@ -83,6 +87,11 @@ class FakeClaimReader : public ClaimReader {
   void SetName(const std::string& uid, const std::string& name) {
     absl::MutexLock lock(&mu_);
     names_[uid] = name;
+  }
+  // The claim was made from a template: the pod calls it `pod_claim_name`.
+  void SetPodClaimName(const std::string& uid, const std::string& pod_claim_name) {
+    absl::MutexLock lock(&mu_);
+    pod_claim_names_[uid] = pod_claim_name;
   }
   // The claim is reserved for `pods`; ReadPod answers them as SetPod set them.
   void SetReserved(const std::string& uid, std::vector<PodRef> pods) {
@@ -130,6 +139,7 @@ class FakeClaimReader : public ClaimReader {
   mutable absl::Mutex mu_;
   std::map<std::string, absl::StatusOr<std::vector<AllocatedDevice>>> claims_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> pod_claim_names_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<PodRef>> reserved_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, PodClaims> pods_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, absl::Status> pod_errors_ ABSL_GUARDED_BY(mu_);
@@ -152,9 +162,10 @@ inline constexpr char kUid3[] = "0c1a1e00-0000-4000-8000-000000000003";
 // A node (four HCAs, rdma_cm), a CDI dir and a plugin dir in a temp dir, and a Driver.
 class DraNode {
  public:
-  // The node core reads the fixture: discovery from sysfs (counted), no rate limit on
-  // Rediscover.
-  DraNode() : env_(node_.NodeEnv()) {
+  // The node core reads the fixture (`cards`: FourCards() unless given): discovery from sysfs
+  // (counted), no rate limit on Rediscover.
+  explicit DraNode(const std::vector<sim::FixtureHca>& cards = rdp::testing::FourCards())
+      : node_(cards), env_(node_.NodeEnv()) {
     node::Options options;
     options.rediscover_interval = absl::ZeroDuration();
     options.logger = "dra";
@@ -175,6 +186,7 @@ class DraNode {
   void NewDriver() {
     driver_.reset();
     cdi_ = std::make_unique<CdiStore>(cdi_dir(), kDriver);
+    metadata_ = std::make_unique<MetadataStore>(metadata_dir());
     checkpoint_ = std::make_unique<Checkpoint>(checkpoint_path());
     DriverConfig config;
     config.driver_name = kDriver;
@@ -183,7 +195,8 @@ class DraNode {
     config.kubelet_state = kubelet_state_;
     if (configure_) configure_(config);
     ClaimReader& reader = reader_override_ ? *reader_override_ : reader_;
-    driver_ = std::make_unique<Driver>(config, reader, *cdi_, *checkpoint_, *core_, status_);
+    driver_ = std::make_unique<Driver>(config, reader, *cdi_, *metadata_, *checkpoint_, *core_,
+                                       status_);
     ASSERT_TRUE(driver_->Start().ok());
   }
 
@@ -209,12 +222,14 @@ class DraNode {
   Driver& driver() { return *driver_; }
   FakeClaimReader& reader() { return reader_; }
   CdiStore& cdi() { return *cdi_; }
+  MetadataStore& metadata() { return *metadata_; }
   rdp::testing::TestNode& node() { return node_; }
   Env& env() { return *env_; }
   const topology::Topology& topology() const { return *core_->Now()->topology; }
   node::Node& core() { return *core_; }
   std::string cdi_dir() const { return node_.dir().Sub("cdi"); }
   std::string plugin_dir() const { return node_.dir().Sub("plugins/" + std::string(kDriver)); }
+  std::string metadata_dir() const { return plugin_dir() + "/" + kMetadataSubDir; }
   std::string checkpoint_path() const { return plugin_dir() + "/" + kCheckpointFile; }
   std::string root() const { return node_.dir().path(); }
 
@@ -236,6 +251,7 @@ class DraNode {
   std::unique_ptr<node::Node> core_;
   FakeClaimReader reader_;
   std::unique_ptr<CdiStore> cdi_;
+  std::unique_ptr<MetadataStore> metadata_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Driver> driver_;
   ClaimStatusWriter* status_ = nullptr;

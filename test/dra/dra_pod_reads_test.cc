@@ -138,7 +138,8 @@ std::string CommonNcclIbHca(DraNode& n, const std::string& uid) {
   std::ifstream in(n.cdi().PathOf(uid));
   const nlohmann::json spec = nlohmann::json::parse(in, nullptr, false);
   for (const auto& d : spec["devices"]) {
-    for (const auto& kv : d["containerEdits"]["env"]) {
+    // A request's metadata device has mounts only.
+    for (const auto& kv : d["containerEdits"].value("env", nlohmann::json::array())) {
       const std::string s = kv.get<std::string>();
       if (s.rfind("NCCL_IB_HCA=", 0) == 0) return s.substr(s.find('=') + 1);
     }

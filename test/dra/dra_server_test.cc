@@ -131,8 +131,9 @@ TEST_F(DRAServerTest, PrepareAndUnprepareOverTheSocket) {
   EXPECT_EQ(ok.devices(0).device_name(), kHca0);
   ASSERT_EQ(ok.devices(0).request_names_size(), 1);
   EXPECT_EQ(ok.devices(0).request_names(0), "hca");
-  ASSERT_EQ(ok.devices(0).cdi_device_ids_size(), 1);
+  ASSERT_EQ(ok.devices(0).cdi_device_ids_size(), 2);
   EXPECT_EQ(ok.devices(0).cdi_device_ids(0), "rdma.example.com/hca=" + std::string(kUid1) + "-hca");
+  EXPECT_EQ(ok.devices(0).cdi_device_ids(1), "rdma.example.com/hca=" + std::string(kUid1) + "_hca");
   EXPECT_FALSE(ok.devices(0).has_share_id());
   const drapb::NodePrepareResourceResponse& bad = resp.claims().at(kUid2);
   EXPECT_NE(bad.error().find("not found"), std::string::npos) << bad.error();

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -20,7 +21,10 @@ import (
 // injecting the claim's device (one per request; the claim has one request, used by one
 // container) into an OCI spec adds exactly the claim's device nodes (with the fixture's
 // major:minor, so the runtime need not stat the host) and device-plugin Allocate's env, plus the
-// request's own variables (docs/dra.md).
+// request's own variables (docs/dra.md); the request's second device mounts its metadata file
+// read-only where KEP-5304 puts it, a stream the upstream package
+// (k8s.io/dynamic-resource-allocation/devicemetadata) decodes and validates as v1beta1, then
+// v1alpha1, naming the claim's devices.
 func TestDRACDISpecValid(t *testing.T) {
 	bin, dir, n, sys := draDriverFixture(t)
 	ib, roce := usableHCAs(n)
@@ -60,12 +64,13 @@ func TestDRACDISpecValid(t *testing.T) {
 		t.Fatalf("answer %q: %v", out, err)
 	}
 	wantID := DRADriver + "/hca=" + uid + "-hca"
+	metaID := DRADriver + "/hca=" + uid + "_hca"
 	if len(answer.Devices) != len(hcas) {
 		t.Fatalf("%d devices answered, want %d: %s", len(answer.Devices), len(hcas), out)
 	}
 	var ids []string
 	for i, d := range answer.Devices {
-		want := []string{wantID} // the request's CDI device, on its first device only
+		want := []string{wantID, metaID} // the request's CDI devices, on its first device only
 		if i > 0 {
 			want = nil
 		}
@@ -105,8 +110,8 @@ func TestDRACDISpecValid(t *testing.T) {
 	if spec.Version != minimum || spec.Version != "0.5.0" {
 		t.Errorf("cdiVersion %s; the library's minimum for it is %s; want both 0.5.0", spec.Version, minimum)
 	}
-	if spec.GetClass() != "hca" || len(spec.Devices) != 1 || spec.Devices[0].Name != uid+"-hca" {
-		t.Errorf("spec kind %s, devices %d: want class hca and one device %s-hca", spec.Kind, len(spec.Devices), uid)
+	if spec.GetClass() != "hca" || len(spec.Devices) != 2 || spec.Devices[0].Name != uid+"-hca" || spec.Devices[1].Name != uid+"_hca" {
+		t.Errorf("spec kind %s, devices %d: want class hca and the devices %s-hca, %s_hca", spec.Kind, len(spec.Devices), uid, uid)
 	}
 	if cache.GetDevice(wantID) == nil {
 		t.Fatalf("no CDI device %s; have %v", wantID, cache.ListDevices())
@@ -144,6 +149,7 @@ func TestDRACDISpecValid(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("device nodes %v, want %v", got, want)
 	}
+	checkMetadataMount(t, ociSpec, metadata.ResourceClaimFilePath(DRADriver, "nccl", "hca"), uid, hcas)
 	// The cgroup rules allow each of them, read-write (as device-plugin Allocate's "rw").
 	if ociSpec.Linux.Resources == nil || len(ociSpec.Linux.Resources.Devices) < len(want) {
 		t.Fatalf("cgroup device rules %+v, want one per node", ociSpec.Linux.Resources)
@@ -174,5 +180,51 @@ func TestDRACDISpecValid(t *testing.T) {
 	sort.Strings(gotEnv)
 	if strings.Join(gotEnv, "\n") != strings.Join(wantEnv, "\n") {
 		t.Errorf("env %q, want %q", gotEnv, wantEnv)
+	}
+}
+
+// checkMetadataMount: the OCI spec has one mount under the metadata directory, a read-only bind
+// at `path` of a file that DecodeDRAMetadata reads, naming claim `uid`'s request "hca" and exactly `hcas`, with their PCI addresses
+// as attributes.
+func checkMetadataMount(t *testing.T, spec *oci.Spec, path, uid string, hcas []HCA) {
+	t.Helper()
+	var found []oci.Mount
+	for _, m := range spec.Mounts {
+		if strings.HasPrefix(m.Destination, metadata.ContainerDir+"/") {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 || found[0].Destination != path {
+		t.Fatalf("mounts %+v, want one at %s", spec.Mounts, path)
+	}
+	m := found[0]
+	if strings.Join(m.Options, ",") != "ro,bind" {
+		t.Errorf("mount options %v, want ro,bind", m.Options)
+	}
+	data, err := os.ReadFile(m.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, alpha, err := DecodeDRAMetadata(data)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", m.Source, err, data)
+	}
+	if string(beta.UID) != uid || beta.Name != "nccl" || beta.Namespace != "ns" || beta.PodClaimName != nil {
+		t.Errorf("metadata %+v, want claim ns/nccl uid %s, no podClaimName", beta.ObjectMeta, uid)
+	}
+	if len(beta.Requests) != 1 || beta.Requests[0].Name != "hca" || len(beta.Requests[0].Devices) != len(hcas) {
+		t.Fatalf("requests %+v, want hca with %d devices", beta.Requests, len(hcas))
+	}
+	for i, d := range beta.Requests[0].Devices {
+		pci := d.Attributes["resource.kubernetes.io/pciBusID"].StringValue
+		if d.Driver != DRADriver || d.Name != DRADeviceName(hcas[i]) || pci == nil || *pci != hcas[i].PCI {
+			t.Errorf("device %d: %s %s pciBusID %v, want %s %s %s", i, d.Driver, d.Name, pci, DRADriver, DRADeviceName(hcas[i]), hcas[i].PCI)
+		}
+		if len(d.Attributes) < 5 {
+			t.Errorf("device %s: attributes %v: want those of the slice", d.Name, d.Attributes)
+		}
+	}
+	if len(alpha.Requests) != 1 || len(alpha.Requests[0].Devices) != len(hcas) {
+		t.Errorf("v1alpha1 requests %+v", alpha.Requests)
 	}
 }

@@ -131,7 +131,7 @@ func TestDRAKubeletPluginManager(t *testing.T) {
 	}
 	d := k.Devices[0]
 	if d.PoolName != "fixture-node" || d.DeviceName != DRADeviceName(ib[0]) ||
-		strings.Join(d.CdiDeviceIds, ",") != DRADriver+"/hca="+known+"-hca" ||
+		strings.Join(d.CdiDeviceIds, ",") != DRADriver+"/hca="+known+"-hca,"+DRADriver+"/hca="+known+"_hca" ||
 		strings.Join(d.RequestNames, ",") != "hca" || d.ShareId != nil {
 		t.Errorf("prepared claim's device %v", d)
 	}

@@ -59,5 +59,16 @@ TEST(AtomicFileTest, WriteFileUnlessThereWritesOnlyAMissingFile) {
   EXPECT_NE(missing_dir.message().find(dir.Sub("none")), std::string::npos) << missing_dir;
 }
 
+TEST(AtomicFileTest, ReadWholeFileReadsBackWhatWasWrittenAndSaysWhenThereIsNone) {
+  rdp::testing::TempDir dir;
+  ASSERT_TRUE(WriteFileAtomically(dir.Sub("a.json"), "{\"a\": 1}\n{\"b\": 2}\n", 0644).ok());
+  absl::StatusOr<std::string> text = ReadWholeFile(dir.Sub("a.json"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "{\"a\": 1}\n{\"b\": 2}\n");
+  const absl::StatusOr<std::string> none = ReadWholeFile(dir.Sub("none.json"));
+  EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
+  EXPECT_NE(none.status().message().find(dir.Sub("none.json")), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rdp::serving

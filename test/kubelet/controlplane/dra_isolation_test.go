@@ -127,8 +127,9 @@ func (e *draNodeEnv) allocated(ns, claim, request string) []string {
 // CDI directory, as containerd and CRI-O do.
 type inside struct {
 	ids     []string
-	devices map[string]bool   // device node paths
-	env     map[string]string // KEY -> value
+	devices map[string]bool      // device node paths
+	env     map[string]string    // KEY -> value
+	mounts  map[string]oci.Mount // by path in the container
 }
 
 func (e *draNodeEnv) inside(pod *v1.Pod, container string) inside {
@@ -146,7 +147,7 @@ func (e *draNodeEnv) inside(pod *v1.Pod, container string) inside {
 	if err != nil {
 		e.t.Fatalf("GetResources(%s/%s): %v", pod.Name, container, err)
 	}
-	in := inside{devices: map[string]bool{}, env: map[string]string{}}
+	in := inside{devices: map[string]bool{}, env: map[string]string{}, mounts: map[string]oci.Mount{}}
 	for _, d := range info.CDIDevices {
 		in.ids = append(in.ids, d.Name)
 	}
@@ -172,6 +173,9 @@ func (e *draNodeEnv) inside(pod *v1.Pod, container string) inside {
 	for _, kv := range spec.Process.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		in.env[k] = v
+	}
+	for _, m := range spec.Mounts {
+		in.mounts[m.Destination] = m
 	}
 	return in
 }

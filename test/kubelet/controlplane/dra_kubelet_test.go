@@ -308,10 +308,12 @@ func TestDRAKubeletPrepare(t *testing.T) {
 		return ids
 	}
 	ids := prepare("PrepareResources through the driver")
-	wantID := draDriver + "/hca=" + string(allocated.UID) + "-hca"
-	if len(ids) != 1 || ids[0] != wantID {
-		t.Fatalf("CDI devices %v, want [%s]", ids, wantID)
+	// The request's device and the one that mounts its metadata file.
+	wantIDs := []string{draDriver + "/hca=" + string(allocated.UID) + "-hca", draDriver + "/hca=" + string(allocated.UID) + "_hca"}
+	if strings.Join(ids, ",") != strings.Join(wantIDs, ",") {
+		t.Fatalf("CDI devices %v, want %v", ids, wantIDs)
 	}
+	wantID := wantIDs[0] // the device's own: the kubelet names its health by the first
 	specs := cdiSpecs(t, cdiRoot)
 	if len(specs) != 1 {
 		t.Fatalf("CDI specs after prepare: %v", specs)
@@ -414,8 +416,8 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	// the manager refuses a claim whose driver is not registered.
 	kubelet.stop()
 	kubelet = startDRAKubelet(t, cp, node, root, stateDir, activePods)
-	if got := prepare("PrepareResources after a kubelet restart"); len(got) != 1 || got[0] != wantID {
-		t.Fatalf("after a kubelet restart: CDI devices %v, want [%s]", got, wantID)
+	if got := prepare("PrepareResources after a kubelet restart"); strings.Join(got, ",") != strings.Join(wantIDs, ",") {
+		t.Fatalf("after a kubelet restart: CDI devices %v, want %v", got, wantIDs)
 	}
 
 	// Plugin restart with the API server unreachable for the driver, and a kubelet that has
@@ -430,8 +432,8 @@ func TestDRAKubeletPrepare(t *testing.T) {
 	driver = startDRADriver(t, deadKubeconfig, node, root, cdiRoot, discovery)
 	kubelet.stop()
 	kubelet = startDRAKubelet(t, cp, node, root, t.TempDir(), activePods)
-	if got := prepare("PrepareResources from the driver's checkpoint, API server unreachable"); len(got) != 1 || got[0] != wantID {
-		t.Fatalf("after a plugin restart: CDI devices %v, want [%s]\ndriver log:\n%s", got, wantID, driver.output())
+	if got := prepare("PrepareResources from the driver's checkpoint, API server unreachable"); strings.Join(got, ",") != strings.Join(wantIDs, ",") {
+		t.Fatalf("after a plugin restart: CDI devices %v, want %v\ndriver log:\n%s", got, wantIDs, driver.output())
 	}
 	if len(cdiSpecs(t, cdiRoot)) != 1 {
 		t.Fatalf("CDI specs after restarts: %v", cdiSpecs(t, cdiRoot))

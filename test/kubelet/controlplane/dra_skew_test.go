@@ -146,7 +146,7 @@ func TestDRAVersionSkew(t *testing.T) {
 		t.Fatalf("NodePrepareResources over v1beta1: %v", err)
 	}
 	got := resp.Claims[string(allocated.UID)]
-	wantID := draDriver + "/hca=" + string(allocated.UID) + "-hca"
+	wantID := draDriver + "/hca=" + string(allocated.UID) + "-hca," + draDriver + "/hca=" + string(allocated.UID) + "_hca"
 	if got.GetError() != "" || len(got.GetDevices()) != 1 || got.Devices[0].DeviceName != allocated.Status.Allocation.Devices.Results[0].Device ||
 		strings.Join(got.Devices[0].CdiDeviceIds, ",") != wantID {
 		t.Errorf("v1beta1 answer %v, want device %s with CDI ID %s", got, allocated.Status.Allocation.Devices.Results[0].Device, wantID)
