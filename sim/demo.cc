@@ -198,7 +198,6 @@ constexpr char kRolesConfig[] = R"(resources:
     selector:
       linkLayers: [Ethernet]
 )";
-const std::vector<std::string> kRolesResources = {"rdma/hca", "rdma/storage"};
 
 // What the plugin serves: the resources file (empty: none, the one resource rdma/hca) and the
 // resources it names, in its order.
@@ -253,8 +252,10 @@ absl::Status RunMode(const std::string& mode, const std::string& dir, const Fixt
 
   for (const std::string& resource : served.resources) {
     auto reg = kubelet.WaitForRegistrationOf(resource, kWait);
-    if (!reg) return absl::DeadlineExceededError(absl::StrCat(
-        "the plugin did not register ", resource, plugin.Why()));
+    if (!reg) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the plugin did not register ", resource, plugin.Why()));
+    }
     out << "kubelet: Register(version=" << reg->version << ", endpoint=" << reg->endpoint
         << ", resource=" << reg->resource_name << ", get_preferred_allocation_available="
         << (reg->get_preferred_allocation_available ? "true" : "false") << ")\n";
@@ -286,7 +287,7 @@ absl::StatusOr<Served> ServedOn(const std::string& node_name, const std::string&
   std::ofstream file(served.config);
   file << kRolesConfig;
   if (!file.flush()) return absl::InternalError("cannot write " + served.config);
-  served.resources = kRolesResources;
+  served.resources = {"rdma/hca", "rdma/storage"};
   out << "resources: " << absl::StrJoin(served.resources, ", ") << " from " << served.config
       << ":\n" << kRolesConfig;
   return served;
