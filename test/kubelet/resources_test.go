@@ -153,7 +153,7 @@ func (e *Env) admitAligned(pod *v1.Pod, pools map[string][]HCA) {
 		}
 	}
 	if len(numa) != 1 {
-		e.T.Errorf("%s under %s: its HCAs and GPUs span NUMA nodes %v", pod.Name, e.Opts.Policy, sortedInts(numa))
+		e.T.Errorf("%s under %s: its HCAs and GPUs span NUMA nodes %v", pod.Name, e.Opts.Policy, sortedKeys(numa))
 	}
 	opts, err := e.Kubelet.DM.GetDeviceRunContainerOptions(e.Kubelet.Context(), pod, &pod.Spec.Containers[0])
 	if err != nil {
@@ -175,13 +175,4 @@ func hcaIn(pool []HCA, pci string) (HCA, bool) {
 		}
 	}
 	return HCA{}, false
-}
-
-func sortedInts(set map[int]bool) []int {
-	var out []int
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Ints(out)
-	return out
 }
