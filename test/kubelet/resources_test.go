@@ -32,10 +32,11 @@ const twoResources = `resources:
 // functions, 2 per NUMA node; 2 VFs of the first compute HCA), through the kubelet's device
 // manager and Topology Manager: both resources register from the one process, each lists exactly
 // its NICs with their NUMA nodes (the VFs in neither), and the Topology Manager aligns each: 3
-// compute HCAs are refused under single-numa-node (no NUMA node holds them), a pod of 2 compute HCAs + 4 GPUs gets them
-// on one NUMA node, a pod of 1 storage NIC + 1 GPU gets the NIC on its GPU's node, and a
-// container holding both resources and a GPU gets all three on one. The runtime is handed exactly
-// each container's NICs' device files.
+// compute HCAs are refused under single-numa-node (no NUMA node holds them) and admitted under
+// restricted (their narrowest hint), a pod of 2 compute HCAs + 4 GPUs gets them on one NUMA node,
+// a pod of 1 storage NIC + 1 GPU gets the NIC on its GPU's node, and a container holding both
+// resources and a GPU gets all three on one. The runtime is handed exactly each container's
+// NICs' device files.
 func TestConformanceTwoResources(t *testing.T) {
 	for _, policy := range []string{"single-numa-node", "restricted"} {
 		t.Run(policy, func(t *testing.T) {
