@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <vector>
@@ -186,9 +187,53 @@ absl::Status RunExclusive(v1beta1::DevicePlugin::Stub& stub, const std::vector<s
   return absl::OkStatus();
 }
 
+// The resources file the demo serves on the node with roles (dgx-roles): its compute rails and
+// its storage NICs, each a resource of its own (docs/config.md).
+constexpr char kRolesNode[] = "dgx-roles";
+constexpr char kRolesConfig[] = R"(resources:
+  - name: rdma/hca          # the compute rails
+    selector:
+      linkLayers: [InfiniBand]
+  - name: rdma/storage      # the storage NICs
+    selector:
+      linkLayers: [Ethernet]
+)";
+
+// What the plugin serves: the resources file (empty: none, the one resource rdma/hca) and the
+// resources it names, in its order.
+struct Served {
+  std::string config;
+  std::vector<std::string> resources = {"rdma/hca"};
+};
+
+// One resource after the plugin registered it: its first list with a Healthy device, then what
+// a kubelet asks of it. The first resource of an exclusive plugin gets RunExclusive's pods
+// (and the scrape); the others, and every shared one, one device allocated.
+absl::Status RunResource(const std::string& mode, const std::string& resource, bool first,
+                         KubeletSim& kubelet, const Plugin& plugin, const FixtureNode& node,
+                         FakePodResources& pods, const std::string& metrics_address,
+                         std::ostream& out) {
+  // Until its first pod-resources List answers, the plugin lists every HCA withheld.
+  auto devices = kubelet.WaitForDevicesOf(
+      resource, [](const KubeletSim::Devices& d) { return !HealthyIds(d).empty(); }, kWait);
+  if (!devices) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no ListAndWatch list of ", resource, " with a Healthy device arrived", plugin.Why()));
+  }
+  PrintDevices(*devices, out);
+  const std::vector<std::string> available = HealthyIds(*devices);
+  auto stub = kubelet.PluginStubOf(resource);
+  if (mode == "exclusive" && first) {
+    return RunExclusive(*stub, available, *node.topology, pods, metrics_address, out);
+  }
+  auto ids = Prefer(*stub, available, {}, 1, out);
+  if (!ids.ok()) return ids.status();
+  return Allocate(*stub, *ids, out);
+}
+
 // One mode: the kubelet's side in <dir>/<mode>, the plugin serving `node` to it.
 absl::Status RunMode(const std::string& mode, const std::string& dir, const FixtureNode& node,
-                     const DemoOptions& options, std::ostream& out) {
+                     const Served& served, const DemoOptions& options, std::ostream& out) {
   out << "\n== " << mode << " mode ==\n";
   const std::string here = (fs::path(dir) / mode).string();
   KubeletSim kubelet(here + "/device-plugins");
@@ -201,41 +246,51 @@ absl::Status RunMode(const std::string& mode, const std::string& dir, const Fixt
       "--pod-resources-socket", here + "/pod-resources.sock", "--topology-xml", node.xml,
       "--sysfs-root", node.root, "--dev-root", node.root, "--proc-root", node.root,
       "--health-interval", "200ms", "--log-level", PluginLogLevel(options)};
+  if (!served.config.empty()) args.insert(args.end(), {"--config", served.config});
   if (scrape) args.insert(args.end(), {"--metrics-address", "127.0.0.1:0"});
   Plugin plugin(options.plugin_binary, args);
 
-  auto reg = kubelet.WaitForRegistration(0, kWait);
-  if (!reg) return absl::DeadlineExceededError("the plugin did not register" + plugin.Why());
-  out << "kubelet: Register(version=" << reg->version << ", endpoint=" << reg->endpoint
-      << ", resource=" << reg->resource_name << ", get_preferred_allocation_available="
-      << (reg->get_preferred_allocation_available ? "true" : "false") << ")\n";
-  // Until its first pod-resources List answers, the plugin lists every HCA withheld.
-  auto devices = kubelet.WaitForDevices(
-      [](const KubeletSim::Devices& d) { return !HealthyIds(d).empty(); }, kWait);
-  if (!devices) {
-    return absl::DeadlineExceededError("no ListAndWatch list with a Healthy device arrived" +
-                                       plugin.Why());
-  }
-  PrintDevices(*devices, out);
-  const std::vector<std::string> available = HealthyIds(*devices);
-  auto stub = kubelet.PluginStub();
-  if (mode == "shared") {
-    auto ids = Prefer(*stub, available, {}, 1, out);
-    if (!ids.ok()) return ids.status();
-    if (absl::Status s = Allocate(*stub, *ids, out); !s.ok()) return s;
-  } else {
-    std::string metrics_address;
-    if (scrape) {
-      metrics_address = WaitForMetricsAddress(plugin.child(), kWait);
-      if (metrics_address.empty()) {
-        return absl::DeadlineExceededError("the plugin logged no \"metrics: serving on\" line" +
-                                           plugin.Why());
-      }
+  for (const std::string& resource : served.resources) {
+    auto reg = kubelet.WaitForRegistrationOf(resource, kWait);
+    if (!reg) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the plugin did not register ", resource, plugin.Why()));
     }
-    absl::Status s = RunExclusive(*stub, available, *node.topology, pods, metrics_address, out);
+    out << "kubelet: Register(version=" << reg->version << ", endpoint=" << reg->endpoint
+        << ", resource=" << reg->resource_name << ", get_preferred_allocation_available="
+        << (reg->get_preferred_allocation_available ? "true" : "false") << ")\n";
+  }
+  std::string metrics_address;
+  if (scrape) {
+    metrics_address = WaitForMetricsAddress(plugin.child(), kWait);
+    if (metrics_address.empty()) {
+      return absl::DeadlineExceededError("the plugin logged no \"metrics: serving on\" line" +
+                                         plugin.Why());
+    }
+  }
+  for (std::size_t i = 0; i < served.resources.size(); ++i) {
+    const std::string& resource = served.resources[i];
+    if (served.resources.size() > 1) out << "-- " << resource << " --\n";
+    absl::Status s = RunResource(mode, resource, i == 0, kubelet, plugin, node, pods,
+                                 metrics_address, out);
     if (!s.ok()) return s;
   }
   return plugin.Stop();
+}
+
+// On the node with roles: its resources file written to <dir>/resources.yaml, and printed.
+absl::StatusOr<Served> ServedOn(const std::string& node_name, const std::string& dir,
+                                std::ostream& out) {
+  Served served;
+  if (node_name != kRolesNode) return served;
+  served.config = (fs::path(dir) / "resources.yaml").string();
+  std::ofstream file(served.config);
+  file << kRolesConfig;
+  if (!file.flush()) return absl::InternalError("cannot write " + served.config);
+  served.resources = {"rdma/hca", "rdma/storage"};
+  out << "resources: " << absl::StrJoin(served.resources, ", ") << " from " << served.config
+      << ":\n" << kRolesConfig;
+  return served;
 }
 
 }  // namespace
@@ -268,8 +323,11 @@ int RunDemo(const DemoOptions& options, std::ostream& out) {
         << (options.topology_xml.empty() ? "bundled " + name : options.topology_xml)
         << ", " << node->topology->hcas().size() << " HCAs, " << node->topology->gpus().size()
         << " GPUs, fake sysfs and /dev under " << node->root << "\n";
+    absl::StatusOr<Served> served =
+        ServedOn(options.topology_xml.empty() ? name : "", dir, out);
+    status = served.status();
     for (const char* mode : {"exclusive", "shared"}) {
-      if (status.ok()) status = RunMode(mode, dir, *node, options, out);
+      if (status.ok()) status = RunMode(mode, dir, *node, *served, options, out);
     }
   } else {
     status = node.status();

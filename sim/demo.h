@@ -5,7 +5,10 @@
 // which plays the kubelet on unix sockets in a work directory: the Registration service, the
 // device-plugin client and a pod-resources server. In exclusive mode, then in shared mode: the
 // plugin registers, lists its devices, answers GetPreferredAllocation and Allocate; the demo
-// prints what a kubelet receives. The plugin's log goes to stderr as it comes.
+// prints what a kubelet receives. On the node with roles (`node` dgx-roles) the plugin serves a
+// resources file (--config) of two resources, rdma/hca (its InfiniBand compute NICs) and
+// rdma/storage (its Ethernet storage NICs): the demo prints each one's registration, list and
+// allocations. The plugin's log goes to stderr as it comes.
 
 #include <ostream>
 #include <string>

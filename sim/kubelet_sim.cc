@@ -180,6 +180,22 @@ std::optional<KubeletSim::Registration> KubeletSim::WaitForRegistration(
   return registrations_.back();
 }
 
+std::optional<KubeletSim::Registration> KubeletSim::WaitForRegistrationOf(
+    const std::string& resource, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  auto latest = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<Registration> {
+    for (auto it = registrations_.rbegin(); it != registrations_.rend(); ++it) {
+      if (it->resource_name == resource) return *it;
+    }
+    return std::nullopt;
+  };
+  while (!latest()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return latest();
+}
+
 std::optional<KubeletSim::Registration> KubeletSim::WaitForCurrentRegistration(
     absl::Duration timeout) const {
   const absl::Time deadline = absl::Now() + timeout;

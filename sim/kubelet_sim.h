@@ -55,6 +55,9 @@ class KubeletSim {
   int registrations() const;
   // Waits until more than `count` registrations arrived; the latest one, or nullopt on timeout.
   std::optional<Registration> WaitForRegistration(int count, absl::Duration timeout) const;
+  // Waits until a registration of `resource` arrived; the latest one, or nullopt on timeout.
+  std::optional<Registration> WaitForRegistrationOf(const std::string& resource,
+                                                    absl::Duration timeout) const;
   // Waits until a registration reached the current run of the simulator (since the last Start
   // or Restart); that registration, or nullopt on timeout.
   std::optional<Registration> WaitForCurrentRegistration(absl::Duration timeout) const;

@@ -257,10 +257,11 @@ func createErr(t *testing.T, s resourceapi.ResourceSlice) (*resourceinternal.Res
 func TestDRARolesNodeSlicesValidate(t *testing.T) {
 	bin := draBinary(t)
 	dir := t.TempDir()
-	if out, err := exec.Command(bin, "fixture", "--node", "dgx-roles", "--out", dir, "--log-level", "warn").CombinedOutput(); err != nil {
-		t.Fatalf("fixture --node dgx-roles: %v\n%s", err, out)
+	n, _, err := WriteNamedNodeWithBinary(bin, "dgx-roles", dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	slices := draSlices(t, bin, "--topology-xml", filepath.Join(dir, "dgx-roles.xml"), "--sysfs-root", dir,
+	slices := draSlices(t, bin, "--topology-xml", n.XML, "--sysfs-root", dir,
 		"--dev-root", dir, "--log-level", "warn", "--node-name", draNodeName)
 	devices, vfs := 0, 0
 	for _, s := range slices {

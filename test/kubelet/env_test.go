@@ -48,6 +48,7 @@ type EnvOptions struct {
 	TapMode       TapMode  // with Tap: who answers GetPreferredAllocation (default: our plugin)
 	PackGPUs      bool     // the GPU plugin answers GetPreferredAllocation (PackGPUs)
 	XML           string   // the node's hwloc export; default dgx-h100-like
+	NamedNode     string   // instead of XML: a node the binary lays out by name (dgx-roles)
 	Extra         []string // more flags for serve
 }
 
@@ -92,20 +93,7 @@ func NewEnv(t *testing.T, opts EnvOptions) *Env {
 		opts.Policy = "none"
 	}
 	e := &Env{T: t, Dir: shortTempDir(t), Opts: opts}
-	var err error
-	if opts.XML == "" {
-		opts.XML = fixtureXML()
-		e.Opts.XML = opts.XML
-	}
-	if e.Node, err = LoadNode(opts.XML); err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(e.Dir, "node")
-	if bin := binaryPath(); os.Getenv("RDP_FIXTURE") != "go" && BinaryWritesFixtures(bin) {
-		e.Sys, err = WriteSysfsWithBinary(bin, root, e.Node)
-	} else {
-		e.Sys, err = WriteSysfs(root, e.Node)
-	}
+	err := e.layOut()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +125,36 @@ func NewEnv(t *testing.T, opts EnvOptions) *Env {
 		e.WaitCapacity(ResourceHCA, want, want, 15*time.Second)
 	}
 	return e
+}
+
+// layOut lays the node of e.Opts out under <Dir>/node and sets e.Node, e.Sys and e.Opts.XML: a
+// named node by the binary, else the export (default dgx-h100-like) by the binary when it can,
+// by the harness when it cannot or when RDP_FIXTURE=go.
+func (e *Env) layOut() error {
+	root := filepath.Join(e.Dir, "node")
+	bin := binaryPath()
+	var err error
+	if e.Opts.NamedNode != "" {
+		if !BinaryWritesFixtures(bin) {
+			e.T.Skipf("%s has no `fixture` subcommand to lay out node %s", bin, e.Opts.NamedNode)
+		}
+		if e.Node, e.Sys, err = WriteNamedNodeWithBinary(bin, e.Opts.NamedNode, root); err == nil {
+			e.Opts.XML = e.Node.XML
+		}
+		return err
+	}
+	if e.Opts.XML == "" {
+		e.Opts.XML = fixtureXML()
+	}
+	if e.Node, err = LoadNode(e.Opts.XML); err != nil {
+		return err
+	}
+	if os.Getenv("RDP_FIXTURE") != "go" && BinaryWritesFixtures(bin) {
+		e.Sys, err = WriteSysfsWithBinary(bin, root, e.Node)
+	} else {
+		e.Sys, err = WriteSysfs(root, e.Node)
+	}
+	return err
 }
 
 // shortTempDir is a temp dir whose name does not grow with the test's: the plugin serves unix

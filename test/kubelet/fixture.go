@@ -738,6 +738,30 @@ func WriteSysfsWithBinary(binary, root string, n *Node) (*Sysfs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s fixture: %v: %s", binary, err, out)
 	}
+	return binarySysfs(root, n)
+}
+
+// WriteNamedNodeWithBinary asks the plugin binary to lay out one of its named nodes
+// (`fixture --node NAME`, sim/fixture_node.h) under root, and returns the node as its XML
+// (written to root/NAME.xml) holds it and a Sysfs over the layout. A named node may hold more
+// than its XML: dgx-roles' SR-IOV VFs are in the layout alone, so they are in neither Node.HCAs
+// nor the Sysfs.
+func WriteNamedNodeWithBinary(binary, name, root string) (*Node, *Sysfs, error) {
+	out, err := exec.Command(binary, "fixture", "--node", name, "--out", root,
+		"--log-level", "warn").CombinedOutput()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s fixture --node %s: %v: %s", binary, name, err, out)
+	}
+	n, err := LoadNode(filepath.Join(root, name+".xml"))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := binarySysfs(root, n)
+	return n, s, err
+}
+
+// binarySysfs is the Sysfs over a layout the binary wrote under root for the HCAs of n.
+func binarySysfs(root string, n *Node) (*Sysfs, error) {
 	s := &Sysfs{Root: root, hcas: map[string]HCA{}, devDirs: map[string]string{},
 		Uverbs: map[string]int{}, Mads: map[string][]int{}}
 	for _, h := range n.HCAs {

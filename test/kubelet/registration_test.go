@@ -1,9 +1,12 @@
 package kubelet
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -45,12 +48,7 @@ func (e *Env) numaOf(resource string, ids []string) []int {
 			set[int(n.GetID())] = true
 		}
 	}
-	var out []int
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Ints(out)
-	return out
+	return sortedKeys(set)
 }
 
 // Shared mode advertises --shared-devices units (1000) without topology; exclusive mode one
@@ -178,14 +176,8 @@ func TestRunContainerOptions(t *testing.T) {
 	}
 }
 
-func sortedKeys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+// sortedKeys is the keys of a set, sorted.
+func sortedKeys[K cmp.Ordered](m map[K]bool) []K { return slices.Sorted(maps.Keys(m)) }
 
 // A port going DOWN makes that HCA Unhealthy: allocatable drops, capacity stays; back ACTIVE,
 // allocatable returns. The plugin polls every 200 ms here (two intervals promised). Also: an

@@ -1,12 +1,24 @@
 #include "sim/demo.h"
 
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/bundled_node.h"
 
 namespace rdp::sim {
 namespace {
+
+using ::testing::AnyOfArray;
+using ::testing::Each;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The demo runs the built binary (RDP_BINARY) as the plugin.
 DemoOptions Options() {
@@ -58,6 +70,68 @@ TEST(DemoTest, PrintsAScrapeOfTheExclusivePlugin) {
       "rdma_device_plugin_rpc_duration_seconds_count{resource=\"rdma/hca\","
       "method=\"Allocate\"} 2"),
             std::string::npos);
+}
+
+// The PCI addresses of every "env RDMA_HCA_PCI=" line of `text`, in order, duplicates kept.
+std::vector<std::string> AllocatedPci(const std::string& text) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&line, "  env RDMA_HCA_PCI=")) {
+      for (absl::string_view pci : absl::StrSplit(line, ',')) out.emplace_back(pci);
+    }
+  }
+  return out;
+}
+
+// The node with roles: one plugin serves its compute and storage NICs as two resources, each
+// registered on its own socket and listing exactly its 4 NICs (exclusive) or 1000 units of its
+// own (shared); what each allocates is its own NICs, and in shared mode a unit all of them.
+TEST(DemoTest, ServesTwoResourcesOnTheNodeWithRoles) {
+  std::ostringstream out;
+  DemoOptions options = Options();
+  options.node = "dgx-roles";
+  ASSERT_EQ(RunDemo(options, out), 0) << out.str();
+  const std::string text = out.str();
+  const std::vector<std::string> compute = {"0000:15:00.0", "0000:25:00.0", "0000:45:00.0",
+                                            "0000:55:00.0"};
+  const std::vector<std::string> storage = {"0000:31:00.0", "0000:31:00.1", "0000:61:00.0",
+                                            "0000:61:00.1"};
+  const std::size_t shared = text.find("== shared mode ==");
+  ASSERT_NE(shared, std::string::npos) << text;
+  for (const std::string mode : {"exclusive", "shared"}) {
+    SCOPED_TRACE(mode);
+    const std::string part = mode == "exclusive" ? text.substr(0, shared) : text.substr(shared);
+    for (const std::string resource : {"hca", "storage"}) {
+      EXPECT_THAT(part, HasSubstr("Register(version=v1beta1, endpoint=rdma-" + resource +
+                                  ".sock, resource=rdma/" + resource + ","))
+          << text;
+    }
+    const std::size_t hca_at = part.find("-- rdma/hca --\n");
+    const std::size_t storage_at = part.find("-- rdma/storage --\n");
+    ASSERT_NE(hca_at, std::string::npos) << text;
+    ASSERT_NE(storage_at, std::string::npos) << text;
+    ASSERT_LT(hca_at, storage_at) << text;
+    const std::string hca_part = part.substr(hca_at, storage_at - hca_at);
+    const std::string storage_part = part.substr(storage_at);
+    const std::string list = mode == "exclusive" ? "kubelet: ListAndWatch -> 4 devices\n"
+                                                 : "kubelet: ListAndWatch -> 1000 devices\n";
+    EXPECT_THAT(hca_part, HasSubstr(list)) << text;
+    EXPECT_THAT(storage_part, HasSubstr(list)) << text;
+    const std::vector<std::string> from_hca = AllocatedPci(hca_part);
+    const std::vector<std::string> from_storage = AllocatedPci(storage_part);
+    EXPECT_THAT(from_hca, Each(AnyOfArray(compute))) << text;
+    EXPECT_THAT(from_storage, Each(AnyOfArray(storage))) << text;
+    if (mode == "exclusive") {
+      EXPECT_EQ(from_hca.size(), 4u) << "two allocations of two compute NICs\n" << text;
+      EXPECT_EQ(from_storage.size(), 1u) << text;
+      EXPECT_THAT(storage_part, Not(HasSubstr("umad"))) << "RoCE functions have no umad\n"
+                                                        << text;
+    } else {
+      EXPECT_THAT(from_hca, ElementsAreArray(compute)) << text;
+      EXPECT_THAT(from_storage, ElementsAreArray(storage)) << text;
+    }
+  }
+  EXPECT_THAT(text, HasSubstr("demo finished")) << text;
 }
 
 TEST(DemoTest, NoPluginBinaryFailsNamingIt) {
