@@ -62,6 +62,13 @@ class DRAServeCmdTest : public ::testing::Test {
     for (const char* a : {"--health-interval", "100ms"}) serve.push_back(a);
     return serve;
   }
+  // `dra` with Flags() and its metrics endpoint on an ephemeral loopback port.
+  std::vector<std::string> WithMetrics() const {
+    std::vector<std::string> serve = {"dra"};
+    for (const std::string& a : Flags()) serve.push_back(a);
+    for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
+    return serve;
+  }
   std::string RegSocket() const {
     return kubelet_dir_ + "/plugins_registry/" + std::string(kDriver) + "-reg.sock";
   }
@@ -236,10 +243,7 @@ TEST_F(DRAServeCmdTest, ASecondInstanceIsHandedTheNodeOver) {
 // to resyncing by timer looked like one that repairs an edited slice at once. The gauge is there
 // from the first scrape, 0 while the API server is away (here it never comes).
 TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
-  std::vector<std::string> serve = {"dra"};
-  for (const std::string& a : Flags()) serve.push_back(a);
-  for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(RDP_BINARY, WithMetrics());
   const std::string address = sim::WaitForMetricsAddress(driver, kTimeout);
   ASSERT_FALSE(address.empty()) << driver.output();
   const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + address + "/metrics");
@@ -258,10 +262,7 @@ TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
 // /livez and /readyz, which the chart's probes GET, are `probe --dra` and `probe --dra --ready`
 // run in the driver: live once its sockets answer, ready once the kubelet has registered it.
 TEST_F(DRAServeCmdTest, TheProbeRoutesAnswerAsTheProbeCommandDoes) {
-  std::vector<std::string> serve = {"dra"};
-  for (const std::string& a : Flags()) serve.push_back(a);
-  for (const char* a : {"--metrics-address", "127.0.0.1:0"}) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(RDP_BINARY, WithMetrics());
   const std::string address = sim::WaitForMetricsAddress(driver, kTimeout);
   ASSERT_FALSE(address.empty()) << driver.output();
   const std::string base = "http://" + address;
