@@ -1,11 +1,10 @@
 #include "dra/metadata.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "dra/devices.h"
+#include "serving/atomic_file.h"
 #include "test/dra/dra_node.h"
 
 namespace rdp::dra {
@@ -24,11 +23,9 @@ using testing::ReadJson;
 
 const ClaimRef kClaim{"ns", kUid1, "claim-1"};
 
+// The file's text, "" when it cannot be read (the comparison then fails, naming it).
 std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return serving::ReadWholeFile(path).value_or("");
 }
 
 // The request's metadata file as a stream of objects (a test failure when it is not one).
