@@ -277,10 +277,14 @@ absl::StatusOr<std::vector<std::string>> ResourceState::Prefer(
     return allocator::AnswerShared(available, must_include, size,
                                    static_cast<std::uint32_t>(resource_.shared_devices));
   }
+  // The allocator and the early-warning flags of one view, held here: a range-for over a member
+  // reached through a temporary's operator-> would keep nothing alive while a poll publishes.
   std::shared_ptr<const allocator::ExclusiveAllocator> alloc;
+  node::ViewPtr view;
   {
     absl::MutexLock lock(&mu_);
     alloc = allocator_;
+    view = view_;
   }
   allocator::GpuContext gpus;
   if (std::optional<GpuSelection> sel = node_.GpuContext(resource_.name)) {
@@ -291,7 +295,7 @@ absl::StatusOr<std::vector<std::string>> ResourceState::Prefer(
     gpus = std::move(sel->context);
   }
   std::vector<bool> degraded;  // by the allocator's snapshot index
-  for (const auto& [pci, flags] : node_.core().Now()->flagged) {
+  for (const auto& [pci, flags] : view->flagged) {
     if (!flags.degraded) continue;
     if (const int idx = alloc->topology()->HcaIndex(pci); idx >= 0) {
       degraded.resize(alloc->topology()->hcas().size());

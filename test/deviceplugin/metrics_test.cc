@@ -521,6 +521,43 @@ TEST_F(NodeMetricsTest, ScrapesWhileTheNodeChanges) {
   EXPECT_EQ(scrapes, 200);
 }
 
+// GetPreferredAllocation while the health poll publishes a new view of the node at every poll.
+// The answer read the node's early-warning set through a temporary's operator->, which keeps
+// nothing alive: a view published meanwhile freed the map being iterated (a heap-use-after-free
+// under the address sanitizer, std::bad_alloc or a crash without it; CI met both). Every HCA's
+// symbol errors grow past the rule's 10 a poll, so all four are degraded and every answer walks
+// the whole set; mlx5_3's port flips, so every poll publishes. A race: on the old code this test
+// failed 1 run in 10 under the address sanitizer (NodeMetricsTest.ScrapesWhileTheNodeChanges,
+// with scrapes and pod lists beside, 1 in 40); on the fixed code it cannot fail.
+TEST_F(NodeMetricsTest, PreferredAllocationWhileEveryPollPublishesANewView) {
+  NodeState state(node_.MakeConfig(hca::Mode::kExclusive), node_.Sources());
+  ASSERT_TRUE(state.Init().ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> polls{0};
+  std::thread poller([&] {
+    for (int i = 0; !stop; ++i) {
+      for (const char* hca : {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"}) {
+        (void)node_.fixture().SetCounter(hca, 1, "symbol_error", 11 * (i + 1));
+      }
+      (void)node_.fixture().SetPortState("mlx5_3", 1, i % 2 ? "ACTIVE" : "DOWN");
+      state.Poll();
+      ++polls;
+    }
+  });
+  int asked = 0;
+  int answered = 0;
+  for (; asked < 2000 || polls < 200; ++asked) {
+    absl::StatusOr<std::vector<std::string>> got =
+        state.resource().Prefer({"0000:1a:00.0", "0000:3a:00.0", "0000:ba:00.0"}, {}, 1);
+    if (!got.ok() || got->size() != 1) break;
+    ++answered;
+  }
+  stop = true;
+  poller.join();
+  EXPECT_GE(polls, 200);
+  EXPECT_EQ(answered, asked);
+}
+
 // Early-warning health through the device plugin's health poll, on a fixture whose counters grow
 // and whose port flaps, with the time given: mlx5_0's symbol_error grows by 11 within a poll, so
 // it is degraded (hca_degraded 1): still Healthy and allocatable, but GetPreferredAllocation
