@@ -6,7 +6,8 @@
 # versions test/kubelet/go.mod pins; the project's image (built from the Dockerfile with podman)
 # and the chart installed with helm, its DaemonSet running on that kubelet.
 #
-#   scripts/real-node.sh up [--node DIR] [--driver deviceplugin|dra] [--mode shared|exclusive] [--nri]
+#   scripts/real-node.sh up [--node DIR | --named-node NAME] [--driver deviceplugin|dra]
+#                           [--mode shared|exclusive] [--nri] [--values FILE]...
 #   scripts/real-node.sh kubectl ARGS...        a kubectl of the same version against it
 #   scripts/real-node.sh down                   stop everything it started (also after a failed run)
 #   scripts/real-node.sh restart kubelet|containerd
@@ -16,8 +17,12 @@
 #   scripts/real-node.sh build                  only build the binaries and images
 #
 # up: --node DIR is a node laid out as `rdma-device-plugin fixture --out` lays it out (sys/, dev/,
-# optional proc/) plus DIR/topology.xml; default the bundled DGX-H100-like node. --driver and
-# --mode (default deviceplugin, exclusive) choose the chart's driver and the node's label. --nri
+# optional proc/) plus DIR/topology.xml; --named-node NAME is a node the binary lays out by name
+# (`rdma-device-plugin fixture --node NAME`, e.g. dgx-roles); default the bundled DGX-H100-like
+# node. --driver and --mode (default deviceplugin, exclusive) choose the chart's driver and the
+# node's label. --values FILE (repeatable, a path relative to the caller's directory) is a YAML
+# file of chart values given to helm install (-f), e.g. rdmaResources; the values the script sets
+# itself (image, driver, host paths, ports, health interval, NRI) take precedence. --nri
 # (or RDP_REAL_NODE_NRI=1) enables containerd's NRI with its socket at
 # build/real-node/run/nri/nri.sock. It returns when the node's allocatable shows rdma/hca (device
 # plugin) or its ResourceSlices are published (DRA), and prints the kubeconfig's path,
@@ -39,6 +44,7 @@
 # then helm on PATH, then the one scripts/get-helm.sh fetches), RDP_REAL_NODE_HEALTH_INTERVAL (the
 # chart's healthInterval, default 1s; set and empty: the chart's own default).
 set -euo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")/.."
 repo=$PWD
 build=${BUILD_DIR:-build}
@@ -71,7 +77,7 @@ readonly kubelet_sysctls="vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=
 source scripts/lib/helm.sh
 say() { echo "real-node: $*"; }
 fail() { echo "real-node: FAILED: $*" >&2; exit 1; }
-usage_error() { echo "real-node: $*" >&2; echo "usage: $0 up [--node DIR] [--driver deviceplugin|dra] [--mode shared|exclusive] [--nri] | kubectl ARGS... | down | restart kubelet|containerd | reboot | ns CMD... | build" >&2; exit 2; }
+usage_error() { echo "real-node: $*" >&2; echo "usage: $0 up [--node DIR | --named-node NAME] [--driver deviceplugin|dra] [--mode shared|exclusive] [--nri] [--values FILE]... | kubectl ARGS... | down | restart kubelet|containerd | reboot | ns CMD... | build" >&2; exit 2; }
 skip() { echo "real-node: SKIPPED: $*"; exit 77; }
 now_ms() { date +%s%3N; }
 # RDP_REAL_NODE_TRACE=1: when each step of a teardown ended.
@@ -557,6 +563,8 @@ install_chart() {
   # With --nri the NRI container connects to the node's containerd (without, it waits for a
   # socket that never comes, and containers are created unadjusted).
   [[ $nri == 1 ]] && args+=(--set nri.socket="$run/nri/nri.sock" --set-string nri.memlock="$(config_value memlock_hard)")
+  local f
+  for f in "${values_files[@]}"; do args+=(--values "$f"); done
   if [[ -d $run/node/proc/driver ]]; then
     args+=(--set hostPaths.procDriver="$run/node/proc/driver")
   else
@@ -579,11 +587,13 @@ install_chart() {
 }
 
 cmd_up() {
-  local node_dir="" nri=${RDP_REAL_NODE_NRI:-0} soft hard
-  driver=deviceplugin mode=exclusive
+  local node_dir="" named_node="" nri=${RDP_REAL_NODE_NRI:-0} soft hard
+  driver=deviceplugin mode=exclusive values_files=()
   while (($#)); do
     case $1 in
       --node) [[ $# -ge 2 ]] || usage_error "--node needs a directory"; node_dir=$2; shift 2 ;;
+      --named-node) [[ $# -ge 2 && -n $2 ]] || usage_error "--named-node needs a bundled node's name (e.g. dgx-roles)"; named_node=$2; shift 2 ;;
+      --values) [[ $# -ge 2 ]] || usage_error "--values needs a YAML file of chart values"; values_files+=("$2"); shift 2 ;;
       --driver) [[ $# -ge 2 ]] || usage_error "--driver needs deviceplugin or dra"; driver=$2; shift 2 ;;
       --mode) [[ $# -ge 2 ]] || usage_error "--mode needs shared or exclusive"; mode=$2; shift 2 ;;
       --nri) nri=1; shift ;;
@@ -597,6 +607,13 @@ cmd_up() {
     [[ -f $node_dir/topology.xml ]] || usage_error "--node: $node_dir/topology.xml is missing"
     node_dir=$(cd "$node_dir" && pwd)
   fi
+  [[ -n $node_dir && -n $named_node ]] && usage_error "--node and --named-node both given: one node at a time"
+  [[ $named_node =~ ^[A-Za-z0-9._-]*$ ]] || usage_error "--named-node: '$named_node' is not a node's name"
+  local i
+  for i in "${!values_files[@]}"; do
+    [[ ${values_files[$i]} == /* ]] || values_files[$i]=$caller_dir/${values_files[$i]}
+    [[ -f ${values_files[$i]} && -r ${values_files[$i]} ]] || usage_error "--values: ${values_files[$i]} is not a readable file"
+  done
   preconditions
   ensure_helm
   local plugin=$build/cmd/rdma-device-plugin
@@ -613,6 +630,17 @@ cmd_up() {
   if alive "$(holder)" || alive "$(pid_of controlplane)"; then
     echo "real-node: already up (build dir $build, node $node_name); run scripts/real-node.sh down first" >&2
     exit 1
+  fi
+  # A named node is laid out once here, then copied as a --node DIR is; an unknown name is the
+  # fixture's usage error (exit 2), which names the known ones.
+  if [[ -n $named_node ]]; then
+    node_dir=$top/named-node
+    rm -rf "$node_dir"
+    local rc=0
+    "$plugin" fixture --node "$named_node" --out "$node_dir" --log-level warn >"$top/fixture.log" 2>&1 || rc=$?
+    ((rc != 2)) || usage_error "--named-node: $(cat "$top/fixture.log")"
+    ((rc == 0)) || { cat "$top/fixture.log" >&2; fail "--named-node $named_node: rdma-device-plugin fixture exited $rc"; }
+    mv "$node_dir/$named_node.xml" "$node_dir/topology.xml"
   fi
   cleanup_leftovers
   build_binaries

@@ -15,6 +15,11 @@ func TestRealNodeScriptFlags(t *testing.T) {
 		{[]string{"up", "--driver", "cdi"}, "--driver"},
 		{[]string{"up", "--mode", "exclusiv"}, "--mode"},
 		{[]string{"up", "--node", "/nonexistent"}, "--node"},
+		{[]string{"up", "--named-node"}, "--named-node"},
+		{[]string{"up", "--named-node", "../dgx-roles"}, "--named-node"},
+		{[]string{"up", "--named-node", "dgx-nope"}, "dgx-roles"}, // the fixture's usage error, naming the known nodes
+		{[]string{"up", "--values", "/nonexistent.yaml"}, "--values"},
+		{[]string{"up", "--values"}, "--values"},
 		{[]string{"up", "--mode"}, "--mode"},
 		{[]string{"up", "--bogus"}, "--bogus"},
 		{[]string{"down", "--now"}, "--now"},
