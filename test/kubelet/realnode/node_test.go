@@ -637,10 +637,28 @@ func (c *cluster) usableHCAs() []string {
 	return out
 }
 
-// checkExactly: the container has exactly the device nodes of hcas plus rdma_cm, each allowed
-// by the device cgroup (ENXIO; rdma_cm ENODEV), and NCCL_IB_HCA names exactly hcas. It logs
-// what it saw.
+// checkExactly: the container has exactly the device nodes of hcas (checkDevices), and
+// NCCL_IB_HCA, UCX_NET_DEVICES and /etc/rdma/allocation.json name exactly hcas. It logs what it
+// saw.
 func (c *cluster) checkExactly(what string, in inside, hcas []string) {
+	c.t.Helper()
+	c.checkDevices(what, in, hcas)
+	if got := ncclHCAs(in.env["NCCL_IB_HCA"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
+		c.t.Errorf("%s: NCCL_IB_HCA=%q names %v, want %v", what, in.env["NCCL_IB_HCA"], got, hcas)
+	}
+	if got := ucxHCAs(in.env["UCX_NET_DEVICES"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
+		c.t.Errorf("%s: UCX_NET_DEVICES=%q names %v, want %v", what, in.env["UCX_NET_DEVICES"], got, hcas)
+	}
+	c.checkAllocationFile(what, in, hcas)
+	if c.nri && in.memlock != c.memlock {
+		c.t.Errorf("%s: ulimit -l is %s, want %s (the NRI plugin's nri.memlock)", what, in.memlock, c.memlock)
+	}
+	c.t.Logf("%s: inside: %s; NCCL_IB_HCA=%s; ulimit -l %s", what, describe(in), in.env["NCCL_IB_HCA"], in.memlock)
+}
+
+// checkDevices: the container has exactly the device nodes of hcas plus rdma_cm, each allowed
+// by the device cgroup (ENXIO; rdma_cm ENODEV).
+func (c *cluster) checkDevices(what string, in inside, hcas []string) {
 	c.t.Helper()
 	want := []string{"rdma_cm"}
 	for _, h := range hcas {
@@ -659,17 +677,6 @@ func (c *cluster) checkExactly(what string, in inside, hcas []string) {
 			c.t.Errorf("%s: open(/dev/infiniband/%s) said %q, want %q (the device cgroup must allow it)", what, name, d.open, wantOpen)
 		}
 	}
-	if got := ncclHCAs(in.env["NCCL_IB_HCA"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
-		c.t.Errorf("%s: NCCL_IB_HCA=%q names %v, want %v", what, in.env["NCCL_IB_HCA"], got, hcas)
-	}
-	if got := ucxHCAs(in.env["UCX_NET_DEVICES"]); strings.Join(got, ",") != strings.Join(hcas, ",") {
-		c.t.Errorf("%s: UCX_NET_DEVICES=%q names %v, want %v", what, in.env["UCX_NET_DEVICES"], got, hcas)
-	}
-	c.checkAllocationFile(what, in, hcas)
-	if c.nri && in.memlock != c.memlock {
-		c.t.Errorf("%s: ulimit -l is %s, want %s (the NRI plugin's nri.memlock)", what, in.memlock, c.memlock)
-	}
-	c.t.Logf("%s: inside: %s; NCCL_IB_HCA=%s; ulimit -l %s", what, describe(in), in.env["NCCL_IB_HCA"], in.memlock)
 }
 
 // allocationFile is what the probe reads of /etc/rdma/allocation.json (docs/server.md).
