@@ -80,15 +80,7 @@ func TestDRATaintEffects(t *testing.T) {
 		if _, err := c.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		pod := &v1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: v1.PodSpec{
-				ResourceClaims: []v1.PodResourceClaim{{Name: "hca", ResourceClaimName: &claim.Name}},
-				Containers: []v1.Container{{Name: "c", Image: "localhost/x",
-					Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "hca"}}}}},
-			},
-		}
-		if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if _, err := c.CoreV1().Pods("default").Create(ctx, claimPod(name, map[string][]string{"c": {name}}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,12 +114,7 @@ func TestDRATaintEffects(t *testing.T) {
 		if p.Spec.NodeName != "" {
 			return false, "", fmt.Errorf("pinned bound to %s while mlx5_0's port is INIT", p.Spec.NodeName)
 		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && cond.Reason == v1.PodReasonUnschedulable {
-				return true, "", nil
-			}
-		}
-		return false, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
+		return unschedulable(p), fmt.Sprintf("conditions %v", p.Status.Conditions), nil
 	})
 	if claim, err := c.ResourceV1().ResourceClaims("default").Get(ctx, "pinned", metav1.GetOptions{}); err != nil || claim.Status.Allocation != nil {
 		t.Fatalf("claim pinned while mlx5_0's port is INIT: %v %+v", err, claim.Status)
