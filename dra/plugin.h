@@ -11,9 +11,9 @@
 // Slices are published only while the kubelet has the driver registered, and withdrawn when it
 // refuses it. A control plane that drops device taints (its gate is off) gets no device for an
 // unusable HCA instead of an untainted one; one that refuses the taint effect None (older than
-// 1.35) gets the HCAs those taints inform about untainted. A second instance asks this one to hand over (an
-// upgrade with maxSurge, a relabel): this one stops serving, releases the directory, stops
-// publishing and idles until stopped.
+// 1.35) gets the HCAs those taints inform about untainted. A second instance asks this one to
+// hand over (an upgrade with maxSurge, a relabel): this one stops serving, releases the
+// directory, stops publishing and idles until stopped.
 
 #include <atomic>
 #include <memory>

@@ -381,8 +381,9 @@ void ApiSlicePublisher::CheckRefusal(const nlohmann::json& sent, const absl::Sta
         "versions)",
         Name(sent), node_, driver_, kTaintEffectNoneField);
   } else {
-    Logger("dra")->debug("the API server refused the device taint effect None in ResourceSlice {} again",
-                         Name(sent));
+    Logger("dra")->debug(
+        "the API server refused the device taint effect None in ResourceSlice {} again",
+        Name(sent));
   }
   if (on_dropped_) on_dropped_(kTaintEffectNoneField);
 }

@@ -12,9 +12,10 @@ namespace {
 // The unusable state of an HCA whose ports are the reason: INIT or ARMED on a port with none
 // ACTIVE means the link is up and waits for the subnet manager, which a DOWN port does not.
 TaintedState PortState(const topology::Hca& hca) {
-  const bool training = std::any_of(hca.ports.begin(), hca.ports.end(), [](const topology::Port& p) {
-    return p.state == "INIT" || p.state == "ARMED";
-  });
+  const bool training =
+      std::any_of(hca.ports.begin(), hca.ports.end(), [](const topology::Port& p) {
+        return p.state == "INIT" || p.state == "ARMED";
+      });
   return training ? TaintedState::kPortInit : TaintedState::kPortDown;
 }
 

@@ -26,7 +26,7 @@ namespace rdp::dra {
 
 // The states of an HCA that carry a taint; a usable HCA that is not degraded has none.
 enum class TaintedState {
-  kPortInit,           // no port ACTIVE, at least one INIT or ARMED (waiting for the subnet manager)
+  kPortInit,           // no port ACTIVE, one INIT or ARMED (waiting for the subnet manager)
   kPortDown,           // no port ACTIVE, none INIT or ARMED (DOWN, ACTIVE_DEFER, unknown)
   kNoPortState,        // no port state known
   kNoUverbsDevice,     // no uverbs device

@@ -150,7 +150,8 @@ TEST(DRATaintsTest, NoStateEvictsAndOnlyDegradedInforms) {
     const DeviceTaint t = TaintOf(state, kDriver);
     EXPECT_NE(t.effect, "NoExecute") << t.value;
     EXPECT_FALSE(t.value.empty()) << i;
-    const bool degraded = state == TaintedState::kSymbolErrors || state == TaintedState::kLinkDowned;
+    const bool degraded =
+        state == TaintedState::kSymbolErrors || state == TaintedState::kLinkDowned;
     EXPECT_EQ(t.effect, degraded ? kEffectNone : kEffectNoSchedule) << t.value;
     EXPECT_EQ(t.key, std::string(kDriver) + (degraded ? "/degraded" : "/unhealthy")) << t.value;
   }
