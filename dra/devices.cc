@@ -4,12 +4,12 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "dra/kernel_pci.h"
+#include "dra/taints.h"
 #include "hca/hca.h"
 
 namespace rdp::dra {
@@ -43,19 +43,6 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
   std::int64_t gbps = 0;
   if (end == 0 || !absl::SimpleAtoi(rate.substr(0, end), &gbps)) return std::nullopt;
   return gbps;
-}
-
-// A label value (at most 63 characters, alphanumerics and -_.) naming why Assess refused the
-// HCA. Keyed on the wording of hca::Assess; devices_test pins every class.
-std::string TaintValue(const std::string& reason) {
-  if (absl::StartsWith(reason, "no port state")) return "NoPortState";
-  if (absl::StartsWith(reason, "flapping")) return "Flapping";
-  if (absl::StartsWith(reason, "the health scan failed")) return "ScanFailed";
-  if (absl::StartsWith(reason, "its RDMA driver is not bound")) return "DriverNotBound";
-  if (absl::StartsWith(reason, "port ")) return "PortNotActive";
-  if (absl::StrContains(reason, "no uverbs")) return "NoUverbsDevice";
-  if (absl::StartsWith(reason, "device node")) return "DeviceNodeMissing";
-  return "Unusable";
 }
 
 // The outermost switch above a device: the switch_id of the first bridge, from the root port
@@ -167,23 +154,18 @@ std::vector<nlohmann::json> BuildDevices(const node::View& node, const DeviceOpt
   std::vector<nlohmann::json> devices;
   devices.reserve(node.topology->hcas().size());
   for (const topology::Hca& hca : node.topology->hcas()) {
-    const hca::Verdict verdict = node.Verdict(hca);
-    if (!verdict.usable && !opts.taints) continue;
+    const std::optional<TaintedState> state = TaintedStateOf(node, hca);
+    std::optional<DeviceTaint> taint;
+    if (state) taint = TaintOf(*state, opts.driver_name);
+    if (!opts.taints && !node.Verdict(hca).usable) continue;
+    // A taint that only informs is left out where the control plane cannot hold it.
+    if (taint && (!opts.taints || (taint->effect == kEffectNone && !opts.taint_effect_none))) {
+      taint.reset();
+    }
     nlohmann::json device = {{"name", DeviceName(hca)}, {"attributes", Attributes(hca, opts)}};
-    const auto flagged = node.flagged.find(hca.place.pci);
-    if (!verdict.usable) {
-      device["taints"] = nlohmann::json::array({{
-          {"key", UnhealthyTaintKey(opts.driver_name)},
-          {"value", TaintValue(verdict.reason)},
-          {"effect", "NoSchedule"},
-      }});
-    } else if (opts.taints && flagged != node.flagged.end() && flagged->second.degraded) {
-      device["taints"] = nlohmann::json::array({{
-          {"key", DegradedTaintKey(opts.driver_name)},
-          {"value", flagged->second.degraded_counter == "link_downed" ? "LinkDowned"
-                                                                      : "SymbolErrors"},
-          {"effect", "NoSchedule"},
-      }});
+    if (taint) {
+      device["taints"] = nlohmann::json::array(
+          {{{"key", taint->key}, {"value", taint->value}, {"effect", taint->effect}}});
     }
     if (opts.mode == hca::Mode::kShared) device["allowMultipleAllocations"] = true;
     devices.push_back(std::move(device));

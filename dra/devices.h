@@ -49,6 +49,10 @@ struct DeviceOptions {
   // publisher saw the server drop them), an unusable HCA is left out instead: no device, rather
   // than an untainted one the scheduler would allocate and Prepare would refuse.
   bool taints = true;
+  // Whether the control plane accepts the taint effect None (Kubernetes 1.35 and later). When it
+  // does not (the publisher saw the server refuse it), a taint that only informs (dra/taints.h)
+  // is left out: the HCA is offered untainted, as the scheduler would treat it anyway.
+  bool taint_effect_none = true;
 };
 
 // The device name of an HCA: "hca-" and its PCI address with ':' and '.' as '-'
@@ -121,18 +125,14 @@ std::string DegradedTaintKey(std::string_view driver_name);
 // A device carries at most 20 attributes (3 standard, 17 of our own) and no capacity: the API
 // allows 32 attributes and capacities per device.
 //
-// Health: an HCA that node.Verdict finds unusable (its own state, the early-warning rule, a
-// failed health scan) carries the taint
-//   {key: "<driver>/unhealthy", value: <class>, effect: NoSchedule}
-// with class one of NoPortState, PortNotActive, NoUverbsDevice, DeviceNodeMissing, Flapping (held
-// by the early-warning rule), ScanFailed (the node's health scan fails: its last state is not
-// known to hold), DriverNotBound (its RDMA driver is away while its PCI function stays: a driver
-// reload); Unusable for a reason this code does not know; with opts.taints
-// false, no device at all. A usable HCA the early-warning rule finds degraded carries
-//   {key: "<driver>/degraded", value: SymbolErrors or LinkDowned, effect: NoSchedule}
-// (left without it when opts.taints is false: it is still usable). NoSchedule: the scheduler allocates it to no new claim that
-// does not tolerate the taint; pods already running keep it (NoExecute would evict them, which
-// a flapping link must not do). A healthy HCA has no taint: the output depends only on the input.
+// Health: an HCA in a state of dra/taints.h's table (TaintedStateOf) carries that state's taint
+// (TaintOf), as {key, value, effect}: an unusable one (node.Verdict) "<driver>/unhealthy" with
+// effect NoSchedule and the value of its state (PortInit, PortNotActive, NoPortState,
+// NoUverbsDevice, DeviceNodeMissing, DriverNotBound, ScanFailed, Flapping, Unusable); a usable one
+// the early-warning rule finds degraded "<driver>/degraded" with effect None and the value
+// SymbolErrors or LinkDowned. With opts.taints false, an unusable HCA is left out (no device)
+// and a degraded one offered untainted; with opts.taint_effect_none false, a degraded one is
+// offered untainted. A healthy HCA has no taint: the output depends only on the input.
 //
 // Shared mode sets allowMultipleAllocations: true on every device. DRA has no counted units like
 // the device plugin's 1000 "shared-N" IDs: a device is either allocated once or marked as

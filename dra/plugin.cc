@@ -86,6 +86,7 @@ void WriteDriverMetrics(metrics::Exposition& out, bool registered, const SliceSy
              Type::kCounter);
   dropped.emplace("taints", 0);  // the fields we send that a gate controls, listed at 0
   dropped.emplace("allowMultipleAllocations", 0);
+  dropped.emplace(kTaintEffectNoneField, 0);
   for (const auto& [field, n] : dropped) {
     out.Sample({{"field", field}}, static_cast<double>(n));
   }
@@ -167,6 +168,9 @@ absl::Status Plugin::Init() {
                   "offered at all (not tainted) until the driver restarts");
       sync_->Trigger();
     }
+    if (field == kTaintEffectNoneField && taint_effect_none_.exchange(false)) {
+      sync_->Trigger();  // published again without the taints that only inform
+    }
   });
   const node::ViewPtr view = node_.Now();
   Log()->info("DRA driver {} on node {} ({} HCA(s)), CDI specs in {}, mode {}",
@@ -204,6 +208,7 @@ std::vector<nlohmann::json> Plugin::DesiredSlices() const {
   const node::ViewPtr view = node_.Now();
   DeviceOptions options = PublishedDeviceOptions(config_.driver.driver_name, config_.mode, node_, *view);
   options.taints = taints_;
+  options.taint_effect_none = taint_effect_none_;
   return BuildResourceSlices(BuildDevices(*view, options),
                              {config_.driver.driver_name, config_.driver.node_name, "", 1});
 }

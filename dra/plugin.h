@@ -10,9 +10,10 @@
 //
 // Slices are published only while the kubelet has the driver registered, and withdrawn when it
 // refuses it. A control plane that drops device taints (its gate is off) gets no device for an
-// unusable HCA instead of an untainted one. A second instance asks this one to hand over (an
-// upgrade with maxSurge, a relabel): this one stops serving, releases the directory, stops
-// publishing and idles until stopped.
+// unusable HCA instead of an untainted one; one that refuses the taint effect None (older than
+// 1.35) gets the HCAs those taints inform about untainted. A second instance asks this one to
+// hand over (an upgrade with maxSurge, a relabel): this one stops serving, releases the
+// directory, stops publishing and idles until stopped.
 
 #include <atomic>
 #include <memory>
@@ -128,6 +129,8 @@ class Plugin {
   ApiSlicePublisher publisher_;
   // Cleared when the API server drops device taints: unusable HCAs are then left out.
   std::atomic<bool> taints_{true};
+  // Cleared when the API server refuses the taint effect None: such taints are then left out.
+  std::atomic<bool> taint_effect_none_{true};
   HealthFeed health_;
   std::unique_ptr<NodeClaims> claims_;
   std::unique_ptr<SliceSync> sync_;

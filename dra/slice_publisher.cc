@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 
@@ -188,6 +189,13 @@ std::string FeatureGateOf(const std::string& field) {
   return it != kGates.end() ? it->second : "";
 }
 
+bool RefusesTaintEffectNone(const absl::Status& status) {
+  // kube-apiserver's field.NotSupported for spec.devices[i].taints[j].effect:
+  // `...taints[0].effect: Unsupported value: "None": supported values: "NoExecute", "NoSchedule"`
+  return absl::IsInvalidArgument(status) && absl::StrContains(status.message(), "taints[") &&
+         absl::StrContains(status.message(), "].effect: Unsupported value: \"None\"");
+}
+
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
                    const std::string& node_name, const std::string& node_uid,
@@ -321,11 +329,13 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
     auto r = client_->Put(absl::StrCat(kSlices, "/", kube::PercentEncode(Name(slice))), slice,
                           deadline);
     if (r.ok()) remember(slice, r);
+    CheckRefusal(slice, r.status());
     if (note(r.status())) return r.status();
   }
   for (const auto& slice : plan.create) {
     auto r = client_->Post(kSlices, slice, deadline);
     if (r.ok()) remember(slice, r);
+    CheckRefusal(slice, r.status());
     if (note(r.status())) return r.status();
   }
   return first_conflict;
@@ -334,11 +344,7 @@ absl::Status ApiSlicePublisher::Apply(const SlicePlan& plan, absl::Time deadline
 void ApiSlicePublisher::CheckAnswer(const nlohmann::json& sent, const nlohmann::json& answer) {
   for (const std::string& field : DroppedFields(sent, answer)) {
     const std::string key = field.rfind("devices[].", 0) == 0 ? field.substr(10) : field;
-    bool first;
-    {
-      absl::MutexLock lock(&mu_);
-      first = dropped_[key]++ == 0;
-    }
+    const bool first = CountDropped(key);
     const std::string gate = FeatureGateOf(field);
     const std::string why =
         gate.empty() ? "a feature gate of the control plane is off, or the server is older than "
@@ -357,6 +363,29 @@ void ApiSlicePublisher::CheckAnswer(const nlohmann::json& sent, const nlohmann::
     }
     if (on_dropped_) on_dropped_(key);
   }
+}
+
+bool ApiSlicePublisher::CountDropped(const std::string& field) {
+  absl::MutexLock lock(&mu_);
+  return dropped_[field]++ == 0;
+}
+
+void ApiSlicePublisher::CheckRefusal(const nlohmann::json& sent, const absl::Status& status) {
+  if (!RefusesTaintEffectNone(status)) return;
+  if (CountDropped(kTaintEffectNoneField)) {
+    Logger("dra")->warn(
+        "the API server refused the device taint effect None in ResourceSlice {} (node={} "
+        "driver={}): the control plane is older than Kubernetes 1.35; taints that only inform "
+        "(degraded HCAs) are left out from now on; counted in "
+        "rdma_device_plugin_dra_dropped_fields_total{{field=\"{}\"}} (docs/dra.md, minimum "
+        "versions)",
+        Name(sent), node_, driver_, kTaintEffectNoneField);
+  } else {
+    Logger("dra")->debug(
+        "the API server refused the device taint effect None in ResourceSlice {} again",
+        Name(sent));
+  }
+  if (on_dropped_) on_dropped_(kTaintEffectNoneField);
 }
 
 std::map<std::string, std::uint64_t> ApiSlicePublisher::DroppedCounts() const {

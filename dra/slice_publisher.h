@@ -59,6 +59,14 @@ std::vector<std::string> DroppedFields(const nlohmann::json& sent, const nlohman
 // known.
 std::string FeatureGateOf(const std::string& field);
 
+// Whether `status` (a slice write's error) is the API server refusing the device taint effect
+// None, as servers before Kubernetes 1.35 do: InvalidArgument (422) whose message names a taint's
+// effect with the unsupported value "None". The write is refused whole, nothing is stored. Pure.
+bool RefusesTaintEffectNone(const absl::Status& status);
+// The name under which a refused effect None is reported and counted (on_dropped,
+// DroppedCounts, rdma_device_plugin_dra_dropped_fields_total{field}).
+inline constexpr char kTaintEffectNoneField[] = "taintEffectNone";
+
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
                    const std::string& node_name, const std::string& node_uid,
@@ -80,7 +88,9 @@ SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
 // is logged (a warning naming the feature gate, once per field), counted (DroppedCounts: the
 // metric rdma_device_plugin_dra_dropped_fields_total{field}) and reported to `on_dropped`, so
 // that the driver stops sending what the control plane cannot hold (an untainted unusable HCA
-// would be allocated, and Prepare would refuse it).
+// would be allocated, and Prepare would refuse it). A write the server refuses for a taint's
+// effect None (RefusesTaintEffectNone) fails the publish; it is logged (a warning, once), counted
+// and reported as kTaintEffectNoneField, so that the driver publishes again without such taints.
 //
 // Watch (SlicePublisher::Watch): one watch of the node's slices of the driver (the LIST's field
 // selector), from the resourceVersion of the last publish's list or the last event or bookmark
@@ -101,7 +111,8 @@ class ApiSlicePublisher : public SlicePublisher {
     on_dropped_ = std::move(on_dropped);
   }
   // Writes whose answer lacked each field, by DroppedFields' name without "devices[]." (taints,
-  // allowMultipleAllocations), so far. Thread-safe.
+  // allowMultipleAllocations), and writes refused for an effect None (kTaintEffectNoneField),
+  // so far. Thread-safe.
   std::map<std::string, std::uint64_t> DroppedCounts() const;
 
  private:
@@ -119,6 +130,10 @@ class ApiSlicePublisher : public SlicePublisher {
 
   // Compares a write's answer with what was sent; see the class comment.
   void CheckAnswer(const nlohmann::json& sent, const nlohmann::json& answer);
+  // Counts `field` as dropped; true the first time.
+  bool CountDropped(const std::string& field) ABSL_LOCKS_EXCLUDED(mu_);
+  // A write of `sent` failed with `status`: a refused effect None is logged, counted, reported.
+  void CheckRefusal(const nlohmann::json& sent, const absl::Status& status);
 
   std::shared_ptr<kube::Client> client_;
   const std::string driver_;

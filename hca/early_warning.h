@@ -7,7 +7,7 @@
 // - Degraded: a port's symbol_error counter grew by more than symbol_errors, or its link_downed
 //   counter by more than link_downed, within the last `window`. An HCA with a degraded port is
 //   degraded: still usable (pods holding it keep it), but new pods should get others (the device
-//   plugin prefers others in GetPreferredAllocation; the DRA driver taints it NoSchedule). It
+//   plugin prefers others in GetPreferredAllocation; the DRA driver taints it, effect None). It
 //   clears by itself once the growth within the window is no longer above the threshold. A
 //   counter that goes backwards (a driver reload, a counter reset) starts its history again.
 // - Flapping: a port flaps when it was ACTIVE at one observation and is not at the next, or when

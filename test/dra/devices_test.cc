@@ -233,7 +233,7 @@ TEST(DRADevicesTest, AnUnusableHcaIsTaintedWithItsReasonClass) {
   topology::Hca init = HealthyHca();
   for (topology::Port& port : init.ports) port.state = "DOWN";
   init.ports[0].state = "INIT";
-  cases.push_back({"port 1 init, the others down", init, "PortNotActive"});
+  cases.push_back({"port 1 init, the others down", init, "PortInit"});
   topology::Hca no_ports = HealthyHca();
   no_ports.ports.clear();
   cases.push_back({"no port", no_ports, "NoPortState"});
@@ -418,7 +418,8 @@ TEST(DRAKernelPciTest, ReadsAsDeviceattributeHelpersDo) {
 }
 
 // Early-warning health (hca/early_warning.h): a degraded HCA stays usable and carries the
-// degraded taint, naming the counter; one held for flapping is unhealthy (class Flapping).
+// degraded taint, naming the counter, with effect None (it informs); one held for flapping is
+// unhealthy (class Flapping, NoSchedule).
 // Without taints the degraded one is offered untainted and the held one left out.
 TEST(DRADevicesTest, EarlyWarningTaints) {
   DeviceOptions opts;
@@ -431,11 +432,11 @@ TEST(DRADevicesTest, EarlyWarningTaints) {
   hca::EarlyWarningStatus held;
   held.held = true;
   held.held_reason = "its ports flapped 4 times within 10m (more than 3)";
-  for (const auto& [status, key, value] :
-       {std::make_tuple(symbol_errors, "rdma.example.com/degraded", "SymbolErrors"),
-        std::make_tuple(link_downed, "rdma.example.com/degraded", "LinkDowned"),
-        std::make_tuple(held, "rdma.example.com/unhealthy", "Flapping")}) {
-    const json want = json::array({{{"key", key}, {"value", value}, {"effect", "NoSchedule"}}});
+  for (const auto& [status, key, value, effect] :
+       {std::make_tuple(symbol_errors, "rdma.example.com/degraded", "SymbolErrors", "None"),
+        std::make_tuple(link_downed, "rdma.example.com/degraded", "LinkDowned", "None"),
+        std::make_tuple(held, "rdma.example.com/unhealthy", "Flapping", "NoSchedule")}) {
+    const json want = json::array({{{"key", key}, {"value", value}, {"effect", effect}}});
     EXPECT_EQ(One(HealthyHca(), opts, {{"0000:1a:00.0", status}})["taints"], want) << value;
   }
   // A flag on another HCA changes nothing here.

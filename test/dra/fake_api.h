@@ -57,6 +57,9 @@ class FakeApiServer {
   void RefusePods(bool refuse);
   // LIST answers at most this many items per page (0: all).
   void SetPageSize(int n);
+  // Every write of a slice with a taint whose effect is None is refused (422 Invalid, the
+  // message kube-apiserver gives) while `refuse`, as a control plane older than 1.35 does.
+  void RefuseTaintEffectNone(bool refuse);
   // Applied to every slice stored, after pruning: a server-side normalisation.
   void SetNormalizer(std::function<void(nlohmann::json&)> normalize);
 
@@ -82,6 +85,7 @@ class FakeApiServer {
   int fail_claims_status_ ABSL_GUARDED_BY(mu_) = 0;
   int page_size_ ABSL_GUARDED_BY(mu_) = 0;
   bool refuse_pods_ ABSL_GUARDED_BY(mu_) = false;
+  bool refuse_effect_none_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(nlohmann::json&)> normalize_ ABSL_GUARDED_BY(mu_);
   std::int64_t version_ ABSL_GUARDED_BY(mu_) = 100;
 };
@@ -213,6 +217,11 @@ inline void FakeApiServer::SetPageSize(int n) {
   page_size_ = n;
 }
 
+inline void FakeApiServer::RefuseTaintEffectNone(bool refuse) {
+  absl::MutexLock lock(&mu_);
+  refuse_effect_none_ = refuse;
+}
+
 inline void FakeApiServer::SetNormalizer(std::function<void(nlohmann::json&)> normalize) {
   absl::MutexLock lock(&mu_);
   normalize_ = std::move(normalize);
@@ -282,6 +291,22 @@ inline HttpResponse FakeApiServer::ServeSlices(const std::string& method, const 
     if (i < items.size()) meta["continue"] = std::to_string(i);
     return Json(200, {{"kind", "ResourceSliceList"}, {"apiVersion", "resource.k8s.io/v1"},
                       {"metadata", meta}, {"items", page}});
+  }
+  if ((method == "POST" || method == "PUT") && refuse_effect_none_ && body.contains("spec") &&
+      body["spec"].contains("devices")) {
+    const auto& devices = body["spec"]["devices"];
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (!devices[i].contains("taints")) continue;
+      for (std::size_t j = 0; j < devices[i]["taints"].size(); ++j) {
+        if (devices[i]["taints"][j].value("effect", "") != "None") continue;
+        return StatusBody(422, "Invalid",
+                          "ResourceSlice.resource.k8s.io \"" +
+                              body["metadata"].value("name", "") + "\" is invalid: spec.devices[" +
+                              std::to_string(i) + "].taints[" + std::to_string(j) +
+                              "].effect: Unsupported value: \"None\": supported values: "
+                              "\"NoExecute\", \"NoSchedule\"");
+      }
+    }
   }
   if (method == "POST") {
     ++counters_.creates;

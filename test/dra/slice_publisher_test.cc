@@ -317,6 +317,41 @@ TEST_F(DRASlicePublisherTest, FieldsTheServerDropsAreCountedAndReported) {
   EXPECT_EQ(server_.counters().writes(), writes);
 }
 
+TEST(DRADroppedFieldsTest, RecognisesARefusedEffectNone) {
+  EXPECT_TRUE(RefusesTaintEffectNone(absl::InvalidArgumentError(
+      "PUT /apis/resource.k8s.io/v1/resourceslices/n-d-0: 422 Invalid: ResourceSlice."
+      "resource.k8s.io \"n-d-0\" is invalid: spec.devices[3].taints[0].effect: Unsupported "
+      "value: \"None\": supported values: \"NoExecute\", \"NoSchedule\"")));
+  // Another field's unsupported value, another effect, another status: not this.
+  EXPECT_FALSE(RefusesTaintEffectNone(absl::InvalidArgumentError(
+      "spec.devices[3].taints[0].effect: Unsupported value: \"PreferNoSchedule\"")));
+  EXPECT_FALSE(RefusesTaintEffectNone(absl::InvalidArgumentError(
+      "spec.devices[0].attributes: Unsupported value: \"None\"")));
+  EXPECT_FALSE(RefusesTaintEffectNone(absl::UnavailableError(
+      "spec.devices[3].taints[0].effect: Unsupported value: \"None\"")));
+  EXPECT_FALSE(RefusesTaintEffectNone(absl::OkStatus()));
+}
+
+// A server older than 1.35 refuses a slice with a taint of effect None, whole: the publish fails,
+// the refusal is counted and reported once per write, and a publish without it goes through.
+TEST_F(DRASlicePublisherTest, ARefusedEffectNoneIsCountedAndReported) {
+  server_.RefuseTaintEffectNone(true);
+  std::vector<std::string> reported;
+  publisher_->SetOnDropped([&reported](const std::string& field) { reported.push_back(field); });
+  std::vector<nlohmann::json> devices = Devices(2);
+  devices[1]["taints"] = {{{"key", "rdma.example.com/degraded"}, {"value", "SymbolErrors"},
+                           {"effect", "None"}}};
+  const absl::Status s = Publish(Slices(devices));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(reported, ElementsAre(kTaintEffectNoneField));
+  EXPECT_THAT(publisher_->DroppedCounts(), ElementsAre(Pair(kTaintEffectNoneField, 1)));
+  EXPECT_TRUE(server_.Slices(kNode).empty());
+  devices[1].erase("taints");
+  ASSERT_TRUE(Publish(Slices(devices)).ok());
+  EXPECT_EQ(server_.Slices(kNode).size(), 1u);
+  EXPECT_THAT(reported, ElementsAre(kTaintEffectNoneField));
+}
+
 // The Node is read once, not at every publish (each was a GET per node and resync: API load
 // that grew with the cluster).
 TEST_F(DRASlicePublisherTest, NodeIsReadOnce) {

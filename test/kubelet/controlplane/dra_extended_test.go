@@ -125,6 +125,17 @@ func rdmaPod(name string, count int64) *v1.Pod {
 	}
 }
 
+// unschedulable: whether the scheduler has said that no node fits p (PodScheduled False,
+// Unschedulable).
+func unschedulable(p *v1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && cond.Reason == v1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
 // TestDRAExtendedResource: a pod that asks resources.limits rdma/hca and has no ResourceClaim is
 // served by our driver through the chart's DeviceClass (extendedResourceName), by the real
 // kube-scheduler's DynamicResources plugin: it picks the node whose slices we published, creates
@@ -220,12 +231,7 @@ func TestDRASharedNodeServesNoExtendedResource(t *testing.T) {
 		if p.Spec.NodeName != "" {
 			return false, "", fmt.Errorf("bound to %s: a shared node served rdma/hca: 1 with one HCA", p.Spec.NodeName)
 		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && cond.Reason == v1.PodReasonUnschedulable {
-				return true, "", nil
-			}
-		}
-		return false, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
+		return unschedulable(p), fmt.Sprintf("conditions %v", p.Status.Conditions), nil
 	})
 
 	claim := &resourcev1.ResourceClaim{

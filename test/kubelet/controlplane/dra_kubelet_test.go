@@ -494,7 +494,7 @@ func deviceTaint(ctx context.Context, cp *ControlPlane, node, device string) (st
 // slices the driver publishes, each step awaited through the API server: with --flap-count 1,
 // mlx5_0's port goes DOWN and back twice, and it stays tainted unhealthy=Flapping while its port
 // is ACTIVE; mlx5_1's symbol_error counter grows by 50 within a poll, and it is tainted
-// degraded=SymbolErrors (still usable: not unhealthy).
+// degraded=SymbolErrors with effect None (still usable: not unhealthy).
 func TestDRAEarlyWarningTaints(t *testing.T) {
 	const node = "dra-node"
 	cp := draControlPlane(t, node)
@@ -541,5 +541,5 @@ func TestDRAEarlyWarningTaints(t *testing.T) {
 	}
 	step("mlx5_1 before", degraded, "")
 	write(filepath.Join(sys, "mlx5_1", "ports", "1", "counters", "symbol_error"), "50")
-	step("mlx5_1's symbol errors", degraded, draDriver+"/degraded=SymbolErrors:NoSchedule")
+	step("mlx5_1's symbol errors", degraded, draDriver+"/degraded=SymbolErrors:None")
 }
