@@ -39,19 +39,19 @@ grpc::Status Guard(const char* rpc, F&& body) {
 void AddNamed(const AllocationNaming& naming, const node::Grant& grant,
               v1beta1::ContainerAllocateResponse* out) {
   auto& envs = *out->mutable_envs();
+  if (naming.common) envs.insert(grant.allocation.envs.begin(), grant.allocation.envs.end());
   if (!naming.suffix.empty()) {
     for (const auto& [key, value] : grant.allocation.envs) {
       envs[hca::OwnVariableName(key, naming.suffix)] = value;
     }
   }
+  if (grant.file_mount.empty()) return;
   auto mount = [&grant, out](const std::string& container_path) {
     auto* m = out->add_mounts();
     m->set_container_path(container_path);
     m->set_host_path(grant.file_mount);
     m->set_read_only(true);
   };
-  if (naming.common) envs.insert(grant.allocation.envs.begin(), grant.allocation.envs.end());
-  if (grant.file_mount.empty()) return;
   if (naming.common) mount(hca::kAllocationFile);
   if (!naming.suffix.empty()) mount(naming.own_file);
 }

@@ -549,26 +549,25 @@ TEST_F(ResourcesTest, RefusedResourcesServeNothing) {
   EXPECT_FALSE(std::filesystem::exists(config.kubelet_dir + "/rdma-storage.sock"));
 }
 
-// Two resources whose names differ only in '/' and '.' would share a socket: refused at Start.
+// Two resources whose names differ only in '/' and '.' would share a socket, and two whose names
+// differ only in case and punctuation would set one container variable each: refused at Start,
+// naming both.
 TEST_F(ResourcesTest, ResourcesSharingASocketAreRefused) {
-  PluginServer plugin(MakeConfig(hca::Mode::kExclusive), Sources(),
-                      {Named("rdma/hca"), Named("rdma.hca/x"), Named("rdma-hca/x")});
-  const absl::Status s = plugin.Start();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("resources rdma.hca/x and rdma-hca/x would be served on one socket"));
-}
-
-// Two resources whose names differ only in case and punctuation would set one container
-// variable each: refused at Start, naming both.
-TEST_F(ResourcesTest, ResourcesSharingVariableNamesAreRefused) {
-  PluginServer plugin(MakeConfig(hca::Mode::kExclusive), Sources(),
-                      {Named("rdma/hca"), Named("rdma/hca-x"), Named("rdma/hca_x")});
-  const absl::Status s = plugin.Start();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("resources rdma/hca-x and rdma/hca_x would set the same container "
-                        "variables, RDMA_HCA_NAMES_RDMA_HCA_X"));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"rdma/hca", "rdma.hca/x", "rdma-hca/x"},
+       "resources rdma.hca/x and rdma-hca/x would be served on one socket"},
+      {{"rdma/hca", "rdma/hca-x", "rdma/hca_x"},
+       "resources rdma/hca-x and rdma/hca_x would set the same container variables, "
+       "RDMA_HCA_NAMES_RDMA_HCA_X"},
+  };
+  for (const auto& [names, says] : cases) {
+    std::vector<resources::Resource> served;
+    for (const std::string& name : names) served.push_back(Named(name));
+    PluginServer plugin(MakeConfig(hca::Mode::kExclusive), Sources(), served);
+    const absl::Status s = plugin.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << says;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(says));
+  }
 }
 
 // The per-resource instruments carry the resource's name; the node's are written once.
