@@ -415,12 +415,15 @@ Merged MergeAsTheKubelet(const std::vector<const v1beta1::ContainerAllocateRespo
                      const std::string& value, const char* what) {
     auto [it, fresh] = into.emplace(key, value);
     if (!fresh && it->second != value) {
-      out.conflicts.push_back(absl::StrCat(what, " ", key, ": '", it->second, "' and '", value, "'"));
+      out.conflicts.push_back(
+          absl::StrCat(what, " ", key, ": '", it->second, "' and '", value, "'"));
     }
   };
   for (const v1beta1::ContainerAllocateResponse* r : order) {
     for (const auto& [key, value] : r->envs()) keep(out.envs, key, value, "env");
-    for (const auto& d : r->devices()) keep(out.devices, d.container_path(), d.host_path(), "device");
+    for (const auto& d : r->devices()) {
+      keep(out.devices, d.container_path(), d.host_path(), "device");
+    }
     for (const auto& m : r->mounts()) keep(out.mounts, m.container_path(), m.host_path(), "mount");
   }
   return out;
@@ -469,8 +472,9 @@ TEST_F(ResourcesTest, ContainerHoldingBothResourcesGetsNamesThatDoNotClash) {
     EXPECT_EQ(m.devices.at("/dev/infiniband/rdma_cm"), "/dev/infiniband/rdma_cm");
     std::vector<std::string> paths;
     for (const auto& [path, host] : m.mounts) paths.push_back(path);
-    EXPECT_THAT(paths, ElementsAre("/etc/rdma/allocation.json", "/etc/rdma/rdma_hca/allocation.json",
-                                   "/etc/rdma/rdma_storage/allocation.json"));
+    EXPECT_THAT(paths,
+                ElementsAre("/etc/rdma/allocation.json", "/etc/rdma/rdma_hca/allocation.json",
+                            "/etc/rdma/rdma_storage/allocation.json"));
     if (paths.size() != 3) continue;
     auto content = [&m](const std::string& path) {
       absl::StatusOr<std::string> text = serving::ReadWholeFile(m.mounts.at(path));
