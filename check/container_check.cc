@@ -11,6 +11,7 @@
 #include <iterator>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "fmt/format.h"
@@ -110,6 +111,22 @@ std::string Explain(const CheckReport& r) {
 }
 
 }  // namespace
+
+std::optional<std::string> AllocatedHcaNames(const std::vector<std::string>& environ) {
+  constexpr std::string_view kName = "RDMA_HCA_NAMES";
+  std::optional<std::string> out;
+  for (const std::string& entry : environ) {
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string_view name(entry.data(), eq);
+    if (name.substr(0, kName.size()) != kName ||
+        (name.size() != kName.size() && name[kName.size()] != '_')) {
+      continue;
+    }
+    out = out ? *out + "," + entry.substr(eq + 1) : entry.substr(eq + 1);
+  }
+  return out;
+}
 
 Allocation ParseAllocation(const std::optional<std::string>& rdma_hca_names,
                            const std::optional<std::string>& nccl_ib_hca) {

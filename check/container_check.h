@@ -3,7 +3,8 @@
 // What `rdma-device-plugin check` does (cmd/check_cmd.cc only wires its flags): run inside a
 // workload container (it is what `helm test` runs). Lists
 // the HCAs whose verbs device the container can really open and compares them with what Allocate
-// gave it (RDMA_HCA_NAMES, else NCCL_IB_HCA). Seeing more than it was given means exclusive
+// gave it (RDMA_HCA_NAMES and the RDMA_HCA_NAMES_<suffix> of each resource or request, else
+// NCCL_IB_HCA). Seeing more than it was given means exclusive
 // isolation does not hold; the classic cause is a GPU plugin with MOFED_ENABLED / NVIDIA_MOFED=true
 // injecting every /dev/infiniband device.
 //
@@ -36,6 +37,13 @@ struct Allocation {
 // names, i.e. nothing was allocated. nullopt means "variable not set".
 Allocation ParseAllocation(const std::optional<std::string>& rdma_hca_names,
                            const std::optional<std::string>& nccl_ib_hca);
+
+// RDMA_HCA_NAMES and every RDMA_HCA_NAMES_<suffix> of `environ` (the process's "NAME=VALUE"
+// entries, in their order), joined with ',': ParseAllocation's rdma_hca_names. A container holding
+// several of the device plugin's resources, or several of the DRA driver's requests, has each
+// one's HCAs under a name of its own (docs/server.md, "A container holding several resources";
+// docs/dra.md), and the plain name names one resource's at most. nullopt when none is set.
+std::optional<std::string> AllocatedHcaNames(const std::vector<std::string>& environ);
 
 // One HCA seen in sysfs and whether the container may open its verbs device read-write: the
 // open succeeded, or it reached the device and found no driver (ENXIO, ENODEV: only a device the

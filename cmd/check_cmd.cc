@@ -1,6 +1,7 @@
 #include "cmd/check_cmd.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "check/container_check.h"
@@ -22,6 +24,13 @@ std::optional<std::string> Env(const char* name) {
   return std::string(value);
 }
 
+// The process's environment, "NAME=VALUE" entries in their order.
+std::vector<std::string> Environ() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
 }  // namespace
 
 void AddCheckCommand(CLI::App& app) {
@@ -33,8 +42,9 @@ void AddCheckCommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "check",
       "Run inside a workload container: list the HCAs it can open and compare them with its "
-      "allocation (RDMA_HCA_NAMES or NCCL_IB_HCA); say whether GPUDirect RDMA can work here "
-      "and why not, and the locked-memory limit. Exit 0 equal, 1 different, 2 bad flags");
+      "allocation (RDMA_HCA_NAMES and RDMA_HCA_NAMES_*, or NCCL_IB_HCA); say whether "
+      "GPUDirect RDMA can work here and why not, and the locked-memory limit. Exit 0 equal, 1 "
+      "different, 2 bad flags");
   sub->add_option("--sysfs-root", flags->options.sysfs_root, "Root under which sys/ is read")
       ->envname("RDP_SYSFS_ROOT")
       ->capture_default_str();
@@ -63,7 +73,8 @@ void AddCheckCommand(CLI::App& app) {
                                    ? ~std::uint64_t{0}
                                    : static_cast<std::uint64_t>(limit.rlim_cur);
     }
-    const int code = check::RunCheck(flags->options, Env("RDMA_HCA_NAMES"), Env("NCCL_IB_HCA"),
+    const int code = check::RunCheck(flags->options, check::AllocatedHcaNames(Environ()),
+                                     Env("NCCL_IB_HCA"),
                               std::cout, std::cerr);
     std::cout.flush();
     if (code != 0) Exit(code);

@@ -3,8 +3,10 @@
 #include <filesystem>
 #include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "allocator/allocator.h"
 #include "resources/config.h"
 
@@ -96,11 +98,29 @@ std::vector<std::string> SocketNames(const Config& config,
   return out;
 }
 
+std::vector<AllocationNaming> AllocationNamings(const std::vector<resources::Resource>& served) {
+  if (served.size() <= 1) return {AllocationNaming{}};
+  // The own file beside hca::kAllocationFile, in a directory of its own.
+  const absl::string_view common_file = hca::kAllocationFile;
+  const std::size_t slash = common_file.rfind('/');
+  std::vector<AllocationNaming> out;
+  for (const resources::Resource& r : served) {
+    AllocationNaming n;
+    n.common = out.empty();
+    n.suffix = r.VariableSuffix();
+    n.own_file = absl::StrCat(common_file.substr(0, slash + 1), absl::AsciiStrToLower(n.suffix),
+                              common_file.substr(slash));
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
 absl::Status ValidateResources(const Config& config,
                                const std::vector<resources::Resource>& served) {
   const std::vector<std::string> sockets = SocketNames(config, served);
   std::map<std::string, std::string> by_name;    // resource name -> itself
   std::map<std::string, std::string> by_socket;  // socket name -> the resource served on it
+  std::map<std::string, std::string> by_suffix;  // variable suffix -> the resource that has it
   for (std::size_t i = 0; i < served.size(); ++i) {
     const resources::Resource& r = served[i];
     if (absl::Status st = resources::ValidateResourceName(r.name); !st.ok()) {
@@ -123,6 +143,13 @@ absl::Status ValidateResources(const Config& config,
       return absl::InvalidArgumentError(absl::StrCat(
           "resources ", it->second, " and ", r.name, " would be served on one socket, ",
           sockets[i], ": give them names that differ in more than '/' and '.'"));
+    }
+    auto [suffix, unique] = by_suffix.emplace(r.VariableSuffix(), r.name);
+    if (!unique) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resources ", suffix->second, " and ", r.name,
+          " would set the same container variables, RDMA_HCA_NAMES_", suffix->first,
+          " and the like: give them names that differ in more than case and punctuation"));
     }
   }
   return absl::OkStatus();

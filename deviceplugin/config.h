@@ -85,9 +85,33 @@ absl::Status Validate(const Config& config);
 std::vector<std::string> SocketNames(const Config& config,
                                      const std::vector<resources::Resource>& served);
 
+// The names under which one resource's Allocate hands a container its variables and allocation
+// file (docs/server.md, "A container holding several resources"). A container that asks for
+// several resources gets an Allocate answer from each; the kubelet merges them keeping, of each
+// variable name and each mount path, the value it meets first, walking the resources in no fixed
+// order (a Go map), and logs a conflict. So the plain names come from one resource only, and
+// every resource of several sets its own under names no other resource uses.
+struct AllocationNaming {
+  // Sets the plain variables (NCCL_IB_HCA, RDMA_HCA_NAMES, RDMA_HCA_PCI, UCX_NET_DEVICES,
+  // NCCL_IB_GID_INDEX: hca::BuildAllocation's) and mounts the file at hca::kAllocationFile.
+  bool common = true;
+  // "" for none. Else Resource::VariableSuffix(): the resource also sets each of those variables
+  // as hca::OwnVariableName(key, suffix) (RDMA_HCA_NAMES_RDMA_STORAGE) and mounts the same file
+  // at `own_file` too, "/etc/rdma/<suffix in lower case>/allocation.json".
+  std::string suffix;
+  std::string own_file;
+};
+
+// The naming of each of `served`, in order (empty: the one resource of the Config alone). A
+// resource served alone sets the plain names and no other. Of several, the first listed sets the
+// plain names, and each sets its own.
+std::vector<AllocationNaming> AllocationNamings(const std::vector<resources::Resource>& served);
+
 // InvalidArgument naming the resource and what is wrong when one of `served` has a name that is
-// not "<domain>/<name>" or shared_devices outside 1..100000, when two share a name, or when two
-// would be served on one socket (names that differ only in '/' and '.') or one on kubelet.sock.
+// not "<domain>/<name>" or shared_devices outside 1..100000, when two share a name, when two
+// would be served on one socket (names that differ only in '/' and '.') or one on kubelet.sock,
+// or when two have one Resource::VariableSuffix (names that differ only in case and in
+// characters other than letters and digits): their containers' own variables would clash.
 absl::Status ValidateResources(const Config& config,
                                const std::vector<resources::Resource>& served);
 

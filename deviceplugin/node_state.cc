@@ -67,8 +67,10 @@ NodeState::NodeState(Config config, NodeSources sources,
       core_(CoreOptions(config_), CoreSources(sources_, config_)),
       pod_refresh_([this](std::function<void()> finished) { StartList(std::move(finished)); }) {
   if (served.empty()) served.push_back(DefaultResource(config_));
-  for (resources::Resource& r : served) {
-    resources_.push_back(std::make_unique<ResourceState>(*this, std::move(r), config_.mode));
+  std::vector<AllocationNaming> naming = AllocationNamings(served);
+  for (std::size_t i = 0; i < served.size(); ++i) {
+    resources_.push_back(std::make_unique<ResourceState>(*this, std::move(served[i]),
+                                                         config_.mode, std::move(naming[i])));
   }
 }
 

@@ -37,10 +37,11 @@ topology::TopologyPtr MembersOnly(const topology::Topology& all,
 }  // namespace
 
 ResourceState::ResourceState(NodeState& node, resources::Resource resource,
-                             hca::Mode node_mode)
+                             hca::Mode node_mode, AllocationNaming naming)
     : node_(node),
       resource_(std::move(resource)),
-      mode_(resource_.always_shared ? hca::Mode::kShared : node_mode) {}
+      mode_(resource_.always_shared ? hca::Mode::kShared : node_mode),
+      naming_(std::move(naming)) {}
 
 bool ResourceState::Recompute(const node::ViewPtr& view, const Pods& pods) {
   // The members: what the selector takes of the present HCAs, and the members of before that

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "allocator/allocator.h"
+#include "deviceplugin/config.h"
 #include "deviceplugin/plugin_metrics.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/resource_model.h"
@@ -37,14 +38,16 @@ class NodeState;
 class ResourceState {
  public:
   // `node_mode`: the mode the node label chose; an always-shared resource is shared whatever it
-  // says.
-  ResourceState(NodeState& node, resources::Resource resource, hca::Mode node_mode);
+  // says. `naming`: the names its Allocate answers set (AllocationNamings).
+  ResourceState(NodeState& node, resources::Resource resource, hca::Mode node_mode,
+                AllocationNaming naming);
   ResourceState(const ResourceState&) = delete;
   ResourceState& operator=(const ResourceState&) = delete;
 
   const resources::Resource& resource() const { return resource_; }
   const std::string& name() const { return resource_.name; }
   hca::Mode mode() const { return mode_; }
+  const AllocationNaming& naming() const { return naming_; }
   // The node it is a resource of (its owner).
   NodeState& node() const { return node_; }
 
@@ -108,6 +111,7 @@ class ResourceState {
   NodeState& node_;
   const resources::Resource resource_;
   const hca::Mode mode_;
+  const AllocationNaming naming_;
   mutable PluginMetrics metrics_;
 
   mutable absl::Mutex mu_;

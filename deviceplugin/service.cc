@@ -35,6 +35,27 @@ grpc::Status Guard(const char* rpc, F&& body) {
   }
 }
 
+// The grant's variables and file mount under the names `naming` gives (config.h).
+void AddNamed(const AllocationNaming& naming, const node::Grant& grant,
+              v1beta1::ContainerAllocateResponse* out) {
+  auto& envs = *out->mutable_envs();
+  if (naming.common) envs.insert(grant.allocation.envs.begin(), grant.allocation.envs.end());
+  if (!naming.suffix.empty()) {
+    for (const auto& [key, value] : grant.allocation.envs) {
+      envs[hca::OwnVariableName(key, naming.suffix)] = value;
+    }
+  }
+  if (grant.file_mount.empty()) return;
+  auto mount = [&grant, out](const std::string& container_path) {
+    auto* m = out->add_mounts();
+    m->set_container_path(container_path);
+    m->set_host_path(grant.file_mount);
+    m->set_read_only(true);
+  };
+  if (naming.common) mount(hca::kAllocationFile);
+  if (!naming.suffix.empty()) mount(naming.own_file);
+}
+
 std::vector<std::string> Ids(const google::protobuf::RepeatedPtrField<std::string>& ids) {
   return {ids.begin(), ids.end()};
 }
@@ -229,13 +250,7 @@ grpc::Status HandleAllocate(const ResourceState& resource, const v1beta1::Alloca
         d->set_host_path(std::move(spec.host_path));
         d->set_permissions(std::move(spec.permissions));
       }
-      out->mutable_envs()->insert(a.envs.begin(), a.envs.end());
-      if (!grant->file_mount.empty()) {
-        auto* mount = out->add_mounts();
-        mount->set_container_path(hca::kAllocationFile);
-        mount->set_host_path(std::move(grant->file_mount));
-        mount->set_read_only(true);
-      }
+      AddNamed(resource.naming(), *grant, out);
     }
     return absl::OkStatus();
   });

@@ -150,7 +150,9 @@ nlohmann::json BuildCdiSpec(const std::string& driver, const std::string& claim_
   for (const CdiRequest& r : requests) {
     nlohmann::json vars = nlohmann::json::array();
     const std::string suffix = OwnVariableSuffix(claim_uid, r.request);
-    for (const auto& [key, value] : r.own.envs) vars.push_back(absl::StrCat(key, "_", suffix, "=", value));
+    for (const auto& [key, value] : r.own.envs) {
+      vars.push_back(absl::StrCat(hca::OwnVariableName(key, suffix), "=", value));
+    }
     if (r.common) {
       for (const auto& [key, value] : *r.common) vars.push_back(absl::StrCat(key, "=", value));
     }

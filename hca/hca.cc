@@ -73,6 +73,13 @@ absl::StatusOr<Mode> ParseMode(std::string_view text) {
 
 const char* ModeName(Mode mode) { return mode == Mode::kShared ? "shared" : "exclusive"; }
 
+std::string OwnVariableName(std::string_view key, std::string_view suffix) {
+  std::string out(key);
+  out += '_';
+  out += suffix;
+  return out;
+}
+
 Verdict Assess(const topology::Hca& hca) {
   return AssessWith(hca, [&hca](std::size_t i) { return hca.char_devices[i].second; });
 }

@@ -111,6 +111,13 @@ struct ContainerAllocation {
 // a read-only file, mounted by device-plugin Allocate and by the DRA driver's CDI devices.
 inline constexpr char kAllocationFile[] = "/etc/rdma/allocation.json";
 
+// "<key>_<suffix>": the name under which one consumer of a container (a device-plugin resource,
+// a DRA claim's request) sets its own value of a variable of ContainerAllocation::envs when
+// several consumers each set theirs and the plain name is left to at most one of them. Each door
+// makes suffixes that no two of its consumers share; since no key of envs followed by '_' begins
+// another key, distinct suffixes give distinct names.
+std::string OwnVariableName(std::string_view key, std::string_view suffix);
+
 // Where the node-wide RDMA CM device is (a node path, as Env takes it).
 inline constexpr char kRdmaCmPath[] = "/dev/infiniband/rdma_cm";
 

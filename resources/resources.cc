@@ -88,6 +88,12 @@ std::string Resource::SocketName() const {
   return s + ".sock";
 }
 
+std::string Resource::VariableSuffix() const {
+  std::string s = name;
+  for (char& c : s) c = absl::ascii_isalnum(c) ? absl::ascii_toupper(c) : '_';
+  return s;
+}
+
 std::vector<std::size_t> Select(const Selector& selector, const std::vector<topology::Hca>& hcas) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < hcas.size(); ++i) {

@@ -48,6 +48,10 @@ struct Resource {
   // The device plugin's socket in the kubelet's directory: "rdma-hca.sock" for "rdma/hca"; the
   // name's '/' and '.' become '-'.
   std::string SocketName() const;
+  // What the resource's own container variables and allocation file are named by, when one
+  // process serves several resources (docs/server.md): the name upper-cased, each character
+  // other than a letter or digit made '_' ("RDMA_STORAGE" for "rdma/storage").
+  std::string VariableSuffix() const;
 };
 
 // The HCAs of `hcas` that the resource selects, by index, in order.

@@ -32,6 +32,21 @@ using Names = std::vector<std::string>;
 
 // ---- ParseAllocation ------------------------------------------------------------------------
 
+// A container holding several resources (or DRA requests) has each one's HCAs under its own
+// RDMA_HCA_NAMES_<suffix>: the allocation is all of them, whichever sets the plain name.
+TEST(AllocatedHcaNamesTest, JoinsThePlainAndEveryOwnName) {
+  EXPECT_EQ(AllocatedHcaNames({"PATH=/bin", "NCCL_IB_HCA==mlx5_0"}), std::nullopt);
+  EXPECT_EQ(AllocatedHcaNames({"RDMA_HCA_NAMES=mlx5_0", "RDMA_HCA_NAMES_RDMA_HCA=mlx5_0",
+                               "RDMA_HCA_NAMESAKE=mlx5_9", "RDMA_HCA_NAMES_RDMA_STORAGE=mlx5_4",
+                               "RDMA_HCA_PCI_RDMA_STORAGE=0000:31:00.0"}),
+            "mlx5_0,mlx5_0,mlx5_4");
+  EXPECT_EQ(AllocatedHcaNames({"RDMA_HCA_NAMES_0f3b_hca=mlx5_2"}), "mlx5_2");
+  const Allocation a = ParseAllocation(
+      AllocatedHcaNames({"RDMA_HCA_NAMES=mlx5_0", "RDMA_HCA_NAMES_RDMA_STORAGE=mlx5_4"}),
+      "=mlx5_0");
+  EXPECT_EQ(a.names, (Names{"mlx5_0", "mlx5_4"}));
+}
+
 TEST(ParseAllocationTest, NeitherSetMeansNothingAllocated) {
   const Allocation a = ParseAllocation(std::nullopt, std::nullopt);
   EXPECT_EQ(a.source, Allocation::Source::kNone);

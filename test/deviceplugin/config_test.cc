@@ -60,6 +60,28 @@ TEST(ConfigTest, SocketNamesOfTheResources) {
   EXPECT_TRUE(ValidateResources(c, {Named("rdma/hca"), Named("rdma/storage")}).ok());
 }
 
+// One resource sets the plain names alone; of several, the first sets them and each its own,
+// named by its VariableSuffix.
+TEST(ConfigTest, AllocationNamingsOfTheResources) {
+  for (const auto& served : {std::vector<resources::Resource>{},
+                             std::vector<resources::Resource>{Named("rdma/storage")}}) {
+    const std::vector<AllocationNaming> one = AllocationNamings(served);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_TRUE(one[0].common);
+    EXPECT_EQ(one[0].suffix, "");
+    EXPECT_EQ(one[0].own_file, "");
+  }
+  const std::vector<AllocationNaming> two =
+      AllocationNamings({Named("rdma/hca"), Named("example.com/Nic-1")});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_TRUE(two[0].common);
+  EXPECT_EQ(two[0].suffix, "RDMA_HCA");
+  EXPECT_EQ(two[0].own_file, "/etc/rdma/rdma_hca/allocation.json");
+  EXPECT_FALSE(two[1].common);
+  EXPECT_EQ(two[1].suffix, "EXAMPLE_COM_NIC_1");
+  EXPECT_EQ(two[1].own_file, "/etc/rdma/example_com_nic_1/allocation.json");
+}
+
 TEST(ConfigTest, BadResourcesNameTheResource) {
   struct Case {
     std::vector<resources::Resource> served;
@@ -71,6 +93,9 @@ TEST(ConfigTest, BadResourcesNameTheResource) {
       {{Named("rdma/hca"), Named("rdma/hca")}, "resource rdma/hca is given twice"},
       {{Named("rdma/hca"), Named("rdma.hca/x"), Named("rdma-hca/x")},
        "resources rdma.hca/x and rdma-hca/x would be served on one socket, rdma-hca-x.sock"},
+      {{Named("example.com/nic-1"), Named("EXAMPLE.com/NIC_1")},
+       "resources example.com/nic-1 and EXAMPLE.com/NIC_1 would set the same container "
+       "variables, RDMA_HCA_NAMES_EXAMPLE_COM_NIC_1"},
       {{Named("kubelet/x")}, ""},
   };
   for (const Case& k : cases) {

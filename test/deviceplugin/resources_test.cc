@@ -13,12 +13,15 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "deviceplugin/node_state.h"
 #include "deviceplugin/plugin_server.h"
+#include "deviceplugin/service.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "metrics/metrics.h"
 #include "resources/resources.h"
+#include "serving/atomic_file.h"
 #include "sim/fake_pod_resources.h"
 #include "sim/kubelet_sim.h"
 #include "test/deviceplugin/test_node.h"
@@ -31,6 +34,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
 using Devices = KubeletSim::Devices;
@@ -229,7 +233,9 @@ TEST_F(ResourcesTest, TwoResourcesEachServeExactlyTheirNics) {
   const topology::TopologyPtr t = plugin.node().topology();
   const std::string s0_uverbs = "/dev/infiniband/" + t->hcas()[t->HcaIndex(roles_.s0)].uverbs;
   EXPECT_THAT(paths, UnorderedElementsAre(s0_uverbs, "/dev/infiniband/rdma_cm"));
-  EXPECT_THAT(response.container_responses(0).envs().at("NCCL_IB_HCA"), HasSubstr("mlx5_4"));
+  // rdma/storage is not the first resource: its variables are its own, the plain ones rdma/hca's.
+  EXPECT_EQ(response.container_responses(0).envs().at("RDMA_HCA_NAMES_RDMA_STORAGE"), "mlx5_4");
+  EXPECT_EQ(response.container_responses(0).envs().count("NCCL_IB_HCA"), 0u);
 
   // The compute resource refuses the storage NIC's ID, naming it and itself.
   auto compute = kubelet.PluginStubOf("rdma/hca");
@@ -392,6 +398,143 @@ TEST_F(ResourcesTest, WithholdingAfterAModeSwapIsPerResource) {
   EXPECT_TRUE(state.resource(1).Withheld().empty());
 }
 
+// One container's Allocate answers from several resources, merged as the kubelet's device
+// manager merges them (devicemanager podDevices.deviceRunContainerOptions): resource by resource
+// in `order`, the first value of each variable name, device path and mount path kept.
+struct Merged {
+  std::map<std::string, std::string> envs;
+  std::map<std::string, std::string> devices;  // container path -> host path
+  std::map<std::string, std::string> mounts;   // container path -> host path
+  // What the kubelet logs as a conflict: a name or path two answers give different values.
+  std::vector<std::string> conflicts;
+};
+
+Merged MergeAsTheKubelet(const std::vector<const v1beta1::ContainerAllocateResponse*>& order) {
+  Merged out;
+  auto keep = [&out](std::map<std::string, std::string>& into, const std::string& key,
+                     const std::string& value, const char* what) {
+    auto [it, fresh] = into.emplace(key, value);
+    if (!fresh && it->second != value) {
+      out.conflicts.push_back(
+          absl::StrCat(what, " ", key, ": '", it->second, "' and '", value, "'"));
+    }
+  };
+  for (const v1beta1::ContainerAllocateResponse* r : order) {
+    for (const auto& [key, value] : r->envs()) keep(out.envs, key, value, "env");
+    for (const auto& d : r->devices()) {
+      keep(out.devices, d.container_path(), d.host_path(), "device");
+    }
+    for (const auto& m : r->mounts()) keep(out.mounts, m.container_path(), m.host_path(), "mount");
+  }
+  return out;
+}
+
+// Both orders of one container's answers from `a` and `b`, each asked for `ids_a` / `ids_b`.
+std::vector<Merged> BothOrders(const ResourceState& a, const std::string& ids_a,
+                               const ResourceState& b, const std::string& ids_b) {
+  v1beta1::AllocateRequest request_a, request_b;
+  request_a.add_container_requests()->add_devices_ids(ids_a);
+  request_b.add_container_requests()->add_devices_ids(ids_b);
+  v1beta1::AllocateResponse response_a, response_b;
+  EXPECT_TRUE(HandleAllocate(a, request_a, &response_a).ok());
+  EXPECT_TRUE(HandleAllocate(b, request_b, &response_b).ok());
+  if (response_a.container_responses_size() != 1 || response_b.container_responses_size() != 1) {
+    ADD_FAILURE() << "no answer";
+    return {};
+  }
+  const auto* ra = &response_a.container_responses(0);
+  const auto* rb = &response_b.container_responses(0);
+  return {MergeAsTheKubelet({ra, rb}), MergeAsTheKubelet({rb, ra})};
+}
+
+// A container asking for a compute NIC and a storage NIC gets an answer from each resource, which
+// the kubelet merges in no fixed order: the merge has no conflicting variable, device or mount,
+// whichever comes first; the plain variables and /etc/rdma/allocation.json name the compute NIC
+// only (the first resource listed), and each resource's own variables and file name its NICs.
+TEST_F(ResourcesTest, ContainerHoldingBothResourcesGetsNamesThatDoNotClash) {
+  Config config = MakeConfig(hca::Mode::kExclusive);
+  config.allocation_dir = node_.dir().Sub("allocations");
+  ASSERT_TRUE(std::filesystem::create_directories(config.allocation_dir));
+  NodeState state(config, Sources(), {ComputeResource(), StorageResource()});
+  ASSERT_TRUE(state.Init().ok());
+  for (const Merged& m : BothOrders(state.resource(0), roles_.c0, state.resource(1), roles_.s0)) {
+    EXPECT_THAT(m.conflicts, ::testing::IsEmpty());
+    EXPECT_EQ(m.envs.at("NCCL_IB_HCA"), "=mlx5_0");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_NAMES"), "mlx5_0");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_PCI"), roles_.c0);
+    EXPECT_EQ(m.envs.at("UCX_NET_DEVICES"), "mlx5_0:1");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_NAMES_RDMA_HCA"), "mlx5_0");
+    EXPECT_EQ(m.envs.at("NCCL_IB_HCA_RDMA_HCA"), "=mlx5_0");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_NAMES_RDMA_STORAGE"), "mlx5_4");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_PCI_RDMA_STORAGE"), roles_.s0);
+    EXPECT_EQ(m.envs.at("NCCL_IB_HCA_RDMA_STORAGE"), "=mlx5_4");
+    EXPECT_EQ(m.envs.at("UCX_NET_DEVICES_RDMA_STORAGE"), "mlx5_4:1,mlx5_4:2");
+    EXPECT_EQ(m.devices.at("/dev/infiniband/rdma_cm"), "/dev/infiniband/rdma_cm");
+    std::vector<std::string> paths;
+    for (const auto& [path, host] : m.mounts) paths.push_back(path);
+    EXPECT_THAT(paths,
+                ElementsAre("/etc/rdma/allocation.json", "/etc/rdma/rdma_hca/allocation.json",
+                            "/etc/rdma/rdma_storage/allocation.json"));
+    if (paths.size() != 3) continue;
+    auto content = [&m](const std::string& path) {
+      absl::StatusOr<std::string> text = serving::ReadWholeFile(m.mounts.at(path));
+      return text.ok() ? *text : std::string(text.status().message());
+    };
+    EXPECT_THAT(content("/etc/rdma/allocation.json"), HasSubstr("\"name\": \"mlx5_0\""));
+    EXPECT_THAT(content("/etc/rdma/allocation.json"), Not(HasSubstr("mlx5_4")));
+    EXPECT_EQ(m.mounts.at("/etc/rdma/rdma_hca/allocation.json"),
+              m.mounts.at("/etc/rdma/allocation.json"));
+    EXPECT_THAT(content("/etc/rdma/rdma_storage/allocation.json"),
+                HasSubstr("\"name\": \"mlx5_4\""));
+    EXPECT_THAT(content("/etc/rdma/rdma_storage/allocation.json"), Not(HasSubstr("mlx5_0")));
+  }
+}
+
+// One resource, from the flags or the only one of a config, answers with exactly the plain
+// variables and /etc/rdma/allocation.json: no name of its own.
+TEST_F(ResourcesTest, OneResourceSetsThePlainNamesOnly) {
+  Config config = MakeConfig(hca::Mode::kExclusive);
+  config.allocation_dir = node_.dir().Sub("allocations");
+  ASSERT_TRUE(std::filesystem::create_directories(config.allocation_dir));
+  for (const bool from_config : {false, true}) {
+    std::vector<resources::Resource> served;
+    if (from_config) served.push_back(StorageResource());
+    NodeState state(config, Sources(), served);
+    ASSERT_TRUE(state.Init().ok());
+    v1beta1::AllocateRequest request;
+    request.add_container_requests()->add_devices_ids(from_config ? roles_.s0 : roles_.c0);
+    v1beta1::AllocateResponse response;
+    ASSERT_TRUE(HandleAllocate(state.resource(0), request, &response).ok());
+    const auto& r = response.container_responses(0);
+    std::vector<std::string> names;
+    for (const auto& [key, value] : r.envs()) names.push_back(key);
+    EXPECT_THAT(names, UnorderedElementsAre("NCCL_IB_HCA", "RDMA_HCA_NAMES", "RDMA_HCA_PCI",
+                                            "UCX_NET_DEVICES"))
+        << from_config;
+    ASSERT_EQ(r.mounts_size(), 1) << from_config;
+    EXPECT_EQ(r.mounts(0).container_path(), "/etc/rdma/allocation.json");
+  }
+}
+
+// The Mellanox config's resources (always shared, one HCA in several) follow the same rule: the
+// first listed sets the plain names; an HCA both hand out is one device path with one host path,
+// which the kubelet gives the container once.
+TEST_F(ResourcesTest, SharedResourcesOfOneHcaMergeWithoutConflict) {
+  resources::Resource storage = StorageResource();
+  storage.name = "rdma/storage_shared";
+  storage.always_shared = true;
+  resources::Resource everything = Named("rdma/all");
+  everything.always_shared = true;
+  NodeState state(MakeConfig(hca::Mode::kExclusive), Sources(), {storage, everything});
+  ASSERT_TRUE(state.Init().ok());
+  for (const Merged& m : BothOrders(state.resource(0), "shared-0", state.resource(1), "shared-0")) {
+    EXPECT_THAT(m.conflicts, ::testing::IsEmpty());
+    EXPECT_EQ(m.envs.at("RDMA_HCA_NAMES"), "mlx5_4,mlx5_5");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_NAMES_RDMA_STORAGE_SHARED"), "mlx5_4,mlx5_5");
+    EXPECT_EQ(m.envs.at("RDMA_HCA_NAMES_RDMA_ALL"), "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5");
+  }
+}
+
 // The resources are checked against the discovered node before anything is served: a check's
 // refusal is Prepare's and Start's error, and no socket appears.
 TEST_F(ResourcesTest, RefusedResourcesServeNothing) {
@@ -410,14 +553,25 @@ TEST_F(ResourcesTest, RefusedResourcesServeNothing) {
   EXPECT_FALSE(std::filesystem::exists(config.kubelet_dir + "/rdma-storage.sock"));
 }
 
-// Two resources whose names differ only in '/' and '.' would share a socket: refused at Start.
+// Two resources whose names differ only in '/' and '.' would share a socket, and two whose names
+// differ only in case and punctuation would set one container variable each: refused at Start,
+// naming both.
 TEST_F(ResourcesTest, ResourcesSharingASocketAreRefused) {
-  PluginServer plugin(MakeConfig(hca::Mode::kExclusive), Sources(),
-                      {Named("rdma/hca"), Named("rdma.hca/x"), Named("rdma-hca/x")});
-  const absl::Status s = plugin.Start();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("resources rdma.hca/x and rdma-hca/x would be served on one socket"));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"rdma/hca", "rdma.hca/x", "rdma-hca/x"},
+       "resources rdma.hca/x and rdma-hca/x would be served on one socket"},
+      {{"rdma/hca", "rdma/hca-x", "rdma/hca_x"},
+       "resources rdma/hca-x and rdma/hca_x would set the same container variables, "
+       "RDMA_HCA_NAMES_RDMA_HCA_X"},
+  };
+  for (const auto& [names, says] : cases) {
+    std::vector<resources::Resource> served;
+    for (const std::string& name : names) served.push_back(Named(name));
+    PluginServer plugin(MakeConfig(hca::Mode::kExclusive), Sources(), served);
+    const absl::Status s = plugin.Start();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << says;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(says));
+  }
 }
 
 // The per-resource instruments carry the resource's name; the node's are written once.

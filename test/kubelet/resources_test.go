@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,102 @@ func TestConformanceTwoResources(t *testing.T) {
 				GPUResource: 1}}), map[string][]HCA{ResourceHCA: compute, ResourceStorage: storage})
 		})
 	}
+	t.Run("one-container-both", func(t *testing.T) {
+		if !Isolate(t) {
+			return
+		}
+		e := NewEnv(t, EnvOptions{Scope: "container", NamedNode: "dgx-roles"})
+		e.checkOneContainerBoth()
+	})
+}
+
+// checkOneContainerBoth serves twoResources with an allocation dir and admits a container asking
+// for one compute and one storage NIC. The kubelet's device manager merges the two Allocate
+// answers keeping the first value of each variable name and mount path it meets, walking the
+// container's resources in a Go map's order (a new order on every call), and logs a conflict:
+// the merge is the same whatever the order, with no conflict logged; the plain variables and
+// /etc/rdma/allocation.json name the compute NIC only, and each resource's own variables and
+// file name its NIC (docs/server.md, "A container holding several resources").
+func (e *Env) checkOneContainerBoth() {
+	t := e.T
+	config := filepath.Join(e.Dir, "resources.yaml")
+	if err := os.WriteFile(config, []byte(twoResources), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allocations := mkdir(t, filepath.Join(e.Dir, "allocations"))
+	e.StartPlugin("exclusive", "--config", config, "--allocation-dir", allocations)
+	compute, storage := e.Node.byLinkLayer()
+	e.WaitCapacity(ResourceHCA, 4, 4, 15*time.Second)
+	e.WaitCapacity(ResourceStorage, 4, 4, 15*time.Second)
+	pod := NewPod("both", Ctr{Name: "c", Limits: map[string]int64{ResourceHCA: 1, ResourceStorage: 1}})
+	e.MustAdmit(pod)
+	c, s := e.onlyDevice(pod, ResourceHCA, compute), e.onlyDevice(pod, ResourceStorage, storage)
+	want := map[string]string{
+		"NCCL_IB_HCA": "=" + c.Name, "RDMA_HCA_NAMES": c.Name, "RDMA_HCA_PCI": c.PCI,
+		"NCCL_IB_HCA_RDMA_HCA": "=" + c.Name, "RDMA_HCA_NAMES_RDMA_HCA": c.Name,
+		"RDMA_HCA_NAMES_RDMA_STORAGE": s.Name, "RDMA_HCA_PCI_RDMA_STORAGE": s.PCI,
+	}
+	files := map[string]HCA{"/etc/rdma/allocation.json": c, "/etc/rdma/rdma_hca/allocation.json": c,
+		"/etc/rdma/rdma_storage/allocation.json": s}
+	// Two resources: 16 calls all walk them in one order with a chance of 2^-15.
+	for i := 0; i < 16; i++ {
+		opts, err := e.Kubelet.DM.GetDeviceRunContainerOptions(e.Kubelet.Context(), pod, &pod.Spec.Containers[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs := map[string]string{}
+		for _, v := range opts.Envs {
+			envs[v.Name] = v.Value
+		}
+		for name, value := range want {
+			if envs[name] != value {
+				t.Errorf("call %d: the container gets %s=%q, want %q (all: %v)", i, name, envs[name], value, envs)
+			}
+		}
+		mounts := map[string]string{}
+		for _, m := range opts.Mounts {
+			mounts[m.ContainerPath] = m.HostPath
+		}
+		if len(mounts) != len(files) {
+			t.Errorf("call %d: mounts %v, want exactly %d: those of %v", i, mounts, len(files), files)
+		}
+		for path, h := range files {
+			data, err := os.ReadFile(mounts[path])
+			if err != nil {
+				t.Errorf("call %d: %s: %v", i, path, err)
+				continue
+			}
+			for _, other := range append(append([]HCA{}, compute...), storage...) {
+				if has := strings.Contains(string(data), fmt.Sprintf("%q", other.Name)); has != (other.Name == h.Name) {
+					t.Errorf("call %d: %s names %s: %v; it describes %s only:\n%s", i, path, other.Name, has, h.Name, data)
+				}
+			}
+		}
+	}
+	log, err := os.ReadFile(filepath.Join(e.Dir, "kubelet.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, "conflicting") {
+			t.Errorf("the kubelet logs a conflict: %s", line)
+		}
+	}
+}
+
+// onlyDevice is the one HCA of pool the container "c" of pod holds of resource; it fails the
+// test otherwise.
+func (e *Env) onlyDevice(pod *v1.Pod, resource string, pool []HCA) HCA {
+	e.T.Helper()
+	ids := e.Kubelet.Devices(pod, "c", resource)
+	if len(ids) != 1 {
+		e.T.Fatalf("%s: %s devices %v, want 1", pod.Name, resource, ids)
+	}
+	h, ok := hcaIn(pool, ids[0])
+	if !ok {
+		e.T.Fatalf("%s: %s device %s is none of that resource's HCAs", pod.Name, resource, ids[0])
+	}
+	return h
 }
 
 // byLinkLayer splits the node's HCAs into InfiniBand and Ethernet ones.

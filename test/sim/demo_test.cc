@@ -18,6 +18,7 @@ using ::testing::AnyOfArray;
 using ::testing::Each;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 
 // The demo runs the built binary (RDP_BINARY) as the plugin.
@@ -72,11 +73,12 @@ TEST(DemoTest, PrintsAScrapeOfTheExclusivePlugin) {
             std::string::npos);
 }
 
-// The PCI addresses of every "env RDMA_HCA_PCI=" line of `text`, in order, duplicates kept.
-std::vector<std::string> AllocatedPci(const std::string& text) {
+// The PCI addresses of every "env <variable>=" line of `text`, in order, duplicates kept.
+std::vector<std::string> AllocatedPci(const std::string& text, const std::string& variable) {
+  const std::string prefix = "  env " + variable + "=";
   std::vector<std::string> out;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, "  env RDMA_HCA_PCI=")) {
+    if (absl::ConsumePrefix(&line, prefix)) {
       for (absl::string_view pci : absl::StrSplit(line, ',')) out.emplace_back(pci);
     }
   }
@@ -85,7 +87,8 @@ std::vector<std::string> AllocatedPci(const std::string& text) {
 
 // The node with roles: one plugin serves its compute and storage NICs as two resources, each
 // registered on its own socket and listing exactly its 4 NICs (exclusive) or 1000 units of its
-// own (shared); what each allocates is its own NICs, and in shared mode a unit all of them.
+// own (shared); what each allocates is its own NICs, and in shared mode a unit all of them. Each
+// resource names its NICs in its own variables; the plain ones are the first resource's only.
 TEST(DemoTest, ServesTwoResourcesOnTheNodeWithRoles) {
   std::ostringstream out;
   DemoOptions options = Options();
@@ -117,8 +120,11 @@ TEST(DemoTest, ServesTwoResourcesOnTheNodeWithRoles) {
                                                  : "kubelet: ListAndWatch -> 1000 devices\n";
     EXPECT_THAT(hca_part, HasSubstr(list)) << text;
     EXPECT_THAT(storage_part, HasSubstr(list)) << text;
-    const std::vector<std::string> from_hca = AllocatedPci(hca_part);
-    const std::vector<std::string> from_storage = AllocatedPci(storage_part);
+    const std::vector<std::string> from_hca = AllocatedPci(hca_part, "RDMA_HCA_PCI_RDMA_HCA");
+    const std::vector<std::string> from_storage =
+        AllocatedPci(storage_part, "RDMA_HCA_PCI_RDMA_STORAGE");
+    EXPECT_EQ(AllocatedPci(hca_part, "RDMA_HCA_PCI"), from_hca) << text;
+    EXPECT_THAT(AllocatedPci(storage_part, "RDMA_HCA_PCI"), IsEmpty()) << text;
     EXPECT_THAT(from_hca, Each(AnyOfArray(compute))) << text;
     EXPECT_THAT(from_storage, Each(AnyOfArray(storage))) << text;
     if (mode == "exclusive") {
