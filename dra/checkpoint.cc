@@ -31,6 +31,7 @@ nlohmann::json ToJson(const PreparedClaim& c) {
   for (const AllocatedDevice& d : c.devices) {
     nlohmann::json device = {{"request", d.request}, {"pool", d.pool}, {"device", d.device}};
     if (!d.share_id.empty()) device["shareID"] = d.share_id;
+    if (d.admin_access) device["adminAccess"] = true;
     devices.push_back(std::move(device));
   }
   nlohmann::json out = {{"namespace", c.ref.ns}, {"name", c.ref.name}, {"devices", std::move(devices)}};
@@ -86,6 +87,13 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
     AllocatedDevice device{d["request"].get<std::string>(), d["pool"].get<std::string>(),
                            d["device"].get<std::string>()};
     if (d.contains("shareID") && d["shareID"].is_string()) device.share_id = d["shareID"];
+    if (d.contains("adminAccess")) {
+      if (!d["adminAccess"].is_boolean()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("entry ", uid, " has a malformed adminAccess"));
+      }
+      device.admin_access = d["adminAccess"].get<bool>();
+    }
     c.devices.push_back(std::move(device));
   }
   if (j.contains("preparedAt")) {

@@ -126,6 +126,14 @@ absl::StatusOr<std::vector<AllocatedDevice>> ParseResults(const nlohmann::json& 
       *field = *std::move(value);
     }
     device.share_id = Str(result, "shareID");
+    // Absent (a control plane without the field, or not an admin claim) or null: not admin.
+    if (const auto admin = result.find("adminAccess"); admin != result.end() && !admin->is_null()) {
+      if (!admin->is_boolean()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, at, ".adminAccess is not a boolean"));
+      }
+      device.admin_access = admin->get<bool>();
+    }
     out.push_back(std::move(device));
   }
   return out;

@@ -58,10 +58,36 @@ std::vector<std::string> Requests(const std::vector<AllocatedDevice>& devices) {
   return out;
 }
 
+// The base requests with a device allocated for admin access.
+std::set<std::string> AdminRequests(const std::vector<AllocatedDevice>& devices) {
+  std::set<std::string> out;
+  for (const AllocatedDevice& d : devices) {
+    if (d.admin_access) out.insert(BaseRequest(d.request));
+  }
+  return out;
+}
+
+// The claim as the common variables see it: its admin devices are nobody's holding.
 ClaimDevices DevicesOf(const std::string& uid, const std::vector<AllocatedDevice>& devices) {
   ClaimDevices out{uid, {}};
-  for (const AllocatedDevice& d : devices) out.requests[BaseRequest(d.request)].push_back(d.device);
+  for (const AllocatedDevice& d : devices) {
+    if (!d.admin_access) out.requests[BaseRequest(d.request)].push_back(d.device);
+  }
   return out;
+}
+
+// "mlx5_0 (hca-0000-1a-00-0), ...": the claim's admin devices, by HCA name where the node knows
+// it.
+std::string AdminHcas(const std::vector<AllocatedDevice>& devices,
+                      const topology::Topology* topology) {
+  std::vector<std::string> out;
+  for (const AllocatedDevice& d : devices) {
+    if (!d.admin_access) continue;
+    const int idx = topology ? FindHca(*topology, d.device) : -1;
+    out.push_back(idx >= 0 ? absl::StrCat(topology->hcas()[idx].name, " (", d.device, ")")
+                           : d.device);
+  }
+  return absl::StrJoin(out, ", ");
 }
 
 std::string Key(const std::string& ns, const std::string& name) { return absl::StrCat(ns, "/", name); }
@@ -482,6 +508,12 @@ void Driver::CommitFresh(
     } catch (const std::exception& e) {
       r = absl::InternalError(absl::StrCat("claim ", Describe(ref), ": ", e.what()));
     }
+    if (r.ok() && !AdminRequests(claim.devices).empty()) {
+      const node::ViewPtr view = node_.Now();
+      Log()->info("claim {}: admin access to HCA {}: its device nodes beside any holder's, "
+                  "not counted as a holder",
+                  Describe(ref), AdminHcas(claim.devices, view ? view->topology.get() : nullptr));
+    }
     out.at(ref.uid) = std::move(r);
   }
   {
@@ -561,6 +593,10 @@ Driver::Consumers Driver::ConsumersOf(
     if (unknown.count(key.claim_uid)) devices = std::nullopt;
   }
   for (const auto& [uid, entry] : read) {
+    // A request with admin access sets no common variables: its container may hold the same
+    // HCA as an ordinary request too, whose variables name what that container uses.
+    const std::set<std::string> admin = AdminRequests(entry.second.devices);
+    for (const std::string& request : admin) commons[RequestKey{uid, request}] = std::nullopt;
     // A claim whose consumers are not known at all gets no common variables either.
     for (const std::string& request : Requests(entry.second.devices)) {
       const bool added = commons.try_emplace(RequestKey{uid, request}, std::nullopt).second;
@@ -745,7 +781,16 @@ absl::StatusOr<nlohmann::json> Driver::SpecFor(const PreparedClaim& claim,
     const topology::Hca& h = snapshot->hcas()[idx];
     const hca::Verdict verdict =
         hca::Assess(now.emplace(idx, std::move(checked.hcas[i])).first->second);
-    if (require_usable && !verdict.usable) {
+    // Admin access is for monitoring and diagnostics: an HCA that is not usable (a port DOWN)
+    // is what it is there for. Its device nodes that exist are given, as for any holder.
+    const bool admin_only = std::all_of(
+        claim.devices.begin(), claim.devices.end(), [&](const AllocatedDevice& d) {
+          return d.admin_access || FindHca(*snapshot, d.device) != idx;
+        });
+    if (require_usable && !verdict.usable && admin_only) {
+      Log()->warn("claim {}: admin access to HCA {} ({}), which is unusable now: {}",
+                  Describe(ref), h.name, DeviceName(h), verdict.reason);
+    } else if (require_usable && !verdict.usable) {
       return absl::FailedPreconditionError(absl::StrCat("claim ", Describe(ref), ": HCA ", h.name,
                                                         " (", DeviceName(h),
                                                         ") is unusable: ", verdict.reason));

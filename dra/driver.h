@@ -20,6 +20,11 @@
 // for that claim and is that claim's alone.
 // Each prepared request also gets its metadata file (dra/metadata.h: its devices' attributes as
 // published and their networkData), written before the CDI spec whose device mounts it.
+// A result allocated for admin access (AllocatedDevice::admin_access, KEP-5018: monitoring and
+// diagnostics beside the HCA's holders) is prepared as any other, with the HCA's device nodes,
+// whoever else holds the HCA, and also when the HCA is not usable now (the nodes that exist);
+// it is never counted as a holder: it names no device in anyone's common variables and its own
+// request's CDI device sets none; one info line names the claim and its HCAs at its prepare.
 // Unprepare, per claim: the checkpoint entry is dropped, then the CDI spec file and the metadata
 // files removed; a claim that is not prepared is OK (its files are removed if any were left
 // behind).

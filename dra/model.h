@@ -35,9 +35,15 @@ struct AllocatedDevice {
   // results[].shareID: set by the allocator for a device that allows multiple allocations
   // (shared mode); "" when none.
   std::string share_id;
+  // results[].adminAccess: true (KEP-5018; the claim's namespace carries
+  // resource.kubernetes.io/admin-access: "true"). The scheduler allocates such a device beside
+  // its holders; the driver gives it the HCA's device nodes and never counts it as a holder (it
+  // takes no part in the common variables nor in HeldHcas). false when absent or false: a
+  // control plane that drops the field allocated the device as any other.
+  bool admin_access = false;
   bool operator==(const AllocatedDevice& o) const {
     return request == o.request && pool == o.pool && device == o.device &&
-           share_id == o.share_id;
+           share_id == o.share_id && admin_access == o.admin_access;
   }
 };
 

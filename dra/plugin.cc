@@ -131,7 +131,9 @@ absl::StatusOr<std::unique_ptr<NodeClaims>> NodeClaims::Start(const PluginConfig
 std::set<std::string> HeldHcas(const PreparedClaims& claims, const node::View& view) {
   std::set<std::string> names;
   for (const auto& [uid, claim] : claims) {
-    for (const AllocatedDevice& d : claim.devices) names.insert(d.device);
+    for (const AllocatedDevice& d : claim.devices) {
+      if (!d.admin_access) names.insert(d.device);
+    }
   }
   std::set<std::string> held;
   for (const auto& [pci, a] : view.hcas) {

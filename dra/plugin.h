@@ -85,7 +85,8 @@ class NodeClaims {
 DeviceOptions PublishedDeviceOptions(const std::string& driver_name, hca::Mode mode,
                                      node::Node& node, const node::View& view);
 
-// The PCI addresses of the HCAs the prepared claims name: those a vanished HCA is kept for.
+// The PCI addresses of the HCAs the prepared claims hold: those a vanished HCA is kept for. A
+// device allocated for admin access is not held (a monitor keeps no gone HCA listed).
 std::set<std::string> HeldHcas(const PreparedClaims& claims, const node::View& view);
 
 class Plugin {

@@ -114,6 +114,8 @@ TEST_F(DRAClaimReaderTest, MalformedAllocationNamesTheField) {
        "results[1].request is not a non-empty string"},
       {[](auto& c) { c["status"]["allocation"]["devices"]["results"][0].erase("driver"); },
        "results[0].driver is missing"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1]["adminAccess"] = "true"; },
+       "results[1].adminAccess is not a boolean"},
   };
   for (const Case& c : cases) {
     nlohmann::json claim = Claim({Result("gpu.example.com", "gpu-0"), Result(kDriver, "hca-0")});
@@ -159,6 +161,24 @@ TEST_F(DRAClaimReaderTest, UidShareIdAndReservedPods) {
   auto by_name = ReadClaim(nullptr, {"team", "", "claim-1"});
   ASSERT_TRUE(by_name.ok()) << by_name.status();
   EXPECT_EQ(by_name->uid, "uid-1");
+}
+
+// KEP-5018: a result with adminAccess true is an admin device; false, null or no field (a control
+// plane that drops it) is an ordinary one.
+TEST_F(DRAClaimReaderTest, AdminAccessIsReadPerResult) {
+  nlohmann::json claim = Claim({Result(kDriver, "hca-0"), Result(kDriver, "hca-1"),
+                                Result(kDriver, "hca-2"), Result(kDriver, "hca-3")});
+  auto& results = claim["status"]["allocation"]["devices"]["results"];
+  results[0]["adminAccess"] = true;
+  results[1]["adminAccess"] = false;
+  results[2]["adminAccess"] = nullptr;
+  auto devices = Read(claim);
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  ASSERT_EQ(devices->size(), 4u);
+  EXPECT_TRUE((*devices)[0].admin_access);
+  EXPECT_FALSE((*devices)[1].admin_access);
+  EXPECT_FALSE((*devices)[2].admin_access);
+  EXPECT_FALSE((*devices)[3].admin_access);
 }
 
 // KEP-5304's metadata path of a template's claim names it as the pod does: the annotation the

@@ -72,6 +72,31 @@ TEST(DRACheckpointTest, PodClaimNameIsKeptAndAbsentInOlderFiles) {
   EXPECT_TRUE(loaded->empty()) << "a podClaimName that is not a string makes the entry bad";
 }
 
+// Admin access is recorded per device ("adminAccess": true), so that a restarted driver keeps
+// the claim out of every holder's accounting; a device without the key (every file written before
+// it) is an ordinary one, and a key that is not a boolean makes the entry bad.
+TEST(DRACheckpointTest, AdminAccessIsKeptAndAbsentInOlderFiles) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  PreparedClaims claims = Two();
+  claims["uid-3"] = {{"ops", "uid-3", "monitor"}, {{"hca", "node-a", "hca-0000-1a-00-0", "", true}}};
+  ASSERT_TRUE(Checkpoint(path).Save(claims).ok());
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["claims"]["uid-3"]["devices"][0]["adminAccess"], true);
+  EXPECT_FALSE(j["claims"]["uid-1"]["devices"][0].contains("adminAccess"));
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(Same(*loaded, claims));
+  EXPECT_TRUE(loaded->at("uid-3").devices[0].admin_access);
+  EXPECT_FALSE(loaded->at("uid-1").devices[0].admin_access);
+  WriteText(path, R"({"version": 2, "claims": {"u": {"namespace": "ns", "name": "n",
+      "devices": [{"request": "hca", "pool": "p", "device": "d", "adminAccess": "yes"}]}}})");
+  loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->empty()) << "an adminAccess that is not a boolean makes the entry bad";
+}
+
 TEST(DRACheckpointTest, NotJsonIsMovedAsideAndStartsEmpty) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("checkpoint.json");
