@@ -125,16 +125,7 @@ func TestDRAAdminAccess(t *testing.T) {
 	if _, err := c.CoreV1().Pods("default").Create(ctx, claimPod("intruder", map[string][]string{"c": {"intruder"}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, settle, "intruder unschedulable", func(ctx context.Context) (bool, string, error) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "intruder", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		if p.Spec.NodeName != "" {
-			return false, "", fmt.Errorf("intruder bound to %s: the held HCA was allocated again", p.Spec.NodeName)
-		}
-		return unschedulable(p), fmt.Sprintf("conditions %v", p.Status.Conditions), nil
-	})
+	waitUnschedulable(t, c, "intruder", "intruder unschedulable", "the held HCA was allocated again")
 }
 
 // adminClaim: a claim named "admin" in ns for the HCA at PCI address bdf, with admin access.

@@ -136,6 +136,22 @@ func unschedulable(p *v1.Pod) bool {
 	return false
 }
 
+// waitUnschedulable waits (up to settle) until the scheduler says that no node fits the pod
+// default/name; it fails the test at once when the pod is bound, with `bound` and the node.
+func waitUnschedulable(t *testing.T, c kubernetes.Interface, name, what, bound string) {
+	t.Helper()
+	waitFor(t, settle, what, func(ctx context.Context) (bool, string, error) {
+		p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if p.Spec.NodeName != "" {
+			return false, "", fmt.Errorf("%s bound to %s: %s", name, p.Spec.NodeName, bound)
+		}
+		return unschedulable(p), fmt.Sprintf("conditions %v", p.Status.Conditions), nil
+	})
+}
+
 // TestDRAExtendedResource: a pod that asks resources.limits rdma/hca and has no ResourceClaim is
 // served by our driver through the chart's DeviceClass (extendedResourceName), by the real
 // kube-scheduler's DynamicResources plugin: it picks the node whose slices we published, creates
@@ -223,16 +239,7 @@ func TestDRASharedNodeServesNoExtendedResource(t *testing.T) {
 	if _, err := c.CoreV1().Pods("default").Create(ctx, rdmaPod("one-unit", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, settle, "one-unit unschedulable", func(ctx context.Context) (bool, string, error) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "one-unit", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		if p.Spec.NodeName != "" {
-			return false, "", fmt.Errorf("bound to %s: a shared node served rdma/hca: 1 with one HCA", p.Spec.NodeName)
-		}
-		return unschedulable(p), fmt.Sprintf("conditions %v", p.Status.Conditions), nil
-	})
+	waitUnschedulable(t, c, "one-unit", "one-unit unschedulable", "a shared node served rdma/hca: 1 with one HCA")
 
 	claim := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "every-hca", Namespace: "default"},

@@ -106,16 +106,7 @@ func TestDRATaintEffects(t *testing.T) {
 		t.Errorf("claim either got %s, want %s (mlx5_1): mlx5_0's port is INIT", got, other)
 	}
 	claimFor("pinned", "mlx5_0")
-	waitFor(t, settle, "pinned unschedulable while mlx5_0's port is INIT", func(ctx context.Context) (bool, string, error) {
-		p, err := c.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		if p.Spec.NodeName != "" {
-			return false, "", fmt.Errorf("pinned bound to %s while mlx5_0's port is INIT", p.Spec.NodeName)
-		}
-		return unschedulable(p), fmt.Sprintf("conditions %v", p.Status.Conditions), nil
-	})
+	waitUnschedulable(t, c, "pinned", "pinned unschedulable while mlx5_0's port is INIT", "while mlx5_0's port is INIT")
 	if claim, err := c.ResourceV1().ResourceClaims("default").Get(ctx, "pinned", metav1.GetOptions{}); err != nil || claim.Status.Allocation != nil {
 		t.Fatalf("claim pinned while mlx5_0's port is INIT: %v %+v", err, claim.Status)
 	}
