@@ -16,6 +16,7 @@
 #include "dra/kernel_pci.h"
 #include "dra/slices.h"
 #include "node/node.h"
+#include "resources/config.h"
 
 namespace rdp::cmd {
 namespace {
@@ -25,6 +26,7 @@ struct SlicesFlags {
   std::string node_name;
   std::string driver_name = dra::kDefaultDriverName;
   std::string mode = "exclusive";
+  int shared_devices = static_cast<int>(dra::kDefaultSharedUnits);
 };
 
 struct SlicesSettings {
@@ -46,6 +48,9 @@ absl::StatusOr<SlicesSettings> Settings(const SlicesFlags& f) {
   absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
   if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   s.devices.mode = *mode;
+  absl::StatusOr<std::int64_t> units = SharedUnitsFlag(f.shared_devices);
+  if (!units.ok()) return units.status();
+  s.devices.shared_units = *units;
   return s;
 }
 
@@ -85,6 +90,14 @@ std::string HostNodeName() {
   return absl::AsciiStrToLower(host);
 }
 
+absl::StatusOr<std::int64_t> SharedUnitsFlag(int units) {
+  if (units < 1 || units > resources::kMaxSharedDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("--shared-devices '", units, "': must be 1..",
+                                                   resources::kMaxSharedDevices));
+  }
+  return units;
+}
+
 CLI::App* AddDraCommand(CLI::App& app) {
   CLI::App* dra = app.add_subcommand(
       "dra", "The DRA (Dynamic Resource Allocation, resource.k8s.io/v1) driver mode");
@@ -101,6 +114,9 @@ CLI::App* AddDraCommand(CLI::App& app) {
       ->capture_default_str();
   slices->add_option("--mode", flags->mode,
                      "exclusive (one claim per HCA) or shared (any number of claims per HCA)")
+      ->capture_default_str();
+  slices->add_option("--shared-devices", flags->shared_devices,
+                     "Shared mode: the claims one HCA serves at most (its pods capacity)")
       ->capture_default_str();
   slices->callback([flags] { PrintSlices(*flags); });
   return dra;

@@ -39,6 +39,7 @@ struct DraFlags {
   std::string cdi_root = dra::kDefaultCdiRoot;
   std::string kubeconfig;
   std::string mode = "exclusive";
+  int shared_devices = static_cast<int>(dra::kDefaultSharedUnits);
   std::string health_interval = "5s";
   std::string resync = "30s";
   MetricsFlags metrics;
@@ -79,6 +80,9 @@ absl::StatusOr<Resolved> Resolve(DraFlags& f) {
   absl::StatusOr<hca::Mode> mode = hca::ParseMode(f.mode);
   if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--mode: ", mode.status().message()));
   r.plugin.mode = *mode;
+  absl::StatusOr<std::int64_t> units = SharedUnitsFlag(f.shared_devices);
+  if (!units.ok()) return units.status();
+  r.plugin.shared_units = *units;
   absl::StatusOr<metrics::HttpOptions> http = f.metrics.Options();
   if (!http.ok()) return http.status();
   r.metrics = *http;
@@ -205,6 +209,10 @@ void AddDraServeFlags(CLI::App* dra) {
       ->envname("KUBECONFIG");
   dra->add_option("--mode", f->mode, "shared or exclusive")
       ->envname("RDP_MODE")
+      ->capture_default_str();
+  dra->add_option("--shared-devices", f->shared_devices,
+                  "Shared mode: the claims one HCA serves at most (its pods capacity)")
+      ->envname("RDP_SHARED_DEVICES")
       ->capture_default_str();
   dra->add_option("--health-interval", f->health_interval,
                   "How often the HCAs are discovered again (health as device taints and in the kubelet's health stream, hotplug)")

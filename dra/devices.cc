@@ -45,6 +45,24 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
   return gbps;
 }
 
+// A resource.k8s.io/v1 DeviceCapacity of `value` whose request policy takes `def` for a claim
+// that asks nothing and rounds a request up to a whole unit from `min`.
+nlohmann::json ConsumableCapacity(std::int64_t value, std::int64_t def, std::int64_t min) {
+  nlohmann::json range = {{"min", std::to_string(min)}};
+  if (min + 1 <= value) range["step"] = "1";  // the API refuses a step beyond the value
+  return {{"value", std::to_string(value)},
+          {"requestPolicy", {{"default", std::to_string(def)}, {"validRange", std::move(range)}}}};
+}
+
+nlohmann::json SharedCapacity(const topology::Hca& hca, const DeviceOptions& opts) {
+  nlohmann::json capacity = {
+      {kPodsCapacity, ConsumableCapacity(std::max<std::int64_t>(1, opts.shared_units), 1, 1)}};
+  const std::optional<std::int64_t> gbps =
+      hca.ports.empty() ? std::nullopt : RateGbps(hca.ports.front().rate);
+  if (gbps && *gbps > 0) capacity[kBandwidthCapacity] = ConsumableCapacity(*gbps, 0, 0);
+  return capacity;
+}
+
 // The outermost switch above a device: the switch_id of the first bridge, from the root port
 // down, that belongs to a switch. Under one level of switches it is PciPlacement::Switch().
 std::string TopSwitch(const topology::PciPlacement& place) {
@@ -167,7 +185,10 @@ std::vector<nlohmann::json> BuildDevices(const node::View& node, const DeviceOpt
       device["taints"] = nlohmann::json::array(
           {{{"key", taint->key}, {"value", taint->value}, {"effect", taint->effect}}});
     }
-    if (opts.mode == hca::Mode::kShared) device["allowMultipleAllocations"] = true;
+    if (opts.mode == hca::Mode::kShared) {
+      device["allowMultipleAllocations"] = true;
+      device["capacity"] = SharedCapacity(hca, opts);
+    }
     devices.push_back(std::move(device));
   }
   return devices;

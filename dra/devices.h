@@ -3,6 +3,7 @@
 // The node's HCAs as resource.k8s.io/v1 Device objects (the `devices` of our ResourceSlices),
 // and the mapping between a device name and an HCA. Pure: no I/O.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,6 +30,13 @@ struct KernelPci {
   std::optional<int> numa;  // numa_node when >= 0
 };
 
+// The claims a shared-mode HCA serves at most unless told otherwise: the device plugin's
+// default count of shared units.
+inline constexpr std::int64_t kDefaultSharedUnits = 1000;
+// The consumable capacities of a shared-mode device (BuildDevices).
+inline constexpr char kPodsCapacity[] = "pods";
+inline constexpr char kBandwidthCapacity[] = "bandwidthGbps";
+
 struct DeviceOptions {
   // The driver's name: spec.driver of the slices and the domain of our own attributes and
   // taint key. Must be a lower-case DNS subdomain of at most 63 characters.
@@ -37,6 +45,9 @@ struct DeviceOptions {
   // claim at a time. Shared: every device may be allocated to any number of claims at once
   // (allowMultipleAllocations; see BuildDevices).
   hca::Mode mode = hca::Mode::kExclusive;
+  // Shared mode: the claims one HCA serves at most, the value of its `pods` capacity (flag
+  // --shared-devices; the device plugin's shared units). At least 1.
+  std::int64_t shared_units = kDefaultSharedUnits;
   // The kernel's placement by PCI address. An HCA listed here takes pcieRoot and numaNode from
   // it alone (numaNode omitted when the kernel has none, even if hwloc inferred one); an HCA not
   // listed (an XML-only topology, a tree without /sys/bus/pci) takes them from the snapshot.
@@ -122,8 +133,8 @@ std::string DegradedTaintKey(std::string_view driver_name);
 //     These identity attributes come from sysfs (topology::Hca); from an XML alone, driver,
 //     firmwareVersion and physicalFunction are not known and left out.
 // A string longer than the API's 64 characters is left out rather than make the slice invalid.
-// A device carries at most 20 attributes (3 standard, 17 of our own) and no capacity: the API
-// allows 32 attributes and capacities per device.
+// A device carries at most 20 attributes (3 standard, 17 of our own) and, in shared mode, 2
+// capacities: the API allows 32 attributes and capacities per device.
 //
 // Health: an HCA in a state of dra/taints.h's table (TaintedStateOf) carries that state's taint
 // (TaintOf), as {key, value, effect}: an unusable one (node.Verdict) "<driver>/unhealthy" with
@@ -134,12 +145,19 @@ std::string DegradedTaintKey(std::string_view driver_name);
 // and a degraded one offered untainted; with opts.taint_effect_none false, a degraded one is
 // offered untainted. A healthy HCA has no taint: the output depends only on the input.
 //
-// Shared mode sets allowMultipleAllocations: true on every device. DRA has no counted units like
-// the device plugin's 1000 "shared-N" IDs: a device is either allocated once or marked as
-// allocatable to many claims (DRAConsumableCapacity, beta and on by default since 1.36). We
-// declare no capacity, so each allocation consumes nothing and any number of claims, each
-// asking for every HCA, all fit; the allocator then gives each result a shareID. Taints still
-// apply to such a device.
+// Shared mode sets allowMultipleAllocations: true on every device and gives it two consumable
+// capacities (DRAConsumableCapacity, beta and on by default since 1.36), each with a request
+// policy the scheduler applies to every claim it allocates the device to:
+//   pods           value opts.shared_units; default 1, validRange {min 1, step 1}: a claim
+//                  that asks nothing consumes 1, so at most shared_units claims share the HCA
+//   bandwidthGbps  value the first port's rate in whole Gb/s (as rateGbps); default 0,
+//                  validRange {min 0, step 1}: a claim consumes what it asks (rounded up to a
+//                  whole Gb/s), nothing when it asks nothing. Left out when the rate is not
+//                  known or 0 (no claim that asks bandwidth gets such an HCA).
+// A step is left out where one step from min would exceed the value (shared_units 1), which
+// the API refuses. Bandwidth is accounting for the scheduler, not enforced on the wire. The
+// allocator gives each result a shareID and its consumedCapacity. Exclusive mode: no capacity.
+// Taints apply to shared devices as to any.
 std::vector<nlohmann::json> BuildDevices(const node::View& node, const DeviceOptions& opts);
 
 }  // namespace rdp::dra

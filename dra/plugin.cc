@@ -86,6 +86,7 @@ void WriteDriverMetrics(metrics::Exposition& out, bool registered, const SliceSy
              Type::kCounter);
   dropped.emplace("taints", 0);  // the fields we send that a gate controls, listed at 0
   dropped.emplace("allowMultipleAllocations", 0);
+  dropped.emplace(kCapacityRequestPolicyField, 0);
   dropped.emplace(kTaintEffectNoneField, 0);
   for (const auto& [field, n] : dropped) {
     out.Sample({{"field", field}}, static_cast<double>(n));
@@ -116,9 +117,8 @@ absl::StatusOr<std::unique_ptr<NodeClaims>> NodeClaims::Start(const PluginConfig
       (std::filesystem::path(config.server.PluginDir()) / kCheckpointFile).string());
   DriverConfig driver = config.driver;
   if (!driver.published_devices) {
-    driver.published_devices = [name = config.driver.driver_name, mode = config.mode,
-                                &node](const node::View& view) {
-      return BuildDevices(view, PublishedDeviceOptions(name, mode, node, view));
+    driver.published_devices = [config, &node](const node::View& view) {
+      return BuildDevices(view, PublishedDeviceOptions(config, node, view));
     };
   }
   claims->driver_ = std::make_unique<Driver>(std::move(driver), reader, *claims->cdi_,
@@ -196,11 +196,12 @@ absl::Status Plugin::Init() {
   return absl::OkStatus();
 }
 
-DeviceOptions PublishedDeviceOptions(const std::string& driver_name, hca::Mode mode,
-                                     node::Node& node, const node::View& view) {
+DeviceOptions PublishedDeviceOptions(const PluginConfig& config, node::Node& node,
+                                     const node::View& view) {
   DeviceOptions options;
-  options.driver_name = driver_name;
-  options.mode = mode;
+  options.driver_name = config.driver.driver_name;
+  options.mode = config.mode;
+  options.shared_units = config.shared_units;
   options.kernel = ReadKernelPci(node.env(), *view.topology);
   options.gpudirect_rdma = topology::ReadGpuDirect(node.env()).Available();
   return options;
@@ -208,7 +209,7 @@ DeviceOptions PublishedDeviceOptions(const std::string& driver_name, hca::Mode m
 
 std::vector<nlohmann::json> Plugin::DesiredSlices() const {
   const node::ViewPtr view = node_.Now();
-  DeviceOptions options = PublishedDeviceOptions(config_.driver.driver_name, config_.mode, node_, *view);
+  DeviceOptions options = PublishedDeviceOptions(config_, node_, *view);
   options.taints = taints_;
   options.taint_effect_none = taint_effect_none_;
   return BuildResourceSlices(BuildDevices(*view, options),

@@ -49,6 +49,8 @@ struct PluginConfig {
   DraServerConfig server;  // the kubelet's directory and the driver's name
   std::string cdi_root = kDefaultCdiRoot;
   hca::Mode mode = hca::Mode::kExclusive;
+  // Shared mode: the claims one HCA serves at most (DeviceOptions::shared_units).
+  std::int64_t shared_units = kDefaultSharedUnits;
   absl::Duration health_interval = absl::Seconds(5);
   absl::Duration resync = absl::Seconds(30);  // SliceSync's, while no watch is up
   // Read the pods claims are reserved for, this node's only (PodReads, dra/claim_reader.h).
@@ -81,9 +83,10 @@ class NodeClaims {
 };
 
 // The options the node's devices are published with (all but taints, which follow what the
-// control plane keeps): mode, the kernel's PCI placement, GPUDirect RDMA as read now.
-DeviceOptions PublishedDeviceOptions(const std::string& driver_name, hca::Mode mode,
-                                     node::Node& node, const node::View& view);
+// control plane keeps): driver name, mode and shared units of `config`, the kernel's PCI
+// placement, GPUDirect RDMA as read now.
+DeviceOptions PublishedDeviceOptions(const PluginConfig& config, node::Node& node,
+                                     const node::View& view);
 
 // The PCI addresses of the HCAs the prepared claims hold: those a vanished HCA is kept for. A
 // device allocated for admin access is not held (a monitor keeps no gone HCA listed).

@@ -169,6 +169,17 @@ std::vector<std::string> DroppedFields(const nlohmann::json& sent, const nlohman
     for (auto k = d.begin(); k != d.end(); ++k) {
       if (!Empty(k.value()) && !it->second->contains(k.key())) keys.insert(k.key());
     }
+    // A capacity's requestPolicy goes while the capacity stays (DRAConsumableCapacity off).
+    const nlohmann::json& held_capacity = Field(*it->second, {"capacity"});
+    const nlohmann::json& sent_capacity = Field(d, {"capacity"});
+    if (!sent_capacity.is_object() || !held_capacity.is_object()) continue;
+    for (auto c = sent_capacity.begin(); c != sent_capacity.end(); ++c) {
+      const nlohmann::json& policy = Field(c.value(), {"requestPolicy"});
+      if (!Empty(policy) && held_capacity.contains(c.key()) &&
+          Empty(Field(held_capacity[c.key()], {"requestPolicy"}))) {
+        keys.insert(kCapacityRequestPolicyField);
+      }
+    }
   }
   for (const std::string& k : keys) out.push_back("devices[]." + k);
   return out;
@@ -179,6 +190,7 @@ std::string FeatureGateOf(const std::string& field) {
       {"devices[].taints", "DRADeviceTaints"},
       {"devices[].allowMultipleAllocations", "DRAConsumableCapacity"},
       {"devices[].capacity", "DRAConsumableCapacity"},
+      {std::string("devices[].") + kCapacityRequestPolicyField, "DRAConsumableCapacity"},
       {"devices[].bindsToNode", "DRADeviceBindingConditions"},
       {"devices[].bindingConditions", "DRADeviceBindingConditions"},
       {"devices[].consumesCounters", "DRAPartitionableDevices"},

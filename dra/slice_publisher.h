@@ -51,9 +51,11 @@ using AppliedSlices = std::map<std::string, AppliedSlice>;  // by slice name
 // updates), or the slice is at the version `applied` records for the same object.
 // The fields of `sent` (a ResourceSlice we wrote) that the server's `answer` to the write lacks:
 // "devices[].<key>" for each key of a device (matched by name) that is not in the answer's device,
-// and "<key>" for a key of the spec. The API server drops, without an error, a field whose feature
-// gate is off (taints: DRADeviceTaints; allowMultipleAllocations: DRAConsumableCapacity). Empty
-// lists and objects, which the server leaves out as well, are not counted. Pure.
+// "devices[].capacity.requestPolicy" when a capacity the answer keeps lacks the request policy
+// sent, and "<key>" for a key of the spec. The API server drops, without an error, a field whose
+// feature gate is off (taints: DRADeviceTaints; allowMultipleAllocations and a capacity's
+// requestPolicy: DRAConsumableCapacity). Empty lists and objects, which the server leaves out as
+// well, are not counted. Pure.
 std::vector<std::string> DroppedFields(const nlohmann::json& sent, const nlohmann::json& answer);
 // The feature gate that controls a field DroppedFields names ("DRADeviceTaints"), or "" when not
 // known.
@@ -66,6 +68,8 @@ bool RefusesTaintEffectNone(const absl::Status& status);
 // The name under which a refused effect None is reported and counted (on_dropped,
 // DroppedCounts, rdma_device_plugin_dra_dropped_fields_total{field}).
 inline constexpr char kTaintEffectNoneField[] = "taintEffectNone";
+// The name under which a dropped capacity request policy is reported and counted.
+inline constexpr char kCapacityRequestPolicyField[] = "capacity.requestPolicy";
 
 SlicePlan PlanPool(const std::vector<nlohmann::json>& desired,
                    const std::vector<nlohmann::json>& existing, const std::string& pool_name,
@@ -111,7 +115,7 @@ class ApiSlicePublisher : public SlicePublisher {
     on_dropped_ = std::move(on_dropped);
   }
   // Writes whose answer lacked each field, by DroppedFields' name without "devices[]." (taints,
-  // allowMultipleAllocations), and writes refused for an effect None (kTaintEffectNoneField),
+  // allowMultipleAllocations, capacity.requestPolicy), and writes refused for an effect None (kTaintEffectNoneField),
   // so far. Thread-safe.
   std::map<std::string, std::uint64_t> DroppedCounts() const;
 

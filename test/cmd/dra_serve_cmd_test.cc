@@ -94,6 +94,7 @@ TEST_F(DRAServeCmdTest, BadFlagsExitTwo) {
     return RunBinary(args);
   };
   EXPECT_EQ(with({"--mode", "both"}), 2);
+  EXPECT_EQ(with({"--shared-devices", "0"}), 2);
   EXPECT_EQ(with({"--driver-name", "a/b"}), 2);
   EXPECT_EQ(with({"--log-level", "loud"}), 2);
   EXPECT_EQ(RunBinary({"dra", "--sysfs-root", "/nonexistent-rdp-root"}), 2);

@@ -205,7 +205,10 @@ TEST_F(DRASlicesCmdTest, SharedModeAndADriverName) {
   for (const json& d : devices) {
     EXPECT_EQ(d["allowMultipleAllocations"], true);
     EXPECT_EQ(d["attributes"]["rdma.example.com/mode"]["string"], "shared");
+    EXPECT_EQ(d["capacity"]["pods"]["value"], "1000") << d.dump();
   }
+  args.insert(args.end(), {"--shared-devices", "64"});
+  for (const json& d : Devices(Slices(args))) EXPECT_EQ(d["capacity"]["pods"]["value"], "64");
 }
 
 TEST_F(DRASlicesCmdTest, NodeNameFromTheEnvironment) {
@@ -271,7 +274,9 @@ TEST_F(DRASlicesCmdTest, BadFlagsExitTwoNamingTheFlag) {
                                          {{"--driver-name", "Not_A_Domain"}, "--driver-name"},
                                          {{"--node-name", "Node A"}, "--node-name"},
                                          {{"--log-level", "loud"}, "--log-level"},
-                                         {{"--gpu-classes", "zz"}, "--gpu-classes"}}) {
+                                         {{"--gpu-classes", "zz"}, "--gpu-classes"},
+                                         {{"--shared-devices", "0"}, "--shared-devices"},
+                                         {{"--shared-devices", "100001"}, "--shared-devices"}}) {
     std::vector<std::string> args = {"dra", "slices"};
     args.insert(args.end(), node.begin(), node.end());
     args.insert(args.end(), c.extra.begin(), c.extra.end());

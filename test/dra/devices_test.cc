@@ -89,6 +89,7 @@ TEST(DRADevicesTest, AHealthyHcasAttributes) {
   EXPECT_EQ(d["attributes"], want) << d.dump(2);
   EXPECT_FALSE(d.contains("taints"));
   EXPECT_FALSE(d.contains("allowMultipleAllocations"));
+  EXPECT_FALSE(d.contains("capacity")) << "an exclusive device has no capacity";
 }
 
 // A VF is published, marked, with its PF; a function's netdevs joined by commas.
@@ -305,6 +306,53 @@ TEST(DRADevicesTest, SharedModeAllowsMultipleAllocationsOfEveryDevice) {
   }
   EXPECT_FALSE(devices[0].contains("taints"));
   EXPECT_TRUE(devices[1].contains("taints")) << "a shared device is still tainted when unusable";
+}
+
+// Shared mode: each device's pods (claims) and bandwidthGbps (the first port's rate) are
+// consumable, with the request policies a claim that asks nothing, or a fraction, is held to.
+TEST(DRADevicesTest, SharedModeDevicesCarryPodsAndBandwidthCapacity) {
+  DeviceOptions opts;
+  opts.mode = hca::Mode::kShared;
+  const json want = {
+      {"pods",
+       {{"value", "1000"},
+        {"requestPolicy", {{"default", "1"}, {"validRange", {{"min", "1"}, {"step", "1"}}}}}}},
+      {"bandwidthGbps",
+       {{"value", "400"},
+        {"requestPolicy", {{"default", "0"}, {"validRange", {{"min", "0"}, {"step", "1"}}}}}}},
+  };
+  EXPECT_EQ(One(HealthyHca(), opts)["capacity"], want) << One(HealthyHca(), opts).dump(2);
+
+  opts.shared_units = 250;
+  topology::Hca ethernet = HealthyHca();
+  ethernet.ports = {{1, "ACTIVE", "LinkUp", "Ethernet", "100 Gb/sec (4X EDR)"}};
+  const json capacity = One(ethernet, opts)["capacity"];
+  EXPECT_EQ(capacity["pods"]["value"], "250");
+  EXPECT_EQ(capacity["bandwidthGbps"]["value"], "100");
+}
+
+TEST(DRADevicesTest, SharedCapacityStaysValidAtItsEdges) {
+  DeviceOptions opts;
+  opts.mode = hca::Mode::kShared;
+  topology::Hca h = HealthyHca();
+  h.ports = {{1, "ACTIVE", "LinkUp", "InfiniBand", ""}};  // rate not known
+  json capacity = One(h, opts)["capacity"];
+  EXPECT_TRUE(capacity.contains("pods"));
+  EXPECT_FALSE(capacity.contains("bandwidthGbps")) << capacity.dump();
+  h.ports = {{1, "ACTIVE", "LinkUp", "InfiniBand", "0 Gb/sec"}};
+  EXPECT_FALSE(One(h, opts)["capacity"].contains("bandwidthGbps"));
+  h.ports.clear();
+  EXPECT_FALSE(One(h, opts)["capacity"].contains("bandwidthGbps"));
+  // One unit: min 1 plus a step of 1 would exceed the value, which the API refuses.
+  opts.shared_units = 1;
+  h = HealthyHca();
+  capacity = One(h, opts)["capacity"];
+  EXPECT_EQ(capacity["pods"],
+            json({{"value", "1"},
+                  {"requestPolicy", {{"default", "1"}, {"validRange", {{"min", "1"}}}}}}));
+  // 1X SDR's 2.5 Gb/s is 2 whole Gb/s, as rateGbps says.
+  h.ports = {{1, "ACTIVE", "LinkUp", "InfiniBand", "2.5 Gb/sec (1X SDR)"}};
+  EXPECT_EQ(One(h, opts)["capacity"]["bandwidthGbps"]["value"], "2");
 }
 
 TEST(DRADevicesTest, OurAttributesLiveUnderTheDriversDomain) {

@@ -291,6 +291,26 @@ TEST(DRADroppedFieldsTest, NamesWhatTheAnswerLacks) {
   EXPECT_EQ(FeatureGateOf("devices[].something"), "");
 }
 
+// DRAConsumableCapacity off: the server keeps a capacity's value and drops its requestPolicy.
+TEST(DRADroppedFieldsTest, NamesACapacitysDroppedRequestPolicy) {
+  const nlohmann::json policy = {{"default", "0"}, {"validRange", {{"min", "0"}, {"step", "1"}}}};
+  const nlohmann::json sent = {
+      {"spec",
+       {{"devices",
+         {{{"name", "a"},
+           {"capacity",
+            {{"pods", {{"value", "1000"}, {"requestPolicy", policy}}},
+             {"bandwidthGbps", {{"value", "400"}, {"requestPolicy", policy}}}}}}}}}}};
+  nlohmann::json answer = sent;
+  EXPECT_TRUE(DroppedFields(sent, answer).empty());
+  answer["spec"]["devices"][0]["capacity"]["pods"].erase("requestPolicy");
+  answer["spec"]["devices"][0]["capacity"]["bandwidthGbps"].erase("requestPolicy");
+  EXPECT_THAT(DroppedFields(sent, answer), ElementsAre("devices[].capacity.requestPolicy"));
+  EXPECT_EQ(FeatureGateOf("devices[].capacity.requestPolicy"), "DRAConsumableCapacity");
+  answer["spec"]["devices"][0].erase("capacity");
+  EXPECT_THAT(DroppedFields(sent, answer), ElementsAre("devices[].capacity"));
+}
+
 // A server with DRADeviceTaints and DRAConsumableCapacity off (1.34, 1.35 by default) stores the
 // slices without those fields and answers with what it stored: each write's answer is compared
 // with what was sent, each field counted and reported; the memo of what was written keeps the
@@ -300,6 +320,9 @@ TEST_F(DRASlicePublisherTest, FieldsTheServerDropsAreCountedAndReported) {
     for (auto& d : slice["spec"]["devices"]) {
       d.erase("taints");
       d.erase("allowMultipleAllocations");
+      if (d.contains("capacity")) {
+        for (auto& c : d["capacity"]) c.erase("requestPolicy");
+      }
     }
   });
   std::vector<std::string> reported;
@@ -308,10 +331,16 @@ TEST_F(DRASlicePublisherTest, FieldsTheServerDropsAreCountedAndReported) {
   devices[0]["taints"] = {{{"key", "rdma.example.com/unhealthy"}, {"value", "PortNotActive"},
                            {"effect", "NoSchedule"}}};
   devices[1]["allowMultipleAllocations"] = true;
+  devices[1]["capacity"] = {
+      {"pods",
+       {{"value", "1000"},
+        {"requestPolicy", {{"default", "1"}, {"validRange", {{"min", "1"}, {"step", "1"}}}}}}}};
   ASSERT_TRUE(Publish(Slices(devices)).ok());
-  EXPECT_THAT(reported, ElementsAre("allowMultipleAllocations", "taints"));
+  EXPECT_THAT(reported,
+              ElementsAre("allowMultipleAllocations", "capacity.requestPolicy", "taints"));
   EXPECT_THAT(publisher_->DroppedCounts(),
-              ElementsAre(Pair("allowMultipleAllocations", 1), Pair("taints", 1)));
+              ElementsAre(Pair("allowMultipleAllocations", 1), Pair("capacity.requestPolicy", 1),
+                          Pair("taints", 1)));
   const int writes = server_.counters().writes();
   ASSERT_TRUE(Publish(Slices(devices)).ok());
   EXPECT_EQ(server_.counters().writes(), writes);
