@@ -31,6 +31,7 @@ nlohmann::json ToJson(const PreparedClaim& c) {
   for (const AllocatedDevice& d : c.devices) {
     nlohmann::json device = {{"request", d.request}, {"pool", d.pool}, {"device", d.device}};
     if (!d.share_id.empty()) device["shareID"] = d.share_id;
+    if (!d.consumed_capacity.empty()) device["consumedCapacity"] = d.consumed_capacity;
     if (d.admin_access) device["adminAccess"] = true;
     devices.push_back(std::move(device));
   }
@@ -87,6 +88,15 @@ absl::StatusOr<PreparedClaim> FromJson(const std::string& uid, const nlohmann::j
     AllocatedDevice device{d["request"].get<std::string>(), d["pool"].get<std::string>(),
                            d["device"].get<std::string>()};
     if (d.contains("shareID") && d["shareID"].is_string()) device.share_id = d["shareID"];
+    if (d.contains("consumedCapacity")) {
+      const nlohmann::json& consumed = d["consumedCapacity"];
+      if (!consumed.is_object() ||
+          !std::all_of(consumed.begin(), consumed.end(), [](const auto& q) { return q.is_string(); })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("entry ", uid, " has a malformed consumedCapacity"));
+      }
+      device.consumed_capacity = consumed.get<std::map<std::string, std::string>>();
+    }
     if (d.contains("adminAccess")) {
       if (!d["adminAccess"].is_boolean()) {
         return absl::InvalidArgumentError(

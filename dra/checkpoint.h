@@ -8,9 +8,10 @@
 // File format (version 2):
 //   {"version": 2, "claims": {"<uid>": {"namespace": ..., "name": ...,
 //     "devices": [{"request": ..., "pool": ..., "device": ..., "shareID": ...,
-//                  "adminAccess": true}],
+//                  "consumedCapacity": {"<capacity>": "<quantity>", ...}, "adminAccess": true}],
 //     "common": {"<request>": ["<device>", ...]}, "podEnv": {"<request>": ["<NAME>", ...]},
 //     "layout": "claim", "preparedAt": "<RFC 3339 UTC>", "podClaimName": ...}}}
+// "shareID" and "consumedCapacity" are the allocation's (AllocatedDevice; absent: none).
 // "adminAccess": true marks a device allocated for admin access (AllocatedDevice::admin_access;
 // absent: an ordinary one, which is also how a version that does not know the key reads it).
 // "common" lists, per request whose CDI device sets the common variables, the devices they name

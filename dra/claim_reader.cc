@@ -125,7 +125,26 @@ absl::StatusOr<std::vector<AllocatedDevice>> ParseResults(const nlohmann::json& 
       if (!value.ok()) return value.status();
       *field = *std::move(value);
     }
-    device.share_id = Str(result, "shareID");
+    if (const auto share = result.find("shareID"); share != result.end() && !share->is_null()) {
+      if (!share->is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(prefix, at, ".shareID is not a string"));
+      }
+      device.share_id = share->get<std::string>();
+    }
+    if (const auto consumed = result.find("consumedCapacity");
+        consumed != result.end() && !consumed->is_null()) {
+      if (!consumed->is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, at, ".consumedCapacity is not an object"));
+      }
+      for (const auto& [name, quantity] : consumed->items()) {
+        if (name.empty() || !quantity.is_string() || quantity.get<std::string>().empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              prefix, at, ".consumedCapacity[\"", name, "\"] is not a quantity string"));
+        }
+        device.consumed_capacity[name] = quantity.get<std::string>();
+      }
+    }
     // Absent (a control plane without the field, or not an admin claim) or null: not admin.
     if (const auto admin = result.find("adminAccess"); admin != result.end() && !admin->is_null()) {
       if (!admin->is_boolean()) {

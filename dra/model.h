@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,9 +42,15 @@ struct AllocatedDevice {
   // takes no part in the common variables nor in HeldHcas). false when absent or false: a
   // control plane that drops the field allocated the device as any other.
   bool admin_access = false;
+  // results[].consumedCapacity: what the allocation consumes of each capacity of a device that
+  // allows multiple allocations (shared mode: "pods", "bandwidthGbps"), quantities as the API
+  // server wrote them ("100"); empty when none (exclusive mode, or a control plane without
+  // DRAConsumableCapacity).
+  std::map<std::string, std::string> consumed_capacity;
   bool operator==(const AllocatedDevice& o) const {
     return request == o.request && pool == o.pool && device == o.device &&
-           share_id == o.share_id && admin_access == o.admin_access;
+           share_id == o.share_id && consumed_capacity == o.consumed_capacity &&
+           admin_access == o.admin_access;
   }
 };
 

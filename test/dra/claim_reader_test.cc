@@ -11,6 +11,7 @@ using ::rdp::dra::testing::FakeApiServer;
 using ::rdp::kube::testing::FakeClock;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 constexpr char kDriver[] = "rdma.example.com";
 
@@ -116,6 +117,19 @@ TEST_F(DRAClaimReaderTest, MalformedAllocationNamesTheField) {
        "results[0].driver is missing"},
       {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1]["adminAccess"] = "true"; },
        "results[1].adminAccess is not a boolean"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1]["shareID"] = 5; },
+       "results[1].shareID is not a string"},
+      {[](auto& c) { c["status"]["allocation"]["devices"]["results"][1]["consumedCapacity"] = "1"; },
+       "results[1].consumedCapacity is not an object"},
+      {[](auto& c) {
+         c["status"]["allocation"]["devices"]["results"][1]["consumedCapacity"] = {{"pods", 1}};
+       },
+       "results[1].consumedCapacity[\"pods\"] is not a quantity string"},
+      {[](auto& c) {
+         c["status"]["allocation"]["devices"]["results"][1]["consumedCapacity"] = {
+             {"bandwidthGbps", ""}};
+       },
+       "results[1].consumedCapacity[\"bandwidthGbps\"] is not a quantity string"},
   };
   for (const Case& c : cases) {
     nlohmann::json claim = Claim({Result("gpu.example.com", "gpu-0"), Result(kDriver, "hca-0")});
@@ -161,6 +175,26 @@ TEST_F(DRAClaimReaderTest, UidShareIdAndReservedPods) {
   auto by_name = ReadClaim(nullptr, {"team", "", "claim-1"});
   ASSERT_TRUE(by_name.ok()) << by_name.status();
   EXPECT_EQ(by_name->uid, "uid-1");
+}
+
+// KEP-5075: a shared device's result carries its shareID and what it consumes of each capacity,
+// kept as the API server wrote the quantities; a result without them (an exclusive device, a
+// control plane without DRAConsumableCapacity) has none.
+TEST_F(DRAClaimReaderTest, ShareIdAndConsumedCapacityArePerResult) {
+  nlohmann::json claim = Claim({Result(kDriver, "hca-0"), Result(kDriver, "hca-1")});
+  auto& results = claim["status"]["allocation"]["devices"]["results"];
+  results[0]["shareID"] = "0a1b2c3d-0000-4000-8000-000000000001";
+  results[0]["consumedCapacity"] = {{"bandwidthGbps", "100"}, {"pods", "1"}};
+  results[1]["shareID"] = nullptr;
+  results[1]["consumedCapacity"] = nullptr;
+  auto got = ReadClaim(claim);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->devices.size(), 2u);
+  EXPECT_EQ(got->devices[0].share_id, "0a1b2c3d-0000-4000-8000-000000000001");
+  EXPECT_THAT(got->devices[0].consumed_capacity,
+              ElementsAre(Pair("bandwidthGbps", "100"), Pair("pods", "1")));
+  EXPECT_EQ(got->devices[1].share_id, "");
+  EXPECT_TRUE(got->devices[1].consumed_capacity.empty());
 }
 
 // KEP-5018: a result with adminAccess true is an admin device; false, null or no field (a control

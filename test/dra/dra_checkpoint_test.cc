@@ -97,6 +97,39 @@ TEST(DRACheckpointTest, AdminAccessIsKeptAndAbsentInOlderFiles) {
   EXPECT_TRUE(loaded->empty()) << "an adminAccess that is not a boolean makes the entry bad";
 }
 
+// A shared device's shareID and consumed capacity are kept per device, so that a restarted
+// driver knows what each claim was allocated; a device without them (exclusive mode, files
+// written before) has none, and a consumedCapacity that is not an object of strings makes the
+// entry bad.
+TEST(DRACheckpointTest, ShareIdAndConsumedCapacityAreKept) {
+  rdp::testing::TempDir dir;
+  const std::string path = dir.Sub("checkpoint.json");
+  PreparedClaims claims = Two();
+  AllocatedDevice shared{"hca", "node-a", "hca-0000-1a-00-0",
+                         "0a1b2c3d-0000-4000-8000-000000000001"};
+  shared.consumed_capacity = {{"bandwidthGbps", "100"}, {"pods", "1"}};
+  claims["uid-3"] = {{"ns", "uid-3", "trainer"}, {shared}};
+  ASSERT_TRUE(Checkpoint(path).Save(claims).ok());
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["claims"]["uid-3"]["devices"][0]["consumedCapacity"],
+            nlohmann::json({{"bandwidthGbps", "100"}, {"pods", "1"}}));
+  EXPECT_EQ(j["claims"]["uid-3"]["devices"][0]["shareID"], shared.share_id);
+  EXPECT_FALSE(j["claims"]["uid-1"]["devices"][0].contains("consumedCapacity"));
+  auto loaded = Checkpoint(path).Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(Same(*loaded, claims));
+  EXPECT_EQ(loaded->at("uid-3").devices[0], shared);
+  for (const char* bad : {R"("100")", R"({"pods": 1})"}) {
+    WriteText(path, std::string(R"({"version": 2, "claims": {"u": {"namespace": "ns", "name": "n",
+        "devices": [{"request": "hca", "pool": "p", "device": "d", "consumedCapacity": )") +
+                        bad + "}]}}}");
+    loaded = Checkpoint(path).Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->empty()) << "consumedCapacity " << bad << " makes the entry bad";
+  }
+}
+
 TEST(DRACheckpointTest, NotJsonIsMovedAsideAndStartsEmpty) {
   rdp::testing::TempDir dir;
   const std::string path = dir.Sub("checkpoint.json");

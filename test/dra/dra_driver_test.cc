@@ -242,6 +242,30 @@ TEST(DRADriverTest, PrepareAndUnprepareSetTheClaimsDeviceStatus) {
   EXPECT_TRUE(status.calls[2].second.empty());
 }
 
+// A shared HCA's allocation (shareID, consumed capacity) is what Prepare keeps in the checkpoint:
+// a restarted driver answers the claim with the same shareID and knows what it consumed.
+TEST(DRADriverTest, PrepareKeepsTheSharesAndConsumedCapacityAcrossARestart) {
+  DraNode n;
+  AllocatedDevice a = Dev(kHca0);
+  a.share_id = "0a1b2c3d-0000-4000-8000-000000000001";
+  a.consumed_capacity = {{"bandwidthGbps", "100"}, {"pods", "1"}};
+  AllocatedDevice b = Dev(kHca0, "second");
+  b.share_id = "0a1b2c3d-0000-4000-8000-000000000002";
+  b.consumed_capacity = {{"bandwidthGbps", "0"}, {"pods", "1"}};
+  n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{a, b});
+  auto first = n.driver().Prepare({kClaim});
+  ASSERT_TRUE(first.at(kClaim.uid).ok()) << first.at(kClaim.uid).status();
+  n.NewDriver();
+  ASSERT_EQ(n.driver().Prepared().size(), 1u);
+  EXPECT_EQ(n.driver().Prepared().at(kClaim.uid).devices, (std::vector<AllocatedDevice>{a, b}));
+  n.reader().Set(kClaim.uid, absl::UnavailableError("API server down"));
+  auto again = n.driver().Prepare({kClaim});
+  ASSERT_TRUE(again.at(kClaim.uid).ok()) << again.at(kClaim.uid).status();
+  ASSERT_EQ(again.at(kClaim.uid)->size(), 2u);
+  EXPECT_EQ((*again.at(kClaim.uid))[0].share_id, a.share_id);
+  EXPECT_EQ((*again.at(kClaim.uid))[1].share_id, b.share_id);
+}
+
 TEST(DRADriverTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
   DraNode n;
   n.reader().Set(kClaim.uid, std::vector<AllocatedDevice>{Dev(kHca0)});
