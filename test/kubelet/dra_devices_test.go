@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -301,13 +302,14 @@ func TestDRASlicesValidate(t *testing.T) {
 			{"--mode", "exclusive", "--node-name", draNodeName},
 			{"--mode", "shared", "--node-name", draNodeName},
 			{"--mode", "shared", "--driver-name", "rdma.example.com", "--node-name", "node-1.zone-a"},
+			{"--mode", "shared", "--shared-devices", "1", "--node-name", draNodeName},
 		} {
 			args := append(append([]string{}, f.Args...), extra...)
 			slices := draSlices(t, bin, args...)
 			if len(slices) == 0 {
 				t.Fatalf("%s %v: no slice", f.Name, extra)
 			}
-			tainted, multi := 0, 0
+			tainted, multi, consumable := 0, 0, 0
 			for _, s := range slices {
 				obj, err := createErr(t, s)
 				if err != nil {
@@ -322,6 +324,9 @@ func TestDRASlicesValidate(t *testing.T) {
 					if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
 						multi++
 					}
+					if pods, bw := d.Capacity["pods"], d.Capacity["bandwidthGbps"]; pods.RequestPolicy != nil && bw.RequestPolicy != nil {
+						consumable++
+					}
 				}
 			}
 			if tainted != 1 {
@@ -329,6 +334,9 @@ func TestDRASlicesValidate(t *testing.T) {
 			}
 			if shared := extra[1] == "shared"; shared && multi != len(f.Node.HCAs) || !shared && multi != 0 {
 				t.Errorf("%s %v: %d devices allow multiple allocations", f.Name, extra, multi)
+			}
+			if shared := extra[1] == "shared"; shared && consumable != len(f.Node.HCAs) || !shared && consumable != 0 {
+				t.Errorf("%s %v: %d devices keep pods and bandwidthGbps with their request policies after create", f.Name, extra, consumable)
 			}
 		}
 	}
@@ -650,4 +658,79 @@ func hcaByName(n *Node, name string) HCA {
 		}
 	}
 	return HCA{}
+}
+
+// TestDRAConsumableCapacityAllocation: the scheduler's allocator on a shared node's slices, one
+// HCA (400 Gb/s) pinned by a CEL selector on its name. Claims asking 100 Gb/s each: four fit, a
+// fifth does not; each result consumes what it asked and 1 of pods. Claims asking nothing consume
+// pods 1 and bandwidth 0: 1000 of them fit on the default 1000 units beside the four, the 1001st
+// does not; with --shared-devices 3, three.
+func TestDRAConsumableCapacityAllocation(t *testing.T) {
+	bin := draBinary(t)
+	f := newDRAFixture(t, fixtureXML(), nil)
+	hca := f.Node.HCAs[0].Name
+	pinned := func(name string, gbps int64) *resourceapi.ResourceClaim {
+		req := &resourceapi.ExactDeviceRequest{DeviceClassName: draDriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf(`device.attributes[%q].hcaName == %q`, draDriver, hca)}}}}
+		if gbps > 0 {
+			req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+				"bandwidthGbps": *resource.NewQuantity(gbps, resource.DecimalSI)}}
+		}
+		return claim(name, []resourceapi.DeviceRequest{{Name: "hca", Exactly: req}})
+	}
+	shared := newDRAAllocator(t, bin, f, "--mode", "shared")
+	var bandwidth []*resourceapi.ResourceClaim
+	for i := range 4 {
+		bandwidth = append(bandwidth, pinned(fmt.Sprintf("bw-%d", i), 100))
+	}
+	results := shared.allocate(bandwidth...)
+	if len(results) != 4 {
+		t.Fatalf("four claims of 100 Gb/s on a 400 Gb/s HCA: %d allocated", len(results))
+	}
+	for i, r := range results {
+		d := r.Devices.Results[0]
+		bw, pods := d.ConsumedCapacity["bandwidthGbps"], d.ConsumedCapacity["pods"]
+		if shared.byName[d.Device].Name != hca || d.ShareID == nil || bw.Value() != 100 || pods.Value() != 1 {
+			t.Errorf("claim bw-%d: %s (%s) shareID %v consumed bandwidthGbps %s pods %s, want %s, a shareID, 100 and 1",
+				i, d.Device, shared.byName[d.Device].Name, d.ShareID, bw.String(), pods.String(), hca)
+		}
+	}
+	if got := shared.allocate(append(bandwidth, pinned("bw-4", 100))...); got != nil {
+		t.Errorf("a fifth claim of 100 Gb/s on the 400 Gb/s HCA was allocated: %+v", got)
+	}
+	// A request of 0.5 Gb/s is rounded up to a whole one (step 1).
+	if got := shared.allocate(pinned("nothing", 0), claim("frac", []resourceapi.DeviceRequest{{Name: "hca", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: draDriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			"bandwidthGbps": resource.MustParse("500m")}}}}})); len(got) == 2 {
+		bw := got[1].Devices.Results[0].ConsumedCapacity["bandwidthGbps"]
+		if bw.Value() != 1 || bw.MilliValue() != 1000 {
+			t.Errorf("a request of 0.5 Gb/s consumed %s, want 1", bw.String())
+		}
+	} else {
+		t.Errorf("a claim asking nothing and one asking 0.5 Gb/s: %d allocated", len(got))
+	}
+
+	// Claims asking nothing: pods 1, bandwidth 0, so they fit beside the full bandwidth.
+	plain := append([]*resourceapi.ResourceClaim{}, bandwidth...)
+	for i := range 1000 - len(bandwidth) {
+		plain = append(plain, pinned(fmt.Sprintf("plain-%d", i), 0))
+	}
+	results = shared.allocate(plain...)
+	if len(results) != 1000 {
+		t.Fatalf("1000 claims on the HCA's 1000 pods units: %d allocated", len(results))
+	}
+	last := results[len(results)-1].Devices.Results[0]
+	if bw, pods := last.ConsumedCapacity["bandwidthGbps"], last.ConsumedCapacity["pods"]; bw.Value() != 0 || pods.Value() != 1 {
+		t.Errorf("a claim asking nothing consumed bandwidthGbps %s pods %s, want 0 and 1", bw.String(), pods.String())
+	}
+	if got := shared.allocate(append(plain, pinned("plain-extra", 0))...); got != nil {
+		t.Errorf("a 1001st claim was allocated on 1000 pods units")
+	}
+	three := newDRAAllocator(t, bin, f, "--mode", "shared", "--shared-devices", "3")
+	if got := three.allocate(pinned("a", 0), pinned("b", 0), pinned("c", 0)); len(got) != 3 {
+		t.Errorf("--shared-devices 3: three claims, %d allocated", len(got))
+	}
+	if got := three.allocate(pinned("a", 0), pinned("b", 0), pinned("c", 0), pinned("d", 0)); got != nil {
+		t.Errorf("--shared-devices 3: a fourth claim was allocated")
+	}
 }

@@ -37,8 +37,8 @@ func scrape(ctx context.Context, p *draProcess) (string, error) {
 }
 
 // TestDRADroppedFields: a control plane with DRADeviceTaints and DRAConsumableCapacity off (a
-// 1.34 or 1.35 one by default) drops device taints and allowMultipleAllocations from the slices it
-// stores, without an error. The driver compares every write's answer with what it sent: it logs
+// 1.34 or 1.35 one by default) drops device taints, allowMultipleAllocations and the capacities'
+// requestPolicy (keeping their values) from the slices it stores, without an error. The driver compares every write's answer with what it sent: it logs
 // a warning naming the feature gate, counts the field in
 // rdma_device_plugin_dra_dropped_fields_total{field}, and, for taints, stops offering the HCA
 // whose port is down (no device, rather than an untainted one the scheduler would allocate and
@@ -95,12 +95,12 @@ func TestDRADroppedFields(t *testing.T) {
 			return false, err.Error(), nil
 		}
 		var seen []string
-		for _, field := range []string{"taints", "allowMultipleAllocations"} {
+		for _, field := range []string{"taints", "allowMultipleAllocations", "capacity.requestPolicy"} {
 			if regexp.MustCompile(`(?m)^rdma_device_plugin_dra_dropped_fields_total\{field="` + field + `"\} [1-9]`).MatchString(m) {
 				seen = append(seen, field)
 			}
 		}
-		return len(seen) == 2, fmt.Sprintf("counted: %v", seen), nil
+		return len(seen) == 3, fmt.Sprintf("counted: %v", seen), nil
 	})
 	log := driver.output()
 	for _, gate := range []string{"DRADeviceTaints", "DRAConsumableCapacity"} {

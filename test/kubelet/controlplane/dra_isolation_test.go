@@ -40,6 +40,7 @@ type draNodeEnv struct {
 	kubelet *draKubelet
 	driver  *draProcess
 	cdiRoot string
+	root    string // the kubelet's directory: plugins/<driver>/ holds the driver's checkpoint
 	// By device name: the HCA's kernel name and uverbs node, from the slices the node publishes.
 	hcaName map[string]string
 	uverbs  map[string]string
@@ -48,17 +49,25 @@ type draNodeEnv struct {
 
 func startDRANodeEnv(t *testing.T, xml string) *draNodeEnv {
 	t.Helper()
+	return startDRANodeEnvMode(t, xml, "exclusive")
+}
+
+// startDRANodeEnvMode: startDRANodeEnv with the driver in `mode` (exclusive or shared) and its
+// further flags.
+func startDRANodeEnvMode(t *testing.T, xml, mode string, flags ...string) *draNodeEnv {
+	t.Helper()
 	const node = "dra-node"
 	cp := draControlPlane(t, node)
 	discovery := draFixtureNode(t, xml)
 	e := &draNodeEnv{t: t, cp: cp, node: node, cdiRoot: filepath.Join(t.TempDir(), "cdi"),
 		hcaName: map[string]string{}, uverbs: map[string]string{}}
 	root := shortDir(t)
+	e.root = root
 	e.kubelet = startDRAKubelet(t, cp, node, root, t.TempDir(), func() []*v1.Pod { return e.pods })
 	t.Cleanup(func() { e.kubelet.stop() })
 	kubeconfig := writeJSONKubeconfig(t, cp, map[string]any{"tokenFile": draServiceAccount(t, cp)})
-	e.driver = startDRADriver(t, kubeconfig, node, root, e.cdiRoot, discovery)
-	want := draNodeSlices(t, node, "exclusive", discovery)
+	e.driver = startDRADriverMode(t, mode, kubeconfig, node, root, e.cdiRoot, append(discovery, flags...))
+	want := draNodeSlices(t, node, mode, discovery)
 	for _, s := range want {
 		for _, d := range s.Spec.Devices {
 			if a, ok := d.Attributes[resourcev1.QualifiedName(draDriver+"/hcaName")]; ok && a.StringValue != nil {

@@ -82,8 +82,14 @@ type draProcess struct {
 
 func startDRADriver(t *testing.T, kubeconfig, node, root, cdiRoot string, discovery []string) *draProcess {
 	t.Helper()
-	return startDRAProcess(t, append([]string{"dra", "--mode", "exclusive", "--node-name", node, "--kubeconfig", kubeconfig,
-		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0", "--health-interval", "200ms"}, discovery...))
+	return startDRADriverMode(t, "exclusive", kubeconfig, node, root, cdiRoot, discovery)
+}
+
+// startDRADriverMode: startDRADriver in `mode`; `args` are the discovery flags and any others.
+func startDRADriverMode(t *testing.T, mode, kubeconfig, node, root, cdiRoot string, args []string) *draProcess {
+	t.Helper()
+	return startDRAProcess(t, append([]string{"dra", "--mode", mode, "--node-name", node, "--kubeconfig", kubeconfig,
+		"--kubelet-dir", root, "--cdi-root", cdiRoot, "--log-level", "debug", "--metrics-address", "127.0.0.1:0", "--health-interval", "200ms"}, args...))
 }
 
 // startDRAProcess runs the plugin binary with args, its output in a log file; it is stopped at
