@@ -1,6 +1,7 @@
 #include "dra/devices.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -45,13 +46,27 @@ std::optional<std::int64_t> RateGbps(const std::string& rate) {
   return gbps;
 }
 
+// A non-negative integer as the API server writes a decimal Quantity back (1000 -> "1k",
+// 1500 -> "1500"), so that a slice it stored equals the one the driver builds and a restarted
+// driver writes nothing.
+std::string CanonicalQuantity(std::int64_t value) {
+  static constexpr const char* kSuffixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  std::size_t suffix = 0;
+  while (value != 0 && value % 1000 == 0 && suffix + 1 < std::size(kSuffixes)) {
+    value /= 1000;
+    ++suffix;
+  }
+  return absl::StrCat(value, kSuffixes[suffix]);
+}
+
 // A resource.k8s.io/v1 DeviceCapacity of `value` whose request policy takes `def` for a claim
 // that asks nothing and rounds a request up to a whole unit from `min`.
 nlohmann::json ConsumableCapacity(std::int64_t value, std::int64_t def, std::int64_t min) {
-  nlohmann::json range = {{"min", std::to_string(min)}};
+  nlohmann::json range = {{"min", CanonicalQuantity(min)}};
   if (min + 1 <= value) range["step"] = "1";  // the API refuses a step beyond the value
-  return {{"value", std::to_string(value)},
-          {"requestPolicy", {{"default", std::to_string(def)}, {"validRange", std::move(range)}}}};
+  return {{"value", CanonicalQuantity(value)},
+          {"requestPolicy",
+           {{"default", CanonicalQuantity(def)}, {"validRange", std::move(range)}}}};
 }
 
 nlohmann::json SharedCapacity(const topology::Hca& hca, const DeviceOptions& opts) {

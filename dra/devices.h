@@ -148,6 +148,7 @@ std::string DegradedTaintKey(std::string_view driver_name);
 // Shared mode sets allowMultipleAllocations: true on every device and gives it two consumable
 // capacities (DRAConsumableCapacity, beta and on by default since 1.36), each with a request
 // policy the scheduler applies to every claim it allocates the device to:
+// Quantities are written as the API server writes them back ("1k" for 1000).
 //   pods           value opts.shared_units; default 1, validRange {min 1, step 1}: a claim
 //                  that asks nothing consumes 1, so at most shared_units claims share the HCA
 //   bandwidthGbps  value the first port's rate in whole Gb/s (as rateGbps); default 0,

@@ -205,7 +205,7 @@ TEST_F(DRASlicesCmdTest, SharedModeAndADriverName) {
   for (const json& d : devices) {
     EXPECT_EQ(d["allowMultipleAllocations"], true);
     EXPECT_EQ(d["attributes"]["rdma.example.com/mode"]["string"], "shared");
-    EXPECT_EQ(d["capacity"]["pods"]["value"], "1000") << d.dump();
+    EXPECT_EQ(d["capacity"]["pods"]["value"], "1k") << d.dump();
   }
   args.insert(args.end(), {"--shared-devices", "64"});
   for (const json& d : Devices(Slices(args))) EXPECT_EQ(d["capacity"]["pods"]["value"], "64");

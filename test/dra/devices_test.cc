@@ -315,7 +315,7 @@ TEST(DRADevicesTest, SharedModeDevicesCarryPodsAndBandwidthCapacity) {
   opts.mode = hca::Mode::kShared;
   const json want = {
       {"pods",
-       {{"value", "1000"},
+       {{"value", "1k"},  // as the API server writes 1000 back
         {"requestPolicy", {{"default", "1"}, {"validRange", {{"min", "1"}, {"step", "1"}}}}}}},
       {"bandwidthGbps",
        {{"value", "400"},
@@ -323,6 +323,11 @@ TEST(DRADevicesTest, SharedModeDevicesCarryPodsAndBandwidthCapacity) {
   };
   EXPECT_EQ(One(HealthyHca(), opts)["capacity"], want) << One(HealthyHca(), opts).dump(2);
 
+  for (const auto& [units, quantity] : std::vector<std::pair<std::int64_t, std::string>>{
+           {1500, "1500"}, {2000, "2k"}, {100000, "100k"}, {7, "7"}}) {
+    opts.shared_units = units;
+    EXPECT_EQ(One(HealthyHca(), opts)["capacity"]["pods"]["value"], quantity) << units;
+  }
   opts.shared_units = 250;
   topology::Hca ethernet = HealthyHca();
   ethernet.ports = {{1, "ACTIVE", "LinkUp", "Ethernet", "100 Gb/sec (4X EDR)"}};

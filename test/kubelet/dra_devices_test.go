@@ -678,6 +678,44 @@ func TestDRAConsumableCapacityAllocation(t *testing.T) {
 		}
 		return claim(name, []resourceapi.DeviceRequest{{Name: "hca", Exactly: req}})
 	}
+	// The quantities are printed as the API server writes them back (1000 is "1k"), so that a
+	// restarted driver finds its stored slices equal to what it would write.
+	for _, units := range []string{"1000", "1500", "3"} {
+		out, err := exec.Command(bin, append(append([]string{"dra", "slices"}, f.Args...), "--node-name", draNodeName,
+			"--mode", "shared", "--shared-devices", units)...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Items []struct {
+				Spec struct {
+					Devices []struct {
+						Capacity map[string]struct {
+							Value         string
+							RequestPolicy struct {
+								Default    string
+								ValidRange struct{ Min, Step string }
+							}
+						}
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal(out, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range list.Items[0].Spec.Devices {
+			for name, c := range d.Capacity {
+				for _, q := range []string{c.Value, c.RequestPolicy.Default, c.RequestPolicy.ValidRange.Min, c.RequestPolicy.ValidRange.Step} {
+					parsed := resource.MustParse(q)
+					if canonical := parsed.String(); q != canonical {
+						t.Errorf("--shared-devices %s: capacity %s has %q, which the API server writes back as %q", units, name, q, canonical)
+					}
+				}
+			}
+		}
+	}
+
 	shared := newDRAAllocator(t, bin, f, "--mode", "shared")
 	var bandwidth []*resourceapi.ResourceClaim
 	for i := range 4 {
