@@ -41,6 +41,7 @@ func TestRealNodeDRA(t *testing.T) {
 	got := c.allocated("one", "hca")
 	c.checkExactly("claim one", c.inside("claim-one", "c"), got)
 	c.checkMknodDenied("claim one", "claim-one", "c", kubelet.Minus(usable, got)[0])
+	c.checkDeviceMetadata("claim one", "claim-one", "c", "one", "hca", got)
 	specs := c.cdiSpecs()
 	t.Logf("CDI specs with claim-one running: %v", specs)
 	if !containsClaim(specs, c.claimUID("one")) {
@@ -367,4 +368,43 @@ func draRestarts(t *testing.T, c *cluster) {
 		t.Errorf("after the reboot the CDI directory holds %v, want only kept's claim %s", specs, c.claimUID("kept"))
 	}
 	c.deletePods(podTimeout, "kept")
+}
+
+// checkDeviceMetadata reads the standard device metadata file (KEP-5304) inside a running
+// container, at the path a workload knows from its claim and request, and decodes it with the
+// upstream package: both versions valid, naming the claim, the request and exactly the HCAs
+// `want` (by name), each device of our driver with its attributes.
+func (c *cluster) checkDeviceMetadata(what, pod, container, claim, request string, want []string) {
+	c.t.Helper()
+	path := fmt.Sprintf("/var/run/kubernetes.io/dra-device-attributes/resourceclaims/%s/%s/%s-metadata.json",
+		claim, request, draDriver)
+	text := c.exec(pod, container, "cat "+path)
+	beta, alpha, err := kubelet.DecodeDRAMetadata([]byte(text))
+	if err != nil {
+		c.t.Errorf("%s: %s inside %s/%s: %v\n%s", what, path, pod, container, err, text)
+		return
+	}
+	if beta.Name != claim || len(beta.Requests) != 1 || beta.Requests[0].Name != request {
+		c.t.Errorf("%s: metadata names claim %q, requests %+v; want claim %q, request %q", what, beta.Name, beta.Requests, claim, request)
+		return
+	}
+	var got []string
+	for _, d := range beta.Requests[0].Devices {
+		if d.Driver != draDriver || len(d.Attributes) == 0 {
+			c.t.Errorf("%s: metadata device %s: driver %q, %d attributes", what, d.Name, d.Driver, len(d.Attributes))
+		}
+		for _, h := range c.node.HCAs {
+			if kubelet.DRADeviceName(h) == d.Name {
+				got = append(got, h.Name)
+			}
+		}
+	}
+	sort.Strings(got)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		c.t.Errorf("%s: the metadata file inside the container names %v, the scheduler allocated %v", what, got, want)
+	}
+	if alpha.Name != claim || len(alpha.Requests) != 1 || len(alpha.Requests[0].Devices) != len(want) {
+		c.t.Errorf("%s: the v1alpha1 object says otherwise: %+v", what, alpha)
+	}
+	c.t.Logf("%s: %s inside the container names %v", what, path, got)
 }
