@@ -66,6 +66,7 @@
 #include "sim/kubelet_sim.h"
 #include "sim/fixture_node.h"
 #include "test/support/child.h"
+#include "test/support/temp_dir.h"
 #include "topology/discovery.h"
 
 namespace rdp::deviceplugin {
@@ -85,7 +86,7 @@ struct Flags {
   std::string floor_duration = "10s";
   std::string warmup = "2s";
   std::string rpc_deadline = "5s";
-  std::string binary = RDP_BINARY;
+  std::string binary = testing::PluginBinary();
   std::string topology_xml;  // empty: the bundled dgx-h100-like node
   bool pod_resources = true;
   unsigned seed = 1;

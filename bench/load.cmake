@@ -8,7 +8,6 @@ if(TARGET rdp_deviceplugin)
     CLI11::CLI11 nlohmann_json::nlohmann_json)
   # The plugin it spawns: the binary of this build unless --binary says otherwise.
   add_dependencies(bench_load rdma-device-plugin)
-  target_compile_definitions(bench_load PRIVATE RDP_BINARY="$<TARGET_FILE:rdma-device-plugin>")
 
   if(BUILD_TESTING)
     # Smoke run: 8 clients for a few seconds must see zero errors and a clean plugin stop (the

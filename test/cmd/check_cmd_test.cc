@@ -42,7 +42,8 @@ class CheckCmdTest : public ::testing::Test {
 };
 
 TEST_F(CheckCmdTest, ReadsTheAllocationFromTheEnvironment) {
-  Child check(RDP_BINARY, {"check", "--sysfs-root", dir_.path(), "--dev-root", dir_.path(), "--json"},
+  Child check(testing::PluginBinary(),
+              {"check", "--sysfs-root", dir_.path(), "--dev-root", dir_.path(), "--json"},
               Env({{"RDMA_HCA_NAMES", "mlx5_0"}}));
   EXPECT_EQ(check.Wait(absl::Seconds(20)), 1) << "it can open mlx5_1 too";
   const auto report = nlohmann::json::parse(check.stdout_text(), nullptr, false);
@@ -52,7 +53,7 @@ TEST_F(CheckCmdTest, ReadsTheAllocationFromTheEnvironment) {
 }
 
 TEST_F(CheckCmdTest, RootsComeFromTheEnvironmentToo) {
-  EXPECT_EQ(testing::RunToEnd(RDP_BINARY, {"check"}, absl::Seconds(20),
+  EXPECT_EQ(testing::RunToEnd(testing::PluginBinary(), {"check"}, absl::Seconds(20),
                               Env({{"RDP_SYSFS_ROOT", dir_.path()},
                                    {"RDP_DEV_ROOT", dir_.path()},
                                    {"RDMA_HCA_NAMES", "mlx5_0,mlx5_1"}})),
@@ -60,9 +61,11 @@ TEST_F(CheckCmdTest, RootsComeFromTheEnvironmentToo) {
 }
 
 TEST_F(CheckCmdTest, BadFlagsExitTwo) {
-  EXPECT_EQ(testing::RunToEnd(RDP_BINARY, {"check", "--no-such-flag"}, absl::Seconds(20), Env({})),
+  EXPECT_EQ(testing::RunToEnd(testing::PluginBinary(), {"check", "--no-such-flag"}, absl::Seconds(20),
+                              Env({})),
             2);
-  Child bad_level(RDP_BINARY, {"check", "--sysfs-root", dir_.path(), "--log-level", "loud"},
+  Child bad_level(testing::PluginBinary(),
+                  {"check", "--sysfs-root", dir_.path(), "--log-level", "loud"},
                   Env({}));
   EXPECT_EQ(bad_level.Wait(absl::Seconds(20)), 2);
   EXPECT_THAT(bad_level.output(), ::testing::HasSubstr("--log-level"));

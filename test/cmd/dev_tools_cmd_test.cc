@@ -26,7 +26,7 @@ constexpr absl::Duration kDemo = absl::Seconds(100);
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
 TEST(DevToolsCmdTest, DemoRunsTheSimulatorBesideTheBinary) {
-  Child demo(RDP_BINARY, {"demo", "--log-level", "warn"});
+  Child demo(testing::PluginBinary(), {"demo", "--log-level", "warn"});
   ASSERT_EQ(demo.Wait(kDemo), 0) << demo.output();
   EXPECT_THAT(demo.stdout_text(), HasSubstr("ListAndWatch -> 9 devices"));
   EXPECT_THAT(demo.stdout_text(), HasSubstr("demo finished"));
@@ -35,7 +35,8 @@ TEST(DevToolsCmdTest, DemoRunsTheSimulatorBesideTheBinary) {
 TEST(DevToolsCmdTest, FixtureLaysOutTheNodeOfAnExport) {
   TempDir dir;
   const std::string out = dir.Sub("node");
-  Child fixture(RDP_BINARY, {"fixture", "--topology-xml", TestData("dgx-h100-like.xml"), "--out",
+  Child fixture(testing::PluginBinary(),
+                {"fixture", "--topology-xml", TestData("dgx-h100-like.xml"), "--out",
                              out, "--log-level", "warn"});
   ASSERT_EQ(fixture.Wait(kTimeout), 0) << fixture.output();
   EXPECT_EQ(fixture.stdout_text(), out + "\n");
@@ -52,7 +53,8 @@ TEST(DevToolsCmdTest, FixtureLaysOutTheNodeOfAnExport) {
 TEST(DevToolsCmdTest, FixtureLaysOutANamedNode) {
   TempDir dir;
   const std::string out = dir.Sub("roles");
-  Child fixture(RDP_BINARY, {"fixture", "--node", "dgx-roles", "--out", out, "--log-level", "warn"});
+  Child fixture(testing::PluginBinary(),
+                {"fixture", "--node", "dgx-roles", "--out", out, "--log-level", "warn"});
   ASSERT_EQ(fixture.Wait(kTimeout), 0) << fixture.output();
   EXPECT_EQ(fixture.stdout_text(), out + "\n" + out + "/dgx-roles.xml\n");
   EXPECT_TRUE(fs::exists(out + "/dgx-roles.xml"));
@@ -65,10 +67,10 @@ TEST(DevToolsCmdTest, FixtureLaysOutANamedNode) {
             "0000:15:00.0");
   // An unknown name is a usage error naming the known ones; --node and --topology-xml exclude
   // each other.
-  Child unknown(RDP_BINARY, {"fixture", "--node", "dgx-nope", "--out", out});
+  Child unknown(testing::PluginBinary(), {"fixture", "--node", "dgx-nope", "--out", out});
   EXPECT_EQ(unknown.Wait(kTimeout), 2);
   EXPECT_THAT(unknown.output(), HasSubstr("dgx-roles"));
-  EXPECT_EQ(testing::RunToEnd(RDP_BINARY,
+  EXPECT_EQ(testing::RunToEnd(testing::PluginBinary(),
                               {"fixture", "--node", "dgx-roles", "--topology-xml",
                                TestData("dgx-h100-like.xml"), "--out", out},
                               kTimeout),
@@ -77,15 +79,17 @@ TEST(DevToolsCmdTest, FixtureLaysOutANamedNode) {
 
 // test/kubelet's BinaryWritesFixtures asks `fixture --help` for --out.
 TEST(DevToolsCmdTest, HelpIsTheToolsOwn) {
-  Child help(RDP_BINARY, {"fixture", "--help"});
+  Child help(testing::PluginBinary(), {"fixture", "--help"});
   ASSERT_EQ(help.Wait(kTimeout), 0) << help.output();
   EXPECT_THAT(help.output(), HasSubstr("--out"));
   EXPECT_THAT(help.output(), HasSubstr("--topology-xml"));
 }
 
 TEST(DevToolsCmdTest, BadFlagsExitTwo) {
-  EXPECT_EQ(testing::RunToEnd(RDP_BINARY, {"fixture", "--out", "/tmp/x"}, kTimeout), 2);
-  EXPECT_EQ(testing::RunToEnd(RDP_BINARY, {"demo", "--log-level", "loud"}, kTimeout), 2);
+  EXPECT_EQ(testing::RunToEnd(testing::PluginBinary(), {"fixture", "--out", "/tmp/x"}, kTimeout),
+            2);
+  EXPECT_EQ(testing::RunToEnd(testing::PluginBinary(), {"demo", "--log-level", "loud"}, kTimeout),
+            2);
 }
 
 // The image ships rdma-device-plugin alone: there, both exit 2 and say why.
@@ -94,9 +98,9 @@ TEST(DevToolsCmdTest, WithoutTheSimulatorBesideItExitsTwoSayingSo) {
   const std::string alone = dir.Sub("rdma-device-plugin");
   // A hard link where it can be one (the binary is large); /proc/self/exe names it.
   std::error_code ec;
-  fs::create_hard_link(RDP_BINARY, alone, ec);
+  fs::create_hard_link(testing::PluginBinary(), alone, ec);
   if (ec) {
-    ASSERT_TRUE(fs::copy_file(RDP_BINARY, alone)) << alone;
+    ASSERT_TRUE(fs::copy_file(testing::PluginBinary(), alone)) << alone;
   }
   for (const char* tool : {"demo", "fixture"}) {
     Child run(alone, {tool, "--out", dir.Sub("node")});

@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "test/support/child.h"
 #include "test/support/http_get.h"
+#include "test/support/temp_dir.h"
 #include "test/support/test_node.h"
 
 namespace rdp::cmd {
@@ -34,7 +35,7 @@ constexpr char kHca1[] = "hca-0000-3a-00-0";
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
 int RunBinary(const std::vector<std::string>& args) {
-  return rdp::testing::RunToEnd(RDP_BINARY, args, kTimeout);
+  return rdp::testing::RunToEnd(testing::PluginBinary(), args, kTimeout);
 }
 
 class DRAServeCmdTest : public ::testing::Test {
@@ -105,7 +106,7 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
   std::vector<std::string> local = {"dra", "prepare-local"};
   for (const std::string& a : Flags()) local.push_back(a);
   for (const char* a : {"--claim-uid", "0c1a1e00-0000-4000-8000-00000000000a", "--device", kHca1}) local.push_back(a);
-  rdp::testing::Child prep(RDP_BINARY, local);
+  rdp::testing::Child prep(testing::PluginBinary(), local);
   ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
   const nlohmann::json answer = nlohmann::json::parse(prep.stdout_text(), nullptr, false);
   EXPECT_EQ(answer["devices"][0]["cdiDeviceIds"][0], "rdma.example.com/hca=0c1a1e00-0000-4000-8000-00000000000a-hca")
@@ -115,7 +116,7 @@ TEST_F(DRAServeCmdTest, PrepareLocalThenServeAnswersFromTheCheckpointAndStopsOnS
 
   std::vector<std::string> serve = {"dra"};
   for (const std::string& a : Flags()) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(testing::PluginBinary(), serve);
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
   pluginregistration::PluginInfo info;
@@ -152,8 +153,8 @@ TEST_F(DRAServeCmdTest, TheHostNameIsTheNodeNameLowerCased) {
     GTEST_SKIP() << "needs unshare --uts (root)";
   }
   std::vector<std::string> args = {"--uts", "/bin/sh", "-c",
-                                   "hostname Node-A.Example && exec \"$0\" \"$@\"", RDP_BINARY,
-                                   "dra", "prepare-local", "--claim-uid",
+                                   "hostname Node-A.Example && exec \"$0\" \"$@\"",
+                                   testing::PluginBinary(), "dra", "prepare-local", "--claim-uid",
                                    "0c1a1e00-0000-4000-8000-00000000000b", "--device", kHca1};
   std::vector<std::string> flags = Flags();
   for (std::size_t i = 0; i < flags.size(); ++i) {
@@ -183,7 +184,7 @@ TEST_F(DRAServeCmdTest, ASecondInstanceWaitsForTheFirstToExit) {
   ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // the first instance, as far as it can tell
   std::vector<std::string> serve = {"dra"};
   for (const std::string& a : Flags()) serve.push_back(a);
-  rdp::testing::Child driver(RDP_BINARY, serve);
+  rdp::testing::Child driver(testing::PluginBinary(), serve);
   ASSERT_TRUE(driver.WaitForOutput("(pid 4242) holds", kTimeout)) << driver.output();
   struct stat st;
   EXPECT_NE(::stat(RegSocket().c_str(), &st), 0) << "no socket while the other instance runs";
@@ -201,14 +202,14 @@ TEST_F(DRAServeCmdTest, ASecondInstanceIsHandedTheNodeOver) {
   std::vector<std::string> local = {"dra", "prepare-local"};
   for (const std::string& a : Flags()) local.push_back(a);
   for (const char* a : {"--claim-uid", kUid, "--device", kHca1}) local.push_back(a);
-  rdp::testing::Child prep(RDP_BINARY, local);
+  rdp::testing::Child prep(testing::PluginBinary(), local);
   ASSERT_EQ(prep.Wait(kTimeout), 0) << prep.output();
 
   std::vector<std::string> serve = {"dra"};
   for (const std::string& a : Flags()) serve.push_back(a);
-  rdp::testing::Child old_one(RDP_BINARY, serve);
+  rdp::testing::Child old_one(testing::PluginBinary(), serve);
   ASSERT_TRUE(old_one.WaitForOutput("serving Registration on", kTimeout)) << old_one.output();
-  rdp::testing::Child new_one(RDP_BINARY, serve);
+  rdp::testing::Child new_one(testing::PluginBinary(), serve);
   ASSERT_TRUE(old_one.WaitForOutput("waiting to be stopped", kTimeout)) << old_one.output();
   ASSERT_TRUE(new_one.WaitForOutput("serving Registration on", kTimeout)) << new_one.output();
   EXPECT_TRUE(old_one.WaitForOutput("handing over", kTimeout)) << old_one.output();
@@ -244,7 +245,7 @@ TEST_F(DRAServeCmdTest, ASecondInstanceIsHandedTheNodeOver) {
 // to resyncing by timer looked like one that repairs an edited slice at once. The gauge is there
 // from the first scrape, 0 while the API server is away (here it never comes).
 TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
-  rdp::testing::Child driver(RDP_BINARY, WithMetrics());
+  rdp::testing::Child driver(testing::PluginBinary(), WithMetrics());
   const std::string address = sim::WaitForMetricsAddress(driver, kTimeout);
   ASSERT_FALSE(address.empty()) << driver.output();
   const rdp::testing::HttpResponse scrape = rdp::testing::HttpGet("http://" + address + "/metrics");
@@ -263,7 +264,7 @@ TEST_F(DRAServeCmdTest, TheSliceWatchGaugeIsScrapedFromTheStart) {
 // /livez and /readyz, which the chart's probes GET, are `probe --dra` and `probe --dra --ready`
 // run in the driver: live once its sockets answer, ready once the kubelet has registered it.
 TEST_F(DRAServeCmdTest, TheProbeRoutesAnswerAsTheProbeCommandDoes) {
-  rdp::testing::Child driver(RDP_BINARY, WithMetrics());
+  rdp::testing::Child driver(testing::PluginBinary(), WithMetrics());
   const std::string address = sim::WaitForMetricsAddress(driver, kTimeout);
   ASSERT_FALSE(address.empty()) << driver.output();
   const std::string base = "http://" + address;
@@ -339,7 +340,7 @@ class HealthStream {
 // HEALTHY again when the port comes back, so that a pod whose HCA's link is down says so in its
 // status.
 TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStream) {
-  rdp::testing::Child driver(RDP_BINARY, PollingFast());
+  rdp::testing::Child driver(testing::PluginBinary(), PollingFast());
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
 
   pluginregistration::PluginInfo info;
@@ -383,7 +384,7 @@ TEST_F(DRAServeCmdTest, AnHcaWhosePortGoesDownIsUnhealthyInTheKubeletsHealthStre
 // health stream, with the scan's error, until a scan succeeds again: the node core's one rule for
 // both doors.
 TEST_F(DRAServeCmdTest, AFailedHealthScanMakesEveryHcaUnhealthy) {
-  rdp::testing::Child driver(RDP_BINARY, PollingFast());
+  rdp::testing::Child driver(testing::PluginBinary(), PollingFast());
   ASSERT_TRUE(driver.WaitForOutput("serving Registration on", kTimeout)) << driver.output();
   pluginregistration::PluginInfo info;
   ASSERT_TRUE(GetInfo(info).ok());
@@ -418,7 +419,7 @@ TEST_F(DRAServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
     for (const std::string& a : Flags()) args.push_back(a);
     args.push_back(flag);
     args.push_back(value);
-    rdp::testing::Child child(RDP_BINARY, args);
+    rdp::testing::Child child(testing::PluginBinary(), args);
     EXPECT_EQ(child.Wait(kTimeout), 2) << flag;
     EXPECT_THAT(child.output(), ::testing::HasSubstr(flag)) << child.output();
   }

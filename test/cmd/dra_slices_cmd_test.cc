@@ -35,7 +35,7 @@ struct RunResult {
 };
 
 RunResult RunBinary(const std::vector<std::string>& args) {
-  rdp::testing::Child child(RDP_BINARY, args);
+  rdp::testing::Child child(testing::PluginBinary(), args);
   RunResult r;
   r.code = child.Wait(absl::Seconds(60));
   r.out = child.stdout_text();
@@ -216,7 +216,7 @@ TEST_F(DRASlicesCmdTest, NodeNameFromTheEnvironment) {
   args.insert(args.begin(), {"dra", "slices"});
   rdp::testing::Child::Options options;
   options.env["NODE_NAME"] = "from-env";
-  rdp::testing::Child child(RDP_BINARY, args, options);
+  rdp::testing::Child child(testing::PluginBinary(), args, options);
   ASSERT_EQ(child.Wait(absl::Seconds(60)), 0) << child.output();
   const json list = json::parse(child.stdout_text());
   EXPECT_EQ(list["items"][0]["spec"]["nodeName"], "from-env");

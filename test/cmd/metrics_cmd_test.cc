@@ -22,6 +22,7 @@
 #include "sim/kubelet_sim.h"
 #include "test/support/child.h"
 #include "test/support/http_get.h"
+#include "test/support/temp_dir.h"
 #include "test/support/test_node.h"
 
 namespace rdp::cmd {
@@ -47,9 +48,9 @@ TEST(MetricsBinaryTest, ServesTheNodeOnAnEphemeralPort) {
   rdp::testing::Child::Options options;
   options.env["RDP_METRICS_ADDRESS"] = "127.0.0.1:0";  // the flag's environment variable
   rdp::testing::Child plugin(
-      RDP_BINARY, {"--mode", "exclusive", "--sysfs-root", node.root(), "--dev-root", node.root(),
-                   "--kubelet-dir", kubelet_dir, "--health-interval", "100ms",
-                   "--pod-resources-socket", socket},
+      testing::PluginBinary(),
+      {"--mode", "exclusive", "--sysfs-root", node.root(), "--dev-root", node.root(),
+       "--kubelet-dir", kubelet_dir, "--health-interval", "100ms", "--pod-resources-socket", socket},
       options);
   ASSERT_TRUE(plugin.running());
   const std::string address = sim::WaitForMetricsAddress(plugin, kWait);
@@ -144,8 +145,9 @@ TEST(MetricsBinaryTest, ATakenPortExitsTwoBeforeRegistering) {
   ASSERT_EQ(::getsockname(taken, reinterpret_cast<struct sockaddr*>(&addr), &len), 0);
   const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   rdp::testing::Child plugin(
-      RDP_BINARY, {"--sysfs-root", node.root(), "--dev-root", node.root(), "--kubelet-dir",
-                   kubelet_dir, "--pod-resources-socket=", "--metrics-address", address});
+      testing::PluginBinary(), {"--sysfs-root", node.root(), "--dev-root", node.root(),
+                                "--kubelet-dir", kubelet_dir, "--pod-resources-socket=",
+                                "--metrics-address", address});
   EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << plugin.output();
   EXPECT_THAT(plugin.output(), HasSubstr("--metrics-address '" + address + "'"));
   EXPECT_EQ(kubelet.registrations(), 0) << plugin.output();
@@ -154,7 +156,7 @@ TEST(MetricsBinaryTest, ATakenPortExitsTwoBeforeRegistering) {
 
 TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
   for (const char* bad : {"nowhere", "127.0.0.1:99999", "example.com:9402"}) {
-    rdp::testing::Child plugin(RDP_BINARY, {"--metrics-address", bad});
+    rdp::testing::Child plugin(testing::PluginBinary(), {"--metrics-address", bad});
     EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << bad;
     EXPECT_NE(plugin.output().find("--metrics-address"), std::string::npos) << plugin.output();
   }
@@ -170,7 +172,7 @@ TEST(MetricsBinaryTest, BadAddressExitsTwoNamingTheFlag) {
     for (const char* sub : {"serve", "dra"}) {
       std::vector<std::string> with = all;
       with.insert(with.begin(), sub);
-      rdp::testing::Child plugin(RDP_BINARY, with);
+      rdp::testing::Child plugin(testing::PluginBinary(), with);
       EXPECT_EQ(plugin.Wait(absl::Seconds(20)), 2) << sub << " " << args[1];
       EXPECT_THAT(plugin.output(), HasSubstr(flag)) << sub;
     }

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "sim/kubelet_sim.h"
 #include "test/support/child.h"
+#include "test/support/temp_dir.h"
 #include "test/support/test_node.h"
 
 namespace rdp::cmd {
@@ -21,7 +22,7 @@ using sim::KubeletSim;
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
 int RunBinary(const std::vector<std::string>& args) {
-  return rdp::testing::RunToEnd(RDP_BINARY, args, kTimeout);
+  return rdp::testing::RunToEnd(testing::PluginBinary(), args, kTimeout);
 }
 
 TEST(ServeCmdTest, BadValuesExitTwo) {
@@ -41,7 +42,7 @@ TEST(ServeCmdTest, ServesRegistersAndStopsOnSigterm) {
   const std::string kubelet_dir = node.dir().Sub("dp");
   KubeletSim kubelet(kubelet_dir);
   ASSERT_TRUE(kubelet.Start().ok());
-  rdp::testing::Child plugin(RDP_BINARY, {"--mode", "exclusive", "--exclusive-label",
+  rdp::testing::Child plugin(testing::PluginBinary(), {"--mode", "exclusive", "--exclusive-label",
                            "rdma.network.alibabacloud.com/exclusive",
                            "--node-name", "node-a", "--sysfs-root", node.root(),
                            "--dev-root", node.root(), "--kubelet-dir",
@@ -87,7 +88,7 @@ TEST(ServeCmdTest, EarlyWarningFlagsExitTwoNamingTheFlag) {
                                     std::pair{"--degraded-symbol-errors", "-3"}}) {
     // A flag that were taken would serve: in a directory of the test's, never the node's.
     rdp::testing::TempDir dir;
-    rdp::testing::Child child(RDP_BINARY, {"serve", "--kubelet-dir", dir.path(),
+    rdp::testing::Child child(testing::PluginBinary(), {"serve", "--kubelet-dir", dir.path(),
                                            "--pod-resources-socket=", flag, value});
     EXPECT_EQ(child.Wait(kTimeout), 2) << flag;
     EXPECT_THAT(child.output(), ::testing::HasSubstr(flag)) << child.output();

@@ -100,7 +100,7 @@ class ServeConfigTest : public ::testing::Test {
 // sockets, each lists exactly its NICs (the VFs in neither: physical NICs unless asked), Allocate
 // hands out its own and refuses the other's.
 TEST_F(ServeConfigTest, TwoResourcesEachListExactlyTheirNics) {
-  rdp::testing::Child plugin(RDP_BINARY, Args("exclusive", "resources.yaml", R"(
+  rdp::testing::Child plugin(testing::PluginBinary(), Args("exclusive", "resources.yaml", R"(
 resources:
   - name: rdma/hca
     selector:
@@ -133,7 +133,7 @@ resources:
 
 // A VF-only resource lists exactly the VFs; the default one beside it the physical NICs.
 TEST_F(ServeConfigTest, AVfOnlyResourceListsExactlyTheVfs) {
-  rdp::testing::Child plugin(RDP_BINARY, Args("exclusive", "resources.json", R"({
+  rdp::testing::Child plugin(testing::PluginBinary(), Args("exclusive", "resources.json", R"({
   "resources": [
     {"name": "rdma/hca", "selector": {"linkLayers": ["InfiniBand"]}},
     {"name": "rdma/vf", "selector": {"virtualFunctions": "only"}}
@@ -148,7 +148,7 @@ TEST_F(ServeConfigTest, AVfOnlyResourceListsExactlyTheVfs) {
 // network-operator's ConfigMap as it is: its resource name under its prefix, rdmaHcaMax units
 // even on an exclusive node, and each unit mounts exactly the selected HCAs.
 TEST_F(ServeConfigTest, TheMellanoxConfigServesItsNameWithThatManyUnits) {
-  rdp::testing::Child plugin(RDP_BINARY, Args("exclusive", "config.json", R"({
+  rdp::testing::Child plugin(testing::PluginBinary(), Args("exclusive", "config.json", R"({
   "periodicUpdateInterval": 300,
   "configList": [{
     "resourceName": "storage_rail",
@@ -175,18 +175,18 @@ resources:
     sharedDevices: 8
 )");
   args.push_back("--socket-name=rdp-shared.sock");
-  rdp::testing::Child plugin(RDP_BINARY, args);
+  rdp::testing::Child plugin(testing::PluginBinary(), args);
   EXPECT_EQ(Listed("rdma/hca", 8).size(), 8u) << plugin.output();
   struct stat st;
   EXPECT_EQ(::stat((kubelet_dir_ + "/rdp-shared-rdma-hca.sock").c_str(), &st), 0)
       << plugin.output();
   // `probe` with the same file and socket name finds it: the chart's exec probe.
-  EXPECT_EQ(rdp::testing::RunToEnd(RDP_BINARY,
+  EXPECT_EQ(rdp::testing::RunToEnd(testing::PluginBinary(),
                                    {"probe", "--kubelet-dir", kubelet_dir_, "--config",
                                     dir_.Sub("resources.yaml"), "--socket-name=rdp-shared.sock"},
                                    kTimeout),
             0);
-  EXPECT_EQ(rdp::testing::RunToEnd(RDP_BINARY,
+  EXPECT_EQ(rdp::testing::RunToEnd(testing::PluginBinary(),
                                    {"probe", "--kubelet-dir", kubelet_dir_,
                                     "--socket-name=rdp-shared.sock", "--timeout", "200ms"},
                                    kTimeout),
@@ -199,7 +199,7 @@ resources:
 // Exclusive mode sells each HCA once: an HCA that two resources select ends serve with exit 2
 // before anything registers, naming the HCA and both resources.
 TEST_F(ServeConfigTest, AnHcaTwoExclusiveResourcesSelectExitsTwoNamingBoth) {
-  rdp::testing::Child plugin(RDP_BINARY, Args("exclusive", "resources.yaml", R"(
+  rdp::testing::Child plugin(testing::PluginBinary(), Args("exclusive", "resources.yaml", R"(
 resources:
   - name: rdma/compute
     selector: {linkLayers: [InfiniBand]}
@@ -215,7 +215,7 @@ resources:
 
 // The same two resources in shared mode may both hold it, as the Mellanox plugin allows.
 TEST_F(ServeConfigTest, SharedModeLetsTwoResourcesHoldOneHca) {
-  rdp::testing::Child plugin(RDP_BINARY, Args("shared", "resources.yaml", R"(
+  rdp::testing::Child plugin(testing::PluginBinary(), Args("shared", "resources.yaml", R"(
 resources:
   - name: rdma/compute
     selector: {linkLayers: [InfiniBand]}
@@ -232,7 +232,7 @@ resources:
 
 // A wrong file: exit 2 naming the file, the key and the line, nothing registered.
 TEST_F(ServeConfigTest, ABadFileExitsTwoNamingTheFileTheKeyAndTheLine) {
-  rdp::testing::Child plugin(RDP_BINARY, Args("exclusive", "bad.yaml", R"(
+  rdp::testing::Child plugin(testing::PluginBinary(), Args("exclusive", "bad.yaml", R"(
 resources:
   - name: rdma/hca
     selector:
@@ -243,7 +243,7 @@ resources:
   EXPECT_THAT(plugin.output(), HasSubstr("linkLayer"));
   EXPECT_THAT(plugin.output(), HasSubstr("line 5"));
   EXPECT_EQ(kubelet_.registrations(), 0);
-  EXPECT_EQ(rdp::testing::RunToEnd(RDP_BINARY,
+  EXPECT_EQ(rdp::testing::RunToEnd(testing::PluginBinary(),
                                    {"serve", "--config", dir_.Sub("absent.yaml"), "--sysfs-root",
                                     node_.root, "--dev-root", node_.root, "--kubelet-dir",
                                     kubelet_dir_},

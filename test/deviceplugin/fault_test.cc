@@ -45,6 +45,7 @@
 #include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
 #include "test/support/fault_env.h"
+#include "test/support/temp_dir.h"
 
 extern char** environ;
 
@@ -163,7 +164,8 @@ std::vector<std::string> ServeArgs(const Config& c) {
 // The binary running `args` (test/support/child.h).
 class Child : public rdp::testing::Child {
  public:
-  explicit Child(const std::vector<std::string>& args) : rdp::testing::Child(RDP_BINARY, args) {}
+  explicit Child(const std::vector<std::string>& args)
+      : rdp::testing::Child(rdp::testing::PluginBinary(), args) {}
   bool WaitForLog(const std::string& text, absl::Duration timeout) const {
     return WaitForOutput(text, timeout);
   }

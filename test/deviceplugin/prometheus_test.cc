@@ -19,6 +19,7 @@
 #include "test/deviceplugin/test_node.h"
 #include "test/support/child.h"
 #include "test/support/http_get.h"
+#include "test/support/temp_dir.h"
 
 namespace rdp::deviceplugin {
 namespace {
@@ -79,9 +80,10 @@ TEST(PrometheusTest, ScrapesThePluginAndJoinsTrafficToPods) {
             {"team-b/train-1/main", {{"rdma/hca", {"0000:1a:00.0"}}}}});
   ASSERT_TRUE(pods.Start().ok());
   rdp::testing::Child plugin(
-      RDP_BINARY, {"--mode", "exclusive", "--sysfs-root", config.discovery.sysfs_root,
-                   "--dev-root", config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir,
-                   "--pod-resources-socket", socket, "--metrics-address", "127.0.0.1:0"});
+      rdp::testing::PluginBinary(),
+      {"--mode", "exclusive", "--sysfs-root", config.discovery.sysfs_root, "--dev-root",
+       config.discovery.dev_root, "--kubelet-dir", config.kubelet_dir, "--pod-resources-socket",
+       socket, "--metrics-address", "127.0.0.1:0"});
   ASSERT_TRUE(plugin.WaitForOutput("metrics: serving on 127.0.0.1:", kWait));
   const std::string out = plugin.output();
   const std::size_t at = out.find("metrics: serving on ") + 20;

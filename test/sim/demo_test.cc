@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/bundled_node.h"
+#include "test/support/temp_dir.h"
 
 namespace rdp::sim {
 namespace {
@@ -21,10 +22,10 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-// The demo runs the built binary (RDP_BINARY) as the plugin.
+// The demo runs the built binary (testing::PluginBinary()) as the plugin.
 DemoOptions Options() {
   DemoOptions options;
-  options.plugin_binary = RDP_BINARY;
+  options.plugin_binary = testing::PluginBinary();
   options.log_level = "warn";
   return options;
 }

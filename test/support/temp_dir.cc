@@ -18,6 +18,4 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-std::string TestData(const std::string& name) { return std::string(RDP_TEST_DATA) + "/" + name; }
-
 }  // namespace rdp::testing

@@ -24,4 +24,7 @@ class TempDir {
 // Absolute path of a file in test/data/.
 std::string TestData(const std::string& name);
 
+// The rdma-device-plugin binary of this build, for the tests that run it.
+std::string PluginBinary();
+
 }  // namespace rdp::testing

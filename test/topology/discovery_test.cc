@@ -164,7 +164,7 @@ TEST(DiscoveryErrorTest, MissingAndMalformedXml) {
 TEST(DiscoveryErrorTest, XmlThatCrashesHwlocIsAnError) {
   DiscoveryOptions o;
   o.topology_xml =
-      std::string(RDP_TEST_DATA) + "/../fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml";
+      TestData("../fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml");
   auto t = Discover(o);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
@@ -192,7 +192,7 @@ TEST(DiscoveryErrorTest, XmlRewrittenInPlaceIsProbedAgain) {
   ASSERT_TRUE(Discover(o).ok());
   ASSERT_TRUE(Discover(o).ok());
   std::filesystem::copy_file(
-      std::string(RDP_TEST_DATA) + "/../fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml", xml,
+      TestData("../fuzz/regressions/hwloc_xml/hwloc-crashes-on-it.xml"), xml,
       std::filesystem::copy_options::overwrite_existing);
   auto t = Discover(o);
   ASSERT_FALSE(t.ok());
