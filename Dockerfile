@@ -42,17 +42,23 @@ RUN native=$(dpkg --print-architecture) \
 COPY . .
 # ccache (CMakeLists.txt uses it when present) in a build cache mount: a rebuild after a source
 # edit compiles only what changed. Needs BuildKit (docker's default builder) or buildah/podman;
-# the image is the same with an empty cache. For another architecture the program cannot run
-# here: its --version is checked by the image test (under qemu), and its libraries are gathered
-# for runtime-copied.
+# the image is the same with an empty cache. RDP_CCACHE_DIR names another ccache directory, one
+# mounted into the build (scripts/build-image.sh mounts the build machine's own with `podman
+# build -v`): the build tree is the one scripts/build.sh makes on a machine (build/ or
+# build-arm64/ under the sources, its default build type), so the compiles of sources already
+# compiled there are cache hits. The binary is installed stripped. For another architecture
+# the program cannot run here: its --version is checked by the image test (under qemu), and its
+# libraries are gathered for runtime-copied.
+ARG RDP_CCACHE_DIR=/root/.cache/ccache
 RUN --mount=type=cache,target=/root/.cache/ccache \
     native=$(dpkg --print-architecture) target=${TARGETARCH:-$(dpkg --print-architecture)} \
- && if [ "$target" = "$native" ]; then arch= strip=strip; \
-    else arch="--arch $target" strip=aarch64-linux-gnu-strip; fi \
- && BUILD_DIR=/build BUILD_TYPE=Release RDP_BUILD_TARGETS=rdma-device-plugin \
+ && if [ "$target" = "$native" ]; then arch= strip=strip tree=build; \
+    else arch="--arch $target" strip=aarch64-linux-gnu-strip tree=build-$target; fi \
+ && CCACHE_DIR=$RDP_CCACHE_DIR RDP_BUILD_TARGETS=rdma-device-plugin \
       scripts/build.sh $arch -DBUILD_TESTING=OFF -DRDP_BUILD_BENCHMARKS=OFF \
- && install -D -m 0755 -s --strip-program="$strip" /build/cmd/rdma-device-plugin \
+ && install -D -m 0755 -s --strip-program="$strip" $tree/cmd/rdma-device-plugin \
       /out/rdma-device-plugin \
+ && rm -rf "$tree" \
  && mkdir -p /out/libs \
  && if [ "$target" = "$native" ]; then /out/rdma-device-plugin --version; \
     else scripts/runtime-libs.sh /out/rdma-device-plugin /out/libs; fi

@@ -5,7 +5,9 @@
 #     changed (the images carry its hash as a label);
 #  2. the Dockerfile built unchanged (runc, explicit ulimits, no pull, podman's layer cache: with
 #     the sources unchanged a rebuild reuses every layer and keeps the image ID; the build
-#     stage is kept as NAME-build, so that no later prune takes its apt layer);
+#     stage is kept as NAME-build, so that no later prune takes its apt layer), with this
+#     machine's ccache mounted as the build stage's (RDP_CCACHE_DIR): what scripts/build.sh
+#     compiled here is not compiled again in the image;
 #  3. with --arm64, also the linux/arm64 image NAME-arm64 from the same Dockerfile
 #     (`--platform linux/arm64 --target runtime-copied`: cross-compiled in the build stage,
 #     nothing of arm64 run) on an arm64 bookworm-slim made with `debootstrap --arch arm64
@@ -178,7 +180,8 @@ podman_build() {
   shift 3
   previous=$(pm image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
   say "podman build --target $target $* -t $tag (Dockerfile, context $repo)"
-  local flags=(--pull=never --network=host "${ulimits[@]}" --layers --build-arg "RDP_VERSION=$version" "$@")
+  local flags=(--pull=never --network=host "${ulimits[@]}" --layers --build-arg "RDP_VERSION=$version"
+               ${ccache_flags[@]+"${ccache_flags[@]}"} "$@")
   if ! pm build "${flags[@]}" --target "$target" -t "$tag" -f Dockerfile . >"$log" 2>&1; then
     tail -40 "$log"
     fail "podman build failed (log: $log)"
@@ -191,6 +194,17 @@ podman_build() {
     fail "podman build --target build (to tag the build stage) failed (log: $log)"
   fi
 }
+# The machine's own ccache, mounted as the build stage's (the Dockerfile's RDP_CCACHE_DIR): the
+# build stage compiles in the tree scripts/build.sh makes here, so what this machine compiled
+# (scripts/test.sh's build, the arm64 cross build) is not compiled again in the image, and the
+# reverse. Without ccache here, the Dockerfile's own cache mount.
+ccache_flags=()
+if command -v ccache >/dev/null && cache_dir=$(ccache --get-config cache_dir 2>/dev/null) &&
+   [[ -n $cache_dir ]] && mkdir -p "$cache_dir"; then
+  ccache_flags=(--volume "$cache_dir:/var/cache/rdp-ccache"
+                --build-arg RDP_CCACHE_DIR=/var/cache/rdp-ccache)
+  say "ccache: the machine's, $cache_dir"
+fi
 build_started=$(date +%s)
 podman_build "$image" runtime build.log
 id=$built_id
