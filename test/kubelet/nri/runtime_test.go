@@ -478,6 +478,14 @@ func TestNRITwoInstancesOnANode(t *testing.T) {
 	if got := runtime.create("both-running", uverbsDP, nil, nil); fmt.Sprint(got) != fmt.Sprint([]uint64{unlimited, unlimited}) {
 		t.Errorf("with two instances: adjustment %v, want unlimited/unlimited", got)
 	}
+	// Each instance logs the container once, raised or left alone, after it answered the
+	// runtime: both lines are awaited before the raises are counted.
+	decided := regexp.MustCompile(`container ml/trainer-0/both-running \(`)
+	for _, p := range []*pluginProc{first, second} {
+		if line, _ := p.log.wait(decided, 0, deadline); line == "" {
+			t.Errorf("an instance logged nothing of both-running within %v", deadline)
+		}
+	}
 	logged := regexp.MustCompile(`raised RLIMIT_MEMLOCK of container ml/trainer-0/both-running `)
 	if n := first.log.count(logged) + second.log.count(logged); n != 1 {
 		t.Errorf("%d instances raised the limit, want 1", n)
