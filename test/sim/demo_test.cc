@@ -22,7 +22,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-// The demo runs the built binary (testing::PluginBinary()) as the plugin.
+// The demo runs this build's binary as the plugin.
 DemoOptions Options() {
   DemoOptions options;
   options.plugin_binary = testing::PluginBinary();

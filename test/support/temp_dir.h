@@ -21,6 +21,7 @@ class TempDir {
   std::string path_;
 };
 
+// The tree's paths, defined in build_paths.cc (the one file compiled with them).
 // Absolute path of a file in test/data/.
 std::string TestData(const std::string& name);
 
